@@ -1,0 +1,581 @@
+//! The XDP responder: answers ARP requests (RFC 826, RFC 5227 probes) and Neighbor
+//! Solicitations (RFC 4861) for live VIPs straight from the VIP maps, and passes everything else
+//! to the kernel untouched.
+//!
+//! Rules, in the order they are applied:
+//! * Ethernet II with at most one 802.1Q tag; a tagged request is answered with the same tag and
+//!   looked up under its VLAN id. QinQ and anything else pass.
+//! * The map lookup comes before any expensive validation, so frames for other addresses cost a
+//!   parse and a hash lookup. Entries whose `expires_ns` has passed (kernel monotonic clock) are
+//!   counted as `expired` and passed.
+//! * A frame for a live VIP that fails validation is counted `malformed`, logged (rate-limited,
+//!   never on the answer path) and passed: a bad request is never answered.
+//! * The answer is built in place and sent back out of the receiving interface (`XDP_TX`).
+//!
+//! Nothing here allocates or loops unboundedly; every packet access is bounds-checked against
+//! `data_end` right before it, which is what the verifier needs.
+
+use core::mem::size_of;
+
+use announcer_ebpf::{
+    maps::{MAX_VIPS, Outcome, VipEntry, VipKeyV4, VipKeyV6, VipStats},
+    wire::{
+        ALL_NODES, ArpHdr, EthHdr, Ipv6Hdr, LinkLayerOpt, MacAddr, NaFlags, NdiscHdr, VlanHdr,
+        arp::OP_REQUEST,
+        checksum,
+        ethernet::ethertype,
+        ipv6::NEXT_HEADER_ICMPV6,
+        ndisc::{HOP_LIMIT, OPT_SOURCE_LLADDR, OPT_TARGET_LLADDR, TYPE_NA, TYPE_NS},
+        solicited_node,
+    },
+};
+use aya_ebpf::{
+    bindings::xdp_action,
+    btf_maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_tail},
+    macros::{btf_map, xdp},
+    programs::XdpContext,
+};
+use aya_log_ebpf::warn;
+
+const MAX: usize = MAX_VIPS as usize;
+
+/// IPv4 VIPs: (ifindex, vlan, address) → (MAC, expiry).
+#[btf_map]
+static VIPS_V4: HashMap<VipKeyV4, VipEntry, MAX> = HashMap::new();
+/// IPv6 VIPs.
+#[btf_map]
+static VIPS_V6: HashMap<VipKeyV6, VipEntry, MAX> = HashMap::new();
+/// Per-CPU counters per IPv4 VIP; entries are created by the agent.
+#[btf_map]
+static STATS_V4: PerCpuHashMap<VipKeyV4, VipStats, MAX> = PerCpuHashMap::new();
+/// Per-CPU counters per IPv6 VIP.
+#[btf_map]
+static STATS_V6: PerCpuHashMap<VipKeyV6, VipStats, MAX> = PerCpuHashMap::new();
+/// Per-CPU counters per [`Outcome`].
+#[btf_map]
+static COUNTERS: PerCpuArray<u64, { Outcome::COUNT as usize }> = PerCpuArray::new();
+/// Per-CPU time of the last log record, for rate limiting.
+#[btf_map]
+static LOG_CLOCK: PerCpuArray<u64, 1> = PerCpuArray::new();
+
+/// At most one log record per CPU per this many nanoseconds.
+const LOG_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// Longest NS we validate: the fixed 24 bytes and up to five 8-byte options. Real ones are 24
+/// (DAD) to 40 bytes (SLLAO + nonce); longer ones pass to the kernel (counted `malformed`). The
+/// bound keeps both loops short enough that the verifier's state count stays small.
+const MAX_ND_LEN: usize = 64;
+
+#[xdp]
+pub fn announcer(ctx: XdpContext) -> u32 {
+    let mut note = Note { outcome: Outcome::Passed as u32, event: NO_EVENT, addr: [0; 16], mac: [0; 6], v6: 0, reserved: 0 };
+    let action = classify(&ctx, &mut note);
+    if let Some(c) = COUNTERS.get_ptr_mut(note.outcome) {
+        // SAFETY: per-CPU slot, only this program on this CPU touches it.
+        unsafe { *c += 1 };
+    }
+    // Logging happens here, after the parsing frame is gone: the verifier limits the *combined*
+    // stack of nested calls to 512 bytes, and aya-log's record building needs its own frame.
+    if note.event != NO_EVENT && may_log() {
+        log_note(&ctx, &note);
+    }
+    action
+}
+
+/// What `classify` reports back to the entry point: the outcome to count and, rarely, an event
+/// to log (with the VIP and the peer MAC it concerns).
+#[repr(C)]
+struct Note {
+    outcome: u32,
+    event: u32,
+    addr: [u8; 16],
+    mac: [u8; 6],
+    v6: u8,
+    reserved: u8,
+}
+
+const NO_EVENT: u32 = u32::MAX;
+
+impl Note {
+    #[inline(always)]
+    fn v4(&mut self, ev: Event, vip: &[u8; 4], mac: &[u8; 6]) {
+        self.event = ev as u32;
+        self.addr = [vip[0], vip[1], vip[2], vip[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        self.mac = *mac;
+        self.v6 = 0;
+    }
+
+    #[inline(always)]
+    fn v6(&mut self, ev: Event, vip: &[u8; 16]) {
+        self.event = ev as u32;
+        self.addr = *vip;
+        self.v6 = 1;
+    }
+}
+
+/// Parses the frame and answers it or not; out of line so its large frame is not nested under
+/// the logging call.
+#[inline(never)]
+fn classify(ctx: &XdpContext, note: &mut Note) -> u32 {
+    let (action, outcome) = handle(ctx, note);
+    note.outcome = outcome as u32;
+    action
+}
+
+const PASS: u32 = xdp_action::XDP_PASS;
+const TX: u32 = xdp_action::XDP_TX;
+
+#[inline(always)]
+fn ptr_at<T>(ctx: &XdpContext, off: usize) -> Option<*mut T> {
+    let start = ctx.data();
+    let end = ctx.data_end();
+    if start + off + size_of::<T>() > end {
+        return None;
+    }
+    Some((start + off) as *mut T)
+}
+
+#[inline(always)]
+fn now_ns() -> u64 {
+    // SAFETY: helper without arguments.
+    unsafe { bpf_ktime_get_ns() }
+}
+
+/// Whether a log record may be written now (one per CPU per [`LOG_INTERVAL_NS`]).
+#[inline(always)]
+fn may_log() -> bool {
+    let Some(last) = LOG_CLOCK.get_ptr_mut(0) else { return false };
+    let now = now_ns();
+    // SAFETY: per-CPU slot.
+    unsafe {
+        if *last != 0 && now.wrapping_sub(*last) < LOG_INTERVAL_NS {
+            return false;
+        }
+        *last = now;
+    }
+    true
+}
+
+#[inline(always)]
+fn is_multicast(mac: &[u8; 6]) -> bool {
+    mac[0] & 1 != 0
+}
+
+/// Byte-array equality through integer loads: `==` on arrays compiles to a call to `bcmp`,
+/// a BPF-to-BPF call whose frame counts against the verifier's combined 512-byte stack limit.
+#[inline(always)]
+fn eq16(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    u128::from_ne_bytes(*a) == u128::from_ne_bytes(*b)
+}
+
+#[inline(always)]
+fn eq6(a: &[u8; 6], b: &[u8; 6]) -> bool {
+    u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
+        && u16::from_ne_bytes([a[4], a[5]]) == u16::from_ne_bytes([b[4], b[5]])
+}
+
+#[inline(always)]
+fn eq4(a: &[u8; 4], b: &[u8; 4]) -> bool {
+    u32::from_ne_bytes(*a) == u32::from_ne_bytes(*b)
+}
+
+#[inline(always)]
+fn handle(ctx: &XdpContext, note: &mut Note) -> (u32, Outcome) {
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return (PASS, Outcome::Passed) };
+    // SAFETY: bounds-checked above.
+    let mut et = u16::from_be_bytes(unsafe { (*eth).ethertype });
+    let mut l3 = EthHdr::LEN;
+    let mut vlan = 0u16;
+    if et == ethertype::VLAN {
+        let Some(tag) = ptr_at::<VlanHdr>(ctx, EthHdr::LEN) else {
+            return (PASS, Outcome::Passed);
+        };
+        // SAFETY: bounds-checked above.
+        let tag = unsafe { &*tag };
+        vlan = tag.vid();
+        et = u16::from_be_bytes(tag.ethertype);
+        l3 += VlanHdr::LEN;
+    }
+    match et {
+        ethertype::ARP => arp(ctx, note, eth, l3, vlan),
+        ethertype::IPV6 => ndisc(ctx, note, l3, vlan),
+        _ => (PASS, Outcome::Passed),
+    }
+}
+
+use announcer_ebpf::wire::Header as _;
+
+#[inline(always)]
+fn bump_v4(key: &VipKeyV4, f: impl FnOnce(&mut VipStats)) {
+    if let Some(s) = STATS_V4.get_ptr_mut(key) {
+        // SAFETY: per-CPU value of an existing entry.
+        f(unsafe { &mut *s });
+    }
+}
+
+#[inline(always)]
+fn bump_v6(key: &VipKeyV6, f: impl FnOnce(&mut VipStats)) {
+    if let Some(s) = STATS_V6.get_ptr_mut(key) {
+        // SAFETY: per-CPU value of an existing entry.
+        f(unsafe { &mut *s });
+    }
+}
+
+/// ARP (RFC 826). Answers a request whose `ar$tpa` is a live VIP on this interface and VLAN,
+/// including RFC 5227 probes (`ar$spa` = 0.0.0.0, answered with `ar$tpa` = 0.0.0.0 to the
+/// prober's MAC, as Linux does). An ARP announcement (`ar$spa` = `ar$tpa`: another host claiming
+/// the address, RFC 5227 §2.3) is not a question and is passed, with a log record.
+#[inline(always)]
+fn arp(ctx: &XdpContext, note: &mut Note, eth: *mut EthHdr, l3: usize, vlan: u16) -> (u32, Outcome) {
+    let Some(a) = ptr_at::<ArpHdr>(ctx, l3) else { return (PASS, Outcome::Passed) };
+    // SAFETY: bounds-checked above; `eth` lies before it.
+    let (a, eth) = unsafe { (&mut *a, &mut *eth) };
+    if !a.is_ethernet_ipv4() || u16::from_be_bytes(a.oper) != OP_REQUEST {
+        return (PASS, Outcome::Passed);
+    }
+    let key = VipKeyV4::new(ctx.ingress_ifindex() as u32, vlan, a.tpa);
+    let Some(entry) = VIPS_V4.get_ptr(&key) else { return (PASS, Outcome::Passed) };
+    // SAFETY: a value pointer from a successful lookup; copied out at once.
+    let entry: VipEntry = unsafe { *entry };
+    if !entry.is_live(now_ns()) {
+        bump_v4(&key, |s| s.expired += 1);
+        return (PASS, Outcome::Expired);
+    }
+    if is_multicast(&a.sha) || is_multicast(&eth.src) || eq6(&a.sha, &[0; 6]) {
+        bump_v4(&key, |s| s.malformed += 1);
+        note.v4(Event::GroupSender, &a.tpa, &a.sha);
+        return (PASS, Outcome::Malformed);
+    }
+    if eq4(&a.spa, &a.tpa) {
+        note.v4(Event::Conflict, &a.tpa, &a.sha);
+        return (PASS, Outcome::Passed);
+    }
+    if !(eq6(&eth.dst, &[0xff; 6]) || eq6(&eth.dst, &entry.mac)) {
+        return (PASS, Outcome::Passed);
+    }
+
+    let sha = a.sha;
+    let spa = a.spa;
+    a.oper = 2u16.to_be_bytes();
+    a.tha = sha;
+    a.tpa = spa;
+    a.sha = entry.mac;
+    a.spa = key.addr;
+    eth.dst = sha;
+    eth.src = entry.mac;
+    bump_v4(&key, |s| s.answered += 1);
+    (TX, Outcome::ArpAnswered)
+}
+
+/// The Neighbor Advertisement as written after the IPv6 header: fixed part plus TLLAO.
+#[repr(C)]
+struct NaWithTllao {
+    hdr: NdiscHdr,
+    opt: LinkLayerOpt,
+}
+
+/// Neighbor Solicitation (RFC 4861). Validated per §7.1.1, answered per §7.2.4.
+#[inline(always)]
+fn ndisc(ctx: &XdpContext, note: &mut Note, l3: usize, vlan: u16) -> (u32, Outcome) {
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return (PASS, Outcome::Passed) };
+    // SAFETY: bounds-checked above.
+    let ip = unsafe { &*ip };
+    if ip.version() != 6 || ip.next_header != NEXT_HEADER_ICMPV6 {
+        return (PASS, Outcome::Passed);
+    }
+    let icmp = l3 + Ipv6Hdr::LEN;
+    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else { return (PASS, Outcome::Passed) };
+    // SAFETY: bounds-checked above.
+    let nd = unsafe { &*nd };
+    if nd.ty != TYPE_NS {
+        return (PASS, Outcome::Passed);
+    }
+    let key = VipKeyV6::new(ctx.ingress_ifindex() as u32, vlan, nd.target);
+    let Some(entry) = VIPS_V6.get_ptr(&key) else { return (PASS, Outcome::Passed) };
+    // SAFETY: a value pointer from a successful lookup; copied out at once.
+    let entry: VipEntry = unsafe { *entry };
+    if !entry.is_live(now_ns()) {
+        bump_v6(&key, |s| s.expired += 1);
+        return (PASS, Outcome::Expired);
+    }
+    let target = nd.target;
+    match answer_ns(ctx, l3, &entry) {
+        Ok(()) => {
+            bump_v6(&key, |s| s.answered += 1);
+            (TX, Outcome::NsAnswered)
+        }
+        Err(Reject::Pass) => (PASS, Outcome::Passed),
+        Err(Reject::Malformed(ev)) => {
+            // One exit for every failed check keeps one copy of the map-lookup code (and its
+            // stack slots) instead of one per check.
+            bump_v6(&key, |s| s.malformed += 1);
+            note.v6(ev, &target);
+            (PASS, Outcome::Malformed)
+        }
+    }
+}
+
+/// Why an NS for a live VIP is not answered.
+enum Reject {
+    /// Not addressed to us in a way we answer; not an error.
+    Pass,
+    /// Fails RFC 4861 §7.1.1 validation (or could not be answered).
+    Malformed(Event),
+}
+
+/// Validates an NS for a live VIP (RFC 4861 §7.1.1) and rewrites it into the Neighbor
+/// Advertisement (§7.2.4). Out of line, with a frame of its own: the verifier allows 512 bytes
+/// of stack per frame and for the whole call chain.
+#[inline(never)]
+fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject> {
+    let icmp = l3 + Ipv6Hdr::LEN;
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return Err(Reject::Pass) };
+    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else { return Err(Reject::Pass) };
+    // SAFETY: bounds-checked above.
+    let (ip, nd) = unsafe { (&*ip, &*nd) };
+    let src = ip.src;
+    let dst = ip.dst;
+    let target = nd.target;
+    let plen = usize::from(u16::from_be_bytes(ip.payload_len));
+    // §7.1.1: hop limit 255, code 0, length >= 24, target not multicast.
+    if ip.hop_limit != HOP_LIMIT {
+        return Err(Reject::Malformed(Event::HopLimit));
+    }
+    if nd.code != 0 {
+        return Err(Reject::Malformed(Event::Code));
+    }
+    if plen < NdiscHdr::LEN || plen > MAX_ND_LEN || plen % 8 != 0 {
+        return Err(Reject::Malformed(Event::Length));
+    }
+    if target[0] == 0xff {
+        return Err(Reject::Malformed(Event::MulticastTarget));
+    }
+    let src_unspecified = eq16(&src, &[0; 16]);
+
+    // §7.1.1: valid checksum. The loop is bounded by MAX_ND_LEN; each word is bounds-checked.
+    let mut sum = checksum::pseudo_header_v6(&src, &dst, plen as u32, NEXT_HEADER_ICMPV6);
+    // plen is a multiple of 8, so the message is read in 8-byte chunks.
+    let mut i = 0usize;
+    while i < MAX_ND_LEN / 8 {
+        if i * 8 >= plen {
+            break;
+        }
+        let Some(w) = ptr_at::<[u8; 8]>(ctx, icmp + i * 8) else { return Err(Reject::Malformed(Event::Truncated)) };
+        // SAFETY: bounds-checked above.
+        let w = unsafe { *w };
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]))
+            + u64::from(u16::from_be_bytes([w[2], w[3]]))
+            + u64::from(u16::from_be_bytes([w[4], w[5]]))
+            + u64::from(u16::from_be_bytes([w[6], w[7]]));
+        i += 1;
+    }
+    if checksum::finish(sum) != 0 {
+        return Err(Reject::Malformed(Event::Checksum));
+    }
+
+    // §7.1.1: all options have length > 0 and fit; remember the Source Link-Layer Address.
+    // Offset of the SLLAO within the message (0 = none); read again when answering.
+    let mut sllao_off = 0usize;
+    let mut off = NdiscHdr::LEN;
+    let mut n = 0;
+    while n < (MAX_ND_LEN - NdiscHdr::LEN) / 8 {
+        if off >= plen {
+            break;
+        }
+        let Some(o) = ptr_at::<[u8; 2]>(ctx, icmp + off) else { return Err(Reject::Malformed(Event::Truncated)) };
+        // SAFETY: bounds-checked above.
+        let [ty, len] = unsafe { *o };
+        if len == 0 {
+            return Err(Reject::Malformed(Event::ZeroLengthOption));
+        }
+        let olen = usize::from(len) * 8;
+        if off + olen > plen {
+            return Err(Reject::Malformed(Event::OptionOverrun));
+        }
+        if ty == OPT_SOURCE_LLADDR && len == 1 && sllao_off == 0 {
+            sllao_off = off;
+        }
+        off += olen;
+        n += 1;
+    }
+    if off < plen {
+        return Err(Reject::Malformed(Event::TooManyOptions));
+    }
+
+    let sn = solicited_node(&target);
+    if src_unspecified {
+        // §7.1.1: a DAD probe goes to the solicited-node address and carries no SLLAO.
+        if !eq16(&dst, &sn) {
+            return Err(Reject::Malformed(Event::DadNotSolicitedNode));
+        }
+        if sllao_off != 0 {
+            return Err(Reject::Malformed(Event::DadWithSllao));
+        }
+    } else if !(eq16(&dst, &target) || eq16(&dst, &sn)) {
+        return Err(Reject::Pass);
+    }
+
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Err(Reject::Pass) };
+    // SAFETY: bounds-checked above.
+    let eth = unsafe { &mut *eth };
+    if !(eth.dst[0] == 0x33 && eth.dst[1] == 0x33 || eq6(&eth.dst, &entry.mac)) {
+        return Err(Reject::Pass);
+    }
+    if is_multicast(&eth.src) {
+        return Err(Reject::Malformed(Event::GroupSourceMac));
+    }
+
+    // §7.2.4: reply to the solicitation's source (to its SLLAO, else the frame's source MAC)
+    // with S=1; a DAD probe is answered to all-nodes with S=0 (§7.2.4, last paragraph). O=1
+    // because the VIP is not anycast; R=0, we are not a router.
+    let (ip_dst, mac_dst, flags) = if src_unspecified {
+        (ALL_NODES, MacAddr::from_ipv6_multicast(&ALL_NODES).0, NaFlags::OVERRIDE)
+    } else {
+        let to = if sllao_off == 0 {
+            eth.src
+        } else {
+            let Some(ll) = ptr_at::<LinkLayerOpt>(ctx, icmp + sllao_off) else {
+                return Err(Reject::Malformed(Event::Truncated));
+            };
+            // SAFETY: bounds-checked above.
+            unsafe { (*ll).addr }
+        };
+        (src, to, NaFlags::SOLICITED | NaFlags::OVERRIDE)
+    };
+    eth.dst = mac_dst;
+    eth.src = entry.mac;
+
+    // Resize the frame to exactly L2 + IPv6 + NA + TLLAO (also dropping Ethernet padding).
+    let new_len = icmp + size_of::<NaWithTllao>();
+    let old_len = ctx.data_end() - ctx.data();
+    let delta = new_len as i32 - old_len as i32;
+    if delta != 0 {
+        // SAFETY: helper on our own context; all pointers are re-derived below.
+        if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+            return Err(Reject::Malformed(Event::AdjustTail));
+        }
+    }
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return Err(Reject::Pass) };
+    let Some(na) = ptr_at::<NaWithTllao>(ctx, icmp) else { return Err(Reject::Pass) };
+    // SAFETY: bounds-checked above, after the resize.
+    let (ip, na) = unsafe { (&mut *ip, &mut *na) };
+    ip.vtcfl = [0x60, 0, 0, 0];
+    ip.payload_len = (size_of::<NaWithTllao>() as u16).to_be_bytes();
+    ip.next_header = NEXT_HEADER_ICMPV6;
+    ip.hop_limit = HOP_LIMIT;
+    ip.src = target;
+    ip.dst = ip_dst;
+    let mut sum = checksum::pseudo_header_v6(
+        &target,
+        &ip_dst,
+        size_of::<NaWithTllao>() as u32,
+        NEXT_HEADER_ICMPV6,
+    );
+    sum += u64::from(u16::from_be_bytes([TYPE_NA, 0]));
+    sum += u64::from(u16::from_be_bytes([flags, 0]));
+    sum = checksum::add_addr16(sum, &target);
+    sum += u64::from(u16::from_be_bytes([OPT_TARGET_LLADDR, 1]));
+    let m = entry.mac;
+    sum += u64::from(u16::from_be_bytes([m[0], m[1]]));
+    sum += u64::from(u16::from_be_bytes([m[2], m[3]]));
+    sum += u64::from(u16::from_be_bytes([m[4], m[5]]));
+    na.hdr = NdiscHdr {
+        ty: TYPE_NA,
+        code: 0,
+        checksum: checksum::finish(sum).to_be_bytes(),
+        flags: [flags, 0, 0, 0],
+        target,
+    };
+    na.opt = LinkLayerOpt { ty: OPT_TARGET_LLADDR, len: 1, addr: entry.mac };
+    Ok(())
+}
+
+/// Rare events worth a log record. Logged from two out-of-line functions with one call site
+/// each, which keeps aya-log's record building off the answer path and off its stack.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Event {
+    GroupSender,
+    Conflict,
+    HopLimit,
+    Code,
+    Length,
+    MulticastTarget,
+    Truncated,
+    Checksum,
+    ZeroLengthOption,
+    OptionOverrun,
+    TooManyOptions,
+    DadNotSolicitedNode,
+    DadWithSllao,
+    GroupSourceMac,
+    AdjustTail,
+}
+
+impl Event {
+    const ALL: [Event; 15] = [
+        Event::GroupSender,
+        Event::Conflict,
+        Event::HopLimit,
+        Event::Code,
+        Event::Length,
+        Event::MulticastTarget,
+        Event::Truncated,
+        Event::Checksum,
+        Event::ZeroLengthOption,
+        Event::OptionOverrun,
+        Event::TooManyOptions,
+        Event::DadNotSolicitedNode,
+        Event::DadWithSllao,
+        Event::GroupSourceMac,
+        Event::AdjustTail,
+    ];
+
+    #[inline(always)]
+    fn from_u32(v: u32) -> Option<Event> {
+        Event::ALL.get(v as usize).copied()
+    }
+
+    #[inline(always)]
+    fn text(self) -> &'static str {
+        match self {
+            Event::GroupSender => "ARP request with a group or zero sender MAC (passed)",
+            Event::Conflict => "gratuitous ARP from another host claims this VIP: address conflict?",
+            Event::HopLimit => "NS hop limit is not 255 (RFC 4861 7.1.1; passed)",
+            Event::Code => "NS ICMP code is not 0 (RFC 4861 7.1.1; passed)",
+            Event::Length => "NS length not a multiple of 8 in 24..256 (passed)",
+            Event::MulticastTarget => "NS target is multicast (RFC 4861 7.1.1; passed)",
+            Event::Truncated => "NS truncated (passed)",
+            Event::Checksum => "NS checksum is wrong (RFC 4861 7.1.1; passed)",
+            Event::ZeroLengthOption => "NS has a zero-length option (RFC 4861 7.1.1; passed)",
+            Event::OptionOverrun => "NS option runs past the message (passed)",
+            Event::TooManyOptions => "NS has more options than validated (passed)",
+            Event::DadNotSolicitedNode => "DAD NS not sent to the solicited-node address (RFC 4861 7.1.1; passed)",
+            Event::DadWithSllao => "DAD NS carries a source link-layer option (RFC 4861 7.1.1; passed)",
+            Event::GroupSourceMac => "NS from a group source MAC (passed)",
+            Event::AdjustTail => "bpf_xdp_adjust_tail failed; NS passed to the kernel",
+        }
+    }
+}
+
+#[inline(never)]
+fn log_note(ctx: &XdpContext, note: &Note) {
+    let Some(ev) = Event::from_u32(note.event) else { return };
+    if note.v6 == 0 {
+        let vip = [note.addr[0], note.addr[1], note.addr[2], note.addr[3]];
+        warn!(ctx, "VIP {:i} (from {:mac}): {}", vip, note.mac, ev.text());
+    } else {
+        warn!(ctx, "VIP {:i}: {}", note.addr, ev.text());
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

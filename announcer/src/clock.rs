@@ -1,0 +1,18 @@
+//! The clock the XDP program judges expiry on.
+//!
+//! `bpf_ktime_get_ns()` reads `CLOCK_MONOTONIC`, so entries are written with deadlines on that
+//! clock; wall-clock jumps (NTP, an operator's `date -s`) can neither expire nor revive a VIP.
+
+use std::time::Duration;
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .expect("CLOCK_MONOTONIC is always available on Linux");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// The `expires_ns` for an entry that should live `ttl` from now.
+pub fn deadline_ns(ttl: Duration) -> u64 {
+    monotonic_ns().saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX - 1))
+}

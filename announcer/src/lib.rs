@@ -1,0 +1,16 @@
+//! The announcer agent, loader and CLI library.
+//!
+//! * [`loader`]: attach the XDP responder to an interface and pin it.
+//! * [`dataplane`]: the VIP table the responder answers from, and its counters.
+//! * [`announce`]: gratuitous ARP and unsolicited NA bursts over AF_PACKET.
+//! * [`netif`], [`clock`]: interface facts and the monotonic clock expiry is judged on.
+//! * [`error`]: typed errors with exit codes and fixes.
+
+pub mod announce;
+pub mod clock;
+pub mod dataplane;
+pub mod error;
+pub mod loader;
+pub mod netif;
+
+pub use announcer_ebpf::{maps, wire};

@@ -1,0 +1,238 @@
+//! Loads the XDP program onto an interface and pins it, so it keeps answering when the process
+//! that loaded it exits, and so a later run (or the agent after a restart) finds it again.
+//!
+//! Pin layout, one directory per interface under the pin root (default
+//! [`DEFAULT_PIN_ROOT`], `--pin-root` to change):
+//!
+//! ```text
+//! /sys/fs/bpf/announcer/<iface>/link       the bpf_link attaching the program to <iface>
+//! /sys/fs/bpf/announcer/<iface>/VIPS_V4    HashMap<VipKeyV4, VipEntry>
+//! /sys/fs/bpf/announcer/<iface>/VIPS_V6    HashMap<VipKeyV6, VipEntry>
+//! /sys/fs/bpf/announcer/<iface>/STATS_V4   PerCpuHashMap<VipKeyV4, VipStats>
+//! /sys/fs/bpf/announcer/<iface>/STATS_V6   PerCpuHashMap<VipKeyV6, VipStats>
+//! /sys/fs/bpf/announcer/<iface>/COUNTERS   PerCpuArray<u64> indexed by Outcome
+//! ```
+//!
+//! A second `load` finds the pinned link and leaves it alone: no detach, no gap. A `load` after a
+//! crash between pinning the maps and the link reuses the pinned maps, so no VIP is lost.
+//! `unload` removes exactly these pins (dropping the last reference to the link detaches the
+//! program) and the directory if it is then empty.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
+
+use announcer_ebpf::maps::{COUNTERS, PROGRAM, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6};
+use aya::{
+    EbpfLoader,
+    programs::{Xdp, XdpMode, links::FdLink, links::PinnedLink},
+};
+
+use crate::{
+    error::{Error, Result},
+    netif,
+};
+
+/// Where pins go unless told otherwise.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/announcer";
+
+/// The maps the loader pins, by name.
+pub const PINNED_MAPS: [&str; 5] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS];
+
+/// The compiled XDP object, built by `build.rs`.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/announcer-xdp"));
+
+/// Paths of one interface's pins.
+#[derive(Clone, Debug)]
+pub struct PinLayout {
+    dir: PathBuf,
+}
+
+impl PinLayout {
+    /// The pins of `iface` under `root`.
+    pub fn new(root: impl AsRef<Path>, iface: &str) -> Self {
+        Self { dir: root.as_ref().join(iface) }
+    }
+
+    /// The interface's pin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The pinned link.
+    pub fn link(&self) -> PathBuf {
+        self.dir.join("link")
+    }
+
+    /// A pinned map.
+    pub fn map(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Whether a program is attached through these pins.
+    pub fn is_loaded(&self) -> bool {
+        self.link().exists()
+    }
+}
+
+/// How to attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Native (driver) mode, falling back to generic mode with a logged reason.
+    #[default]
+    Auto,
+    /// Native mode only.
+    Native,
+    /// Generic (skb) mode only: works on every interface, slower.
+    Generic,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Mode::Auto => "auto",
+            Mode::Native => "native",
+            Mode::Generic => "generic",
+        })
+    }
+}
+
+/// What `load` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Interface name.
+    pub iface: String,
+    /// Interface index.
+    pub ifindex: u32,
+    /// `Some(mode)` when this call attached the program; `None` when it found it attached.
+    pub attached: Option<Mode>,
+    /// Why native mode was not used, when `Auto` fell back.
+    pub fallback_reason: Option<String>,
+    /// Kernel id of the running program.
+    pub program_id: u32,
+}
+
+/// Attaches the program to `iface` (or finds it attached) and pins link and maps.
+pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
+    let ifindex = netif::ifindex(iface)?;
+    let pins = PinLayout::new(root, iface);
+    ensure_bpffs(root)?;
+    std::fs::create_dir_all(pins.dir())
+        .map_err(|e| Error::io(format!("creating {}", pins.dir().display()), e))?;
+
+    if pins.is_loaded() {
+        let link = PinnedLink::from_pin(pins.link())
+            .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
+        let program_id = FdLink::from(link)
+            .info()
+            .map_err(|e| Error::bpf("reading link info", e))?
+            .program_id();
+        // Dropping the FdLink closes our fd only; the pin keeps the link.
+        return Ok(LoadReport {
+            iface: iface.to_owned(),
+            ifindex,
+            attached: None,
+            fallback_reason: None,
+            program_id,
+        });
+    }
+
+    let mut loader = EbpfLoader::new();
+    let map_paths: Vec<(&str, PathBuf)> = PINNED_MAPS.iter().map(|m| (*m, pins.map(m))).collect();
+    for (name, path) in &map_paths {
+        loader.map_pin_path(name, path.as_path());
+    }
+    let mut ebpf = loader.load(OBJECT).map_err(|e| Error::bpf("loading the XDP object", e))?;
+    let program: &mut Xdp = ebpf
+        .program_mut(PROGRAM)
+        .expect("the object defines the program")
+        .try_into()
+        .expect("the program is XDP");
+    program.load().map_err(|e| Error::bpf("verifying the XDP program", e))?;
+    let program_id = program.info().map_err(|e| Error::bpf("reading program info", e))?.id();
+
+    let (link_id, used, fallback_reason) = match mode {
+        Mode::Native => (attach(program, iface, Mode::Native)?, Mode::Native, None),
+        Mode::Generic => (attach(program, iface, Mode::Generic)?, Mode::Generic, None),
+        Mode::Auto => match attach(program, iface, Mode::Native) {
+            Ok(id) => (id, Mode::Native, None),
+            Err(e) => {
+                let reason = e.to_string();
+                tracing::warn!(%iface, %reason, "native XDP unavailable, falling back to generic mode");
+                (attach(program, iface, Mode::Generic)?, Mode::Generic, Some(reason))
+            }
+        },
+    };
+    let link = program.take_link(link_id).map_err(|e| Error::bpf("taking the XDP link", e))?;
+    let link = FdLink::try_from(link).map_err(|e| Error::bpf("converting the XDP link", e))?;
+    link.pin(pins.link()).map_err(|e| Error::bpf(format!("pinning {}", pins.link().display()), e))?;
+    tracing::info!(%iface, mode = %used, program_id, "XDP responder attached");
+    Ok(LoadReport { iface: iface.to_owned(), ifindex, attached: Some(used), fallback_reason, program_id })
+}
+
+fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::xdp::XdpLinkId> {
+    let (flags, name) = match mode {
+        Mode::Native => (XdpMode::Driver, "native"),
+        Mode::Generic | Mode::Auto => (XdpMode::Skb, "generic"),
+    };
+    program.attach(iface, flags).map_err(|e| match Error::bpf("attaching", e) {
+        p @ Error::Privileges { .. } => p,
+        Error::Bpf { source, .. } => {
+            let mut reason = source.to_string();
+            let mut cur = source.source();
+            while let Some(s) = cur {
+                reason = format!("{reason}: {s}");
+                cur = s.source();
+            }
+            Error::XdpUnsupported { iface: iface.to_owned(), mode: name, reason }
+        }
+        other => other,
+    })
+}
+
+/// What `unload` removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnloadReport {
+    /// Pins removed.
+    pub removed: Vec<PathBuf>,
+}
+
+/// Detaches the program from `iface` and removes exactly the pins `load` made.
+pub fn unload(root: &Path, iface: &str) -> Result<UnloadReport> {
+    let pins = PinLayout::new(root, iface);
+    if !pins.dir().exists() {
+        return Err(Error::NotLoaded(iface.to_owned()));
+    }
+    let mut report = UnloadReport::default();
+    let names = std::iter::once("link").chain(PINNED_MAPS);
+    for name in names {
+        let path = pins.dir().join(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => report.removed.push(path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("removing {}", path.display()), e)),
+        }
+    }
+    // Only succeeds if nothing else lives there; anything foreign is left alone.
+    let _ = std::fs::remove_dir(pins.dir());
+    tracing::info!(%iface, removed = report.removed.len(), "XDP responder unloaded");
+    Ok(report)
+}
+
+const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+
+/// Makes sure the pin root is on bpffs, mounting bpffs at `/sys/fs/bpf` if that is the
+/// (unmounted) parent, as container runtimes and minimal hosts sometimes leave it.
+fn ensure_bpffs(root: &Path) -> Result<()> {
+    let mut probe = root;
+    while !probe.exists() {
+        probe = probe.parent().unwrap_or(Path::new("/"));
+    }
+    let st = nix::sys::statfs::statfs(probe)
+        .map_err(|e| Error::io(format!("statfs {}", probe.display()), e.into()))?;
+    if st.filesystem_type().0 as i64 == BPF_FS_MAGIC {
+        return Ok(());
+    }
+    Err(Error::NoBpffs(root.to_owned()))
+}

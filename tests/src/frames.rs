@@ -1,0 +1,66 @@
+//! Request frames as clients send them, built with the shared wire code.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use announcer_ebpf::wire::{
+    ArpOperation, ArpRepr, EthernetRepr, MacAddr, NdiscRepr, frame, solicited_node,
+};
+
+/// The client's MAC in these frames.
+pub const CLIENT_MAC: MacAddr = MacAddr([0x02, 0xc1, 0, 0, 0, 0x02]);
+/// The MAC VIPs answer with in these tests.
+pub const VIP_MAC: MacAddr = MacAddr([0x02, 0x0a, 0, 0, 0, 0x01]);
+
+fn eth(dst: MacAddr, vlan: Option<u16>) -> EthernetRepr {
+    EthernetRepr { src: CLIENT_MAC, dst, vlan, ethertype: 0 }
+}
+
+/// A broadcast ARP request from `sender` for `target`.
+pub fn arp_request(sender: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = frame::arp(
+        &mut buf,
+        &eth(MacAddr::BROADCAST, vlan),
+        &ArpRepr {
+            operation: ArpOperation::Request,
+            sender_mac: CLIENT_MAC,
+            sender_ip: sender,
+            target_mac: MacAddr::ZERO,
+            target_ip: target,
+        },
+    );
+    buf[..n].to_vec()
+}
+
+/// An NS for `target` from `src` to the solicited-node address, with a Source Link-Layer
+/// Address option, as a host resolving an address sends it.
+pub fn ns_multicast(src: Ipv6Addr, target: Ipv6Addr, vlan: Option<u16>) -> Vec<u8> {
+    let dst = Ipv6Addr::from(solicited_node(&target.octets()));
+    ns(src, dst, target, Some(CLIENT_MAC), vlan)
+}
+
+/// A DAD probe for `target` (source ::, no SLLAO, RFC 4862 §5.4.2).
+pub fn ns_dad(target: Ipv6Addr, vlan: Option<u16>) -> Vec<u8> {
+    let dst = Ipv6Addr::from(solicited_node(&target.octets()));
+    ns(Ipv6Addr::UNSPECIFIED, dst, target, None, vlan)
+}
+
+/// Any NS; the Ethernet destination follows the IPv6 destination.
+pub fn ns(
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    target: Ipv6Addr,
+    sllao: Option<MacAddr>,
+    vlan: Option<u16>,
+) -> Vec<u8> {
+    let edst = if dst.is_multicast() { MacAddr::from_ipv6_multicast(&dst.octets()) } else { VIP_MAC };
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = frame::ndisc(
+        &mut buf,
+        &eth(edst, vlan),
+        src,
+        dst,
+        &NdiscRepr::NeighborSolicit { target, lladdr: sllao },
+    );
+    buf[..n].to_vec()
+}

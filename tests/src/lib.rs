@@ -1,0 +1,9 @@
+//! The testbed: network namespaces and the tools that talk across them, request frames, a
+//! reference model of the responder, and a harness that runs the real program with
+//! `BPF_PROG_TEST_RUN`.
+
+pub mod frames;
+pub mod model;
+pub mod netns;
+pub mod testrun;
+pub mod tools;

@@ -1,0 +1,281 @@
+//! Every responder rule, bytes in to bytes out, through BPF_PROG_TEST_RUN on the real kernel.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    time::Duration,
+};
+
+use announcer::dataplane::{Lifetime, Vip};
+use announcer_ebpf::{
+    maps::Outcome,
+    wire::{
+        ArpOperation, ArpPacket, ArpRepr, EthernetFrame, Ipv6Packet, Ipv6Repr, MacAddr, NaFlags,
+        NdiscPacket, NdiscRepr,
+    },
+};
+use announcer_tests::{
+    frames::{self, CLIENT_MAC, VIP_MAC},
+    testrun::{Harness, XDP_PASS, XDP_TX},
+};
+
+const VIP4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 5);
+const CLIENT4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 5);
+const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
+
+fn harness_with(vips: &[(IpAddr, Option<u16>)]) -> Harness {
+    let mut h = Harness::new();
+    for (a, vlan) in vips {
+        h.dp.upsert(Vip::new(*a, *vlan).unwrap(), VIP_MAC, Lifetime::Permanent).unwrap();
+    }
+    h
+}
+
+fn counter(h: &Harness, o: Outcome) -> u64 {
+    h.dp.counters().unwrap().iter().find(|(k, _)| *k == o).unwrap().1
+}
+
+#[test]
+fn arp_request_for_a_vip_is_answered_in_place() {
+    let h = harness_with(&[(VIP4.into(), None)]);
+    let req = frames::arp_request(CLIENT4, VIP4, None);
+    let (action, out) = h.run(&req);
+    assert_eq!(action, XDP_TX);
+    assert_eq!(out.len(), req.len(), "an ARP reply keeps the frame length");
+    let eth = EthernetFrame::new_checked(&out[..]).unwrap();
+    assert_eq!(eth.dst(), CLIENT_MAC);
+    assert_eq!(eth.src(), VIP_MAC);
+    assert_eq!(eth.vlan(), None);
+    let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+    assert_eq!(
+        arp,
+        ArpRepr {
+            operation: ArpOperation::Reply,
+            sender_mac: VIP_MAC,
+            sender_ip: VIP4,
+            target_mac: CLIENT_MAC,
+            target_ip: CLIENT4,
+        }
+    );
+    assert_eq!(counter(&h, Outcome::ArpAnswered), 1);
+    let row = &h.dp.list().unwrap()[0];
+    assert_eq!(row.stats.answered, 1);
+}
+
+#[test]
+fn rfc5227_probe_is_answered_to_the_prober() {
+    let h = harness_with(&[(VIP4.into(), None)]);
+    let (action, out) = h.run(&frames::arp_request(Ipv4Addr::UNSPECIFIED, VIP4, None));
+    assert_eq!(action, XDP_TX);
+    let eth = EthernetFrame::new_checked(&out[..]).unwrap();
+    assert_eq!(eth.dst(), CLIENT_MAC);
+    let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+    assert_eq!(arp.sender_ip, VIP4);
+    assert_eq!(arp.target_ip, Ipv4Addr::UNSPECIFIED);
+    assert_eq!(arp.target_mac, CLIENT_MAC);
+}
+
+#[test]
+fn arp_that_is_not_a_request_for_a_live_vip_passes_untouched() {
+    let h = harness_with(&[(VIP4.into(), None)]);
+    let req = frames::arp_request(CLIENT4, VIP4, None);
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("other target", frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 6), None)),
+        ("gratuitous announcement (spa = tpa)", frames::arp_request(VIP4, VIP4, None)),
+        ("truncated to 41 bytes", req[..41].to_vec()),
+        ("tagged, but VIP is untagged", frames::arp_request(CLIENT4, VIP4, Some(7))),
+    ];
+    let mut reply = req.clone();
+    reply[21] = 2;
+    cases.push(("a reply", reply));
+    let mut odd_hlen = req.clone();
+    odd_hlen[18] = 8;
+    cases.push(("hlen 8", odd_hlen));
+    let mut ptype = req.clone();
+    ptype[16] = 0x86;
+    cases.push(("ptype not IPv4", ptype));
+    let mut mcast_sha = req.clone();
+    mcast_sha[22] = 0x01;
+    cases.push(("group sender MAC", mcast_sha));
+    let mut unicast_elsewhere = req.clone();
+    unicast_elsewhere[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
+    cases.push(("unicast to another MAC", unicast_elsewhere));
+    for (what, frame) in cases {
+        assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");
+    }
+    assert_eq!(counter(&h, Outcome::ArpAnswered), 0);
+    assert_eq!(counter(&h, Outcome::Malformed), 1, "only the group-sender request was for a VIP");
+}
+
+#[test]
+fn unicast_arp_to_our_mac_is_answered() {
+    // A successor's liveness check asks the old owner's data plane directly.
+    let h = harness_with(&[(VIP4.into(), None)]);
+    let mut req = frames::arp_request(CLIENT4, VIP4, None);
+    req[0..6].copy_from_slice(&VIP_MAC.0);
+    assert_eq!(h.run(&req).0, XDP_TX);
+}
+
+#[test]
+fn tagged_requests_are_answered_with_the_same_tag_only_on_their_vlan() {
+    let h = harness_with(&[(VIP4.into(), Some(100)), (VIP6.into(), Some(100))]);
+    let req = frames::arp_request(CLIENT4, VIP4, Some(100));
+    let (action, out) = h.run(&req);
+    assert_eq!(action, XDP_TX);
+    assert_eq!(&out[12..16], &req[12..16], "same 802.1Q tag");
+    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().vlan(), Some(100));
+
+    let ns = frames::ns_multicast(CLIENT6, VIP6, Some(100));
+    let (action, out) = h.run(&ns);
+    assert_eq!(action, XDP_TX);
+    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().vlan(), Some(100));
+
+    for other in [None, Some(101)] {
+        let f = frames::arp_request(CLIENT4, VIP4, other);
+        assert_eq!(h.run(&f).0, XDP_PASS, "vlan {other:?}");
+        let f = frames::ns_multicast(CLIENT6, VIP6, other);
+        assert_eq!(h.run(&f).0, XDP_PASS, "vlan {other:?}");
+    }
+    // QinQ is not ours.
+    let mut qinq = req.clone();
+    qinq[12..14].copy_from_slice(&0x88a8u16.to_be_bytes());
+    assert_eq!(h.run(&qinq).0, XDP_PASS);
+}
+
+fn parse_na(out: &[u8]) -> (EthernetFrame<&[u8]>, Ipv6Repr, NdiscRepr) {
+    let eth = EthernetFrame::new_checked(out).unwrap();
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(ip.payload().len() + 40 + eth.header_len(), out.len(), "no trailing bytes");
+    let repr = Ipv6Repr::parse(&ip);
+    let nd = NdiscPacket::new_checked(ip.payload()).unwrap();
+    assert!(nd.verify_checksum(&repr.src, &repr.dst), "NA checksum");
+    (eth.clone(), repr, NdiscRepr::parse(&nd).unwrap())
+}
+
+#[test]
+fn neighbor_solicitation_gets_a_solicited_advertisement() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    let (action, out) = h.run(&frames::ns_multicast(CLIENT6, VIP6, None));
+    assert_eq!(action, XDP_TX);
+    let (eth, ip, na) = parse_na(&out);
+    assert_eq!(eth.dst(), CLIENT_MAC, "to the SLLAO");
+    assert_eq!(eth.src(), VIP_MAC);
+    assert_eq!((ip.src, ip.dst, ip.hop_limit), (VIP6, CLIENT6, 255));
+    assert_eq!(
+        na,
+        NdiscRepr::NeighborAdvert {
+            flags: NaFlags { router: false, solicited: true, override_: true },
+            target: VIP6,
+            lladdr: Some(VIP_MAC),
+        }
+    );
+    assert_eq!(counter(&h, Outcome::NsAnswered), 1);
+}
+
+#[test]
+fn unicast_ns_without_sllao_goes_to_the_frame_source() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    let (action, out) = h.run(&frames::ns(CLIENT6, VIP6, VIP6, None, None));
+    assert_eq!(action, XDP_TX);
+    let (eth, ip, _) = parse_na(&out);
+    assert_eq!(eth.dst(), CLIENT_MAC);
+    assert_eq!(ip.dst, CLIENT6);
+}
+
+#[test]
+fn dad_probe_is_answered_to_all_nodes_without_s() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    let (action, out) = h.run(&frames::ns_dad(VIP6, None));
+    assert_eq!(action, XDP_TX, "the NS grows by 8 bytes (TLLAO) with bpf_xdp_adjust_tail");
+    let (eth, ip, na) = parse_na(&out);
+    assert_eq!(eth.dst(), MacAddr([0x33, 0x33, 0, 0, 0, 1]));
+    assert_eq!(ip.dst, "ff02::1".parse::<Ipv6Addr>().unwrap());
+    assert_eq!(
+        na,
+        NdiscRepr::NeighborAdvert {
+            flags: NaFlags { router: false, solicited: false, override_: true },
+            target: VIP6,
+            lladdr: Some(VIP_MAC),
+        }
+    );
+}
+
+#[test]
+fn invalid_solicitations_pass_untouched() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    let good = frames::ns_multicast(CLIENT6, VIP6, None);
+    let icmp = 14 + 40;
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    let mut f = good.clone();
+    f[14 + 7] = 64;
+    cases.push(("hop limit 64", f));
+    let mut f = good.clone();
+    f[icmp + 1] = 1;
+    cases.push(("code 1", f));
+    let mut f = good.clone();
+    f[icmp + 2] ^= 0xff;
+    cases.push(("bad checksum", f));
+    let mut f = good.clone();
+    f[icmp + 25] = 0; // SLLAO length 0; checksum also breaks, so fix it up below
+    cases.push(("zero-length option", refill(f)));
+    cases.push(("truncated payload", good[..good.len() - 4].to_vec()));
+    cases.push(("DAD probe with SLLAO", frames::ns(
+        Ipv6Addr::UNSPECIFIED,
+        "ff02::1:ff00:5".parse().unwrap(),
+        VIP6,
+        Some(CLIENT_MAC),
+        None,
+    )));
+    cases.push(("DAD probe not to solicited-node", frames::ns(
+        Ipv6Addr::UNSPECIFIED, VIP6, VIP6, None, None,
+    )));
+    cases.push(("other target", frames::ns_multicast(CLIENT6, CLIENT6, None)));
+    cases.push(("to all-nodes", frames::ns(CLIENT6, "ff02::1".parse().unwrap(), VIP6, None, None)));
+    for (what, frame) in cases {
+        assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");
+    }
+    assert_eq!(counter(&h, Outcome::NsAnswered), 0);
+    assert!(counter(&h, Outcome::Malformed) >= 6);
+}
+
+/// Recomputes the ICMPv6 checksum of an untagged ND frame after a deliberate edit.
+fn refill(mut f: Vec<u8>) -> Vec<u8> {
+    let src = Ipv6Addr::from(<[u8; 16]>::try_from(&f[22..38]).unwrap());
+    let dst = Ipv6Addr::from(<[u8; 16]>::try_from(&f[38..54]).unwrap());
+    let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+    announcer_ebpf::wire::ndisc::fill_checksum(&mut f[54..54 + plen], &src, &dst);
+    f
+}
+
+#[test]
+fn expired_and_deleted_vips_are_not_answered() {
+    let mut h = harness_with(&[(VIP4.into(), None), (VIP6.into(), None)]);
+    let arp = frames::arp_request(CLIENT4, VIP4, None);
+    let ns = frames::ns_multicast(CLIENT6, VIP6, None);
+    assert_eq!(h.run(&arp).0, XDP_TX);
+    assert_eq!(h.run(&ns).0, XDP_TX);
+
+    for a in [IpAddr::from(VIP4), IpAddr::from(VIP6)] {
+        h.dp.upsert(Vip::new(a, None).unwrap(), VIP_MAC, Lifetime::Ttl(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(h.run(&arp), (XDP_PASS, arp.clone()));
+    assert_eq!(h.run(&ns), (XDP_PASS, ns.clone()));
+    assert_eq!(counter(&h, Outcome::Expired), 2);
+    assert!(h.dp.list().unwrap().iter().all(|r| !r.is_live() && r.stats.expired == 1));
+
+    // A refresh revives it; a delete ends it.
+    let v4 = Vip::new(VIP4.into(), None).unwrap();
+    h.dp.upsert(v4, VIP_MAC, Lifetime::Ttl(Duration::from_secs(30))).unwrap();
+    assert_eq!(h.run(&arp).0, XDP_TX);
+    h.dp.remove(v4).unwrap();
+    assert_eq!(h.run(&arp).0, XDP_PASS);
+}
+
+#[test]
+fn other_interfaces_vips_are_not_answered() {
+    let mut h = Harness::new();
+    // Keyed for ifindex 1 (where test_run frames arrive) vs. a VIP written for another index.
+    h.dp.upsert(Vip::new(VIP4.into(), None).unwrap(), VIP_MAC, Lifetime::Permanent).unwrap();
+    assert_eq!(h.run(&frames::arp_request(CLIENT4, VIP4, None)).0, XDP_TX);
+    assert_eq!(h.run(&frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 9), None)).0, XDP_PASS);
+}
