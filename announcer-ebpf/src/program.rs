@@ -26,7 +26,6 @@ use announcer_ebpf::{
         ethernet::ethertype,
         ipv6::NEXT_HEADER_ICMPV6,
         ndisc::{HOP_LIMIT, OPT_SOURCE_LLADDR, OPT_TARGET_LLADDR, TYPE_NA, TYPE_NS},
-        solicited_node,
     },
 };
 use aya_ebpf::{
@@ -164,11 +163,6 @@ fn is_multicast(mac: &[u8; 6]) -> bool {
 
 /// Byte-array equality through integer loads: `==` on arrays compiles to a call to `bcmp`,
 /// a BPF-to-BPF call whose frame counts against the verifier's combined 512-byte stack limit.
-#[inline(always)]
-fn eq16(a: &[u8; 16], b: &[u8; 16]) -> bool {
-    u128::from_ne_bytes(*a) == u128::from_ne_bytes(*b)
-}
-
 #[inline(always)]
 fn eq6(a: &[u8; 6], b: &[u8; 6]) -> bool {
     u32::from_ne_bytes([a[0], a[1], a[2], a[3]]) == u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
@@ -334,9 +328,11 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else { return Err(Reject::Pass) };
     // SAFETY: bounds-checked above.
     let (ip, nd) = unsafe { (&*ip, &*nd) };
-    let src = ip.src;
-    let dst = ip.dst;
-    let target = nd.target;
+    // Addresses are held as u128 (two registers each): as byte arrays LLVM scalarizes them into
+    // 48 separate stack slots, which overflows the 512-byte BPF stack.
+    let src = u128::from_be_bytes(ip.src);
+    let dst = u128::from_be_bytes(ip.dst);
+    let target = u128::from_be_bytes(nd.target);
     let plen = usize::from(u16::from_be_bytes(ip.payload_len));
     // §7.1.1: hop limit 255, code 0, length >= 24, target not multicast.
     if ip.hop_limit != HOP_LIMIT {
@@ -348,13 +344,13 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     if plen < NdiscHdr::LEN || plen > MAX_ND_LEN || plen % 8 != 0 {
         return Err(Reject::Malformed(Event::Length));
     }
-    if target[0] == 0xff {
+    if target >> 120 == 0xff {
         return Err(Reject::Malformed(Event::MulticastTarget));
     }
-    let src_unspecified = eq16(&src, &[0; 16]);
+    let src_unspecified = src == 0;
 
     // §7.1.1: valid checksum. The loop is bounded by MAX_ND_LEN; each word is bounds-checked.
-    let mut sum = checksum::pseudo_header_v6(&src, &dst, plen as u32, NEXT_HEADER_ICMPV6);
+    let mut sum = add_words(add_words(0, src), dst) + plen as u64 + u64::from(NEXT_HEADER_ICMPV6);
     // plen is a multiple of 8, so the message is read in 8-byte chunks.
     let mut i = 0usize;
     while i < MAX_ND_LEN / 8 {
@@ -362,12 +358,9 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
             break;
         }
         let Some(w) = ptr_at::<[u8; 8]>(ctx, icmp + i * 8) else { return Err(Reject::Malformed(Event::Truncated)) };
-        // SAFETY: bounds-checked above.
-        let w = unsafe { *w };
-        sum += u64::from(u16::from_be_bytes([w[0], w[1]]))
-            + u64::from(u16::from_be_bytes([w[2], w[3]]))
-            + u64::from(u16::from_be_bytes([w[4], w[5]]))
-            + u64::from(u16::from_be_bytes([w[6], w[7]]));
+        // SAFETY: bounds-checked above. One 8-byte load, folded as four big-endian words.
+        let v = u64::from_be_bytes(unsafe { core::ptr::read_unaligned(w) });
+        sum += (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
         i += 1;
     }
     if checksum::finish(sum) != 0 {
@@ -403,16 +396,17 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         return Err(Reject::Malformed(Event::TooManyOptions));
     }
 
-    let sn = solicited_node(&target);
+    // ff02::1:ffXX:XXXX (RFC 4291 §2.7.1).
+    let sn = 0xff02_0000_0000_0000_0000_0001_ff00_0000u128 | (target & 0xff_ffff);
     if src_unspecified {
         // §7.1.1: a DAD probe goes to the solicited-node address and carries no SLLAO.
-        if !eq16(&dst, &sn) {
+        if dst != sn {
             return Err(Reject::Malformed(Event::DadNotSolicitedNode));
         }
         if sllao_off != 0 {
             return Err(Reject::Malformed(Event::DadWithSllao));
         }
-    } else if !(eq16(&dst, &target) || eq16(&dst, &sn)) {
+    } else if !(dst == target || dst == sn) {
         return Err(Reject::Pass);
     }
 
@@ -430,7 +424,7 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     // with S=1; a DAD probe is answered to all-nodes with S=0 (§7.2.4, last paragraph). O=1
     // because the VIP is not anycast; R=0, we are not a router.
     let (ip_dst, mac_dst, flags) = if src_unspecified {
-        (ALL_NODES, MacAddr::from_ipv6_multicast(&ALL_NODES).0, NaFlags::OVERRIDE)
+        (u128::from_be_bytes(ALL_NODES), MacAddr::from_ipv6_multicast(&ALL_NODES).0, NaFlags::OVERRIDE)
     } else {
         let to = if sllao_off == 0 {
             eth.src
@@ -464,31 +458,38 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     ip.payload_len = (size_of::<NaWithTllao>() as u16).to_be_bytes();
     ip.next_header = NEXT_HEADER_ICMPV6;
     ip.hop_limit = HOP_LIMIT;
-    ip.src = target;
-    ip.dst = ip_dst;
-    let mut sum = checksum::pseudo_header_v6(
-        &target,
-        &ip_dst,
-        size_of::<NaWithTllao>() as u32,
-        NEXT_HEADER_ICMPV6,
-    );
+    ip.src = target.to_be_bytes();
+    ip.dst = ip_dst.to_be_bytes();
+    let mut sum = add_words(add_words(0, target), ip_dst)
+        + size_of::<NaWithTllao>() as u64
+        + u64::from(NEXT_HEADER_ICMPV6);
     sum += u64::from(u16::from_be_bytes([TYPE_NA, 0]));
     sum += u64::from(u16::from_be_bytes([flags, 0]));
-    sum = checksum::add_addr16(sum, &target);
+    sum = add_words(sum, target);
     sum += u64::from(u16::from_be_bytes([OPT_TARGET_LLADDR, 1]));
     let m = entry.mac;
     sum += u64::from(u16::from_be_bytes([m[0], m[1]]));
     sum += u64::from(u16::from_be_bytes([m[2], m[3]]));
     sum += u64::from(u16::from_be_bytes([m[4], m[5]]));
-    na.hdr = NdiscHdr {
-        ty: TYPE_NA,
-        code: 0,
-        checksum: checksum::finish(sum).to_be_bytes(),
-        flags: [flags, 0, 0, 0],
-        target,
-    };
-    na.opt = LinkLayerOpt { ty: OPT_TARGET_LLADDR, len: 1, addr: entry.mac };
+    // Field by field: a struct literal would be built on the stack and copied with memcpy.
+    na.hdr.ty = TYPE_NA;
+    na.hdr.code = 0;
+    na.hdr.checksum = checksum::finish(sum).to_be_bytes();
+    na.hdr.flags = [flags, 0, 0, 0];
+    na.hdr.target = target.to_be_bytes();
+    na.opt.ty = OPT_TARGET_LLADDR;
+    na.opt.len = 1;
+    na.opt.addr = entry.mac;
     Ok(())
+}
+
+/// Adds the eight big-endian 16-bit words of an IPv6 address held as a u128.
+#[inline(always)]
+fn add_words(sum: u64, a: u128) -> u64 {
+    let hi = (a >> 64) as u64;
+    let lo = a as u64;
+    let w = |v: u64| (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
+    sum + w(hi) + w(lo)
 }
 
 /// Rare events worth a log record. Logged from two out-of-line functions with one call site
