@@ -20,6 +20,8 @@ pub const STATS_V6: &str = "STATS_V6";
 pub const COUNTERS: &str = "COUNTERS";
 /// Name of the program in the object file.
 pub const PROGRAM: &str = "announcer";
+/// Name of the benchmark-floor program (swap MACs, `XDP_TX`) in the same object.
+pub const REFLECTOR: &str = "reflect";
 
 /// Capacity of each VIP map (and of its stats map). `vip add` past this fails with "map full".
 pub const MAX_VIPS: u32 = 16_384;

@@ -82,6 +82,20 @@ pub fn announcer(ctx: XdpContext) -> u32 {
     action
 }
 
+/// The benchmark floor: swaps the Ethernet addresses and bounces the frame (`XDP_TX`), nothing
+/// else. `cargo xtask bench xdp` times the responder against it in the same run. Never attached
+/// by the loader.
+#[xdp]
+pub fn reflect(ctx: XdpContext) -> u32 {
+    let Some(eth) = ptr_at::<EthHdr>(&ctx, 0) else { return PASS };
+    // SAFETY: bounds-checked above.
+    let eth = unsafe { &mut *eth };
+    let dst = eth.dst;
+    eth.dst = eth.src;
+    eth.src = dst;
+    TX
+}
+
 /// What `classify` reports back to the entry point: the outcome to count and, rarely, an event
 /// to log (with the VIP and the peer MAC it concerns).
 #[repr(C)]

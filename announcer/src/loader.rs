@@ -222,17 +222,41 @@ pub fn unload(root: &Path, iface: &str) -> Result<UnloadReport> {
 
 const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 
-/// Makes sure the pin root is on bpffs, mounting bpffs at `/sys/fs/bpf` if that is the
-/// (unmounted) parent, as container runtimes and minimal hosts sometimes leave it.
+/// Where bpffs is conventionally mounted.
+const BPFFS: &str = "/sys/fs/bpf";
+
+/// Makes sure the pin root is on bpffs. If it lies under `/sys/fs/bpf` and nothing is mounted
+/// there (minimal hosts and some container setups), mounts bpffs there first, as bpftool does.
 fn ensure_bpffs(root: &Path) -> Result<()> {
-    let mut probe = root;
+    if on_bpffs(root)? {
+        return Ok(());
+    }
+    if root.starts_with(BPFFS) && !on_bpffs(Path::new(BPFFS))? {
+        use nix::mount::{MsFlags, mount};
+        std::fs::create_dir_all(BPFFS).map_err(|e| Error::io(format!("creating {BPFFS}"), e))?;
+        mount(Some("bpf"), BPFFS, Some("bpf"), MsFlags::empty(), Some("mode=0700")).map_err(|e| {
+            let source = std::io::Error::from(e);
+            if e == nix::errno::Errno::EPERM {
+                Error::Privileges { action: "mount bpffs at /sys/fs/bpf", source }
+            } else {
+                Error::io(format!("mounting bpffs at {BPFFS}"), source)
+            }
+        })?;
+        tracing::info!("mounted bpffs at {BPFFS}");
+        if on_bpffs(root)? {
+            return Ok(());
+        }
+    }
+    Err(Error::NoBpffs(root.to_owned()))
+}
+
+/// Whether the nearest existing ancestor of `path` is on bpffs.
+fn on_bpffs(path: &Path) -> Result<bool> {
+    let mut probe = path;
     while !probe.exists() {
         probe = probe.parent().unwrap_or(Path::new("/"));
     }
     let st = nix::sys::statfs::statfs(probe)
         .map_err(|e| Error::io(format!("statfs {}", probe.display()), e.into()))?;
-    if st.filesystem_type().0 as i64 == BPF_FS_MAGIC {
-        return Ok(());
-    }
-    Err(Error::NoBpffs(root.to_owned()))
+    Ok(st.filesystem_type().0 as i64 == BPF_FS_MAGIC)
 }

@@ -1,1 +1,385 @@
-fn main() {}
+//! `announcer`: load the XDP responder, manage its VIPs, send announcements, show status.
+//!
+//! Every failure prints what went wrong, what to do about it, and exits with a `sysexits.h`
+//! code (see `announcer::error::Error::exit_code`), so scripts can tell a typo from a kernel
+//! without XDP.
+
+use std::{
+    net::IpAddr,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::Duration,
+};
+
+use announcer::{
+    announce::{self, BurstConfig, PacketSocket},
+    dataplane::{Dataplane, Lifetime, Vip, VipStatus},
+    error::Error,
+    loader::{self, DEFAULT_PIN_ROOT, Mode},
+    netif,
+    wire::MacAddr,
+};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(version, about = "Layer-2 announcer: answers ARP and NDP for VIPs from XDP")]
+struct Cli {
+    /// Where the per-interface pins live (a directory on bpffs).
+    #[arg(long, global = true, env = "ANNOUNCER_PIN_ROOT", default_value = DEFAULT_PIN_ROOT)]
+    pin_root: PathBuf,
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    /// Native, falling back to generic with a logged reason.
+    Auto,
+    /// Native (driver) mode only.
+    Native,
+    /// Generic (skb) mode only.
+    Generic,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Attach the responder to an interface and pin it (a second run reuses the pins: no gap).
+    Load {
+        /// Interface.
+        #[arg(long)]
+        iface: String,
+        /// Attach mode.
+        #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
+        mode: ModeArg,
+    },
+    /// Detach the responder from an interface and remove exactly its pins.
+    Unload {
+        /// Interface.
+        #[arg(long)]
+        iface: String,
+    },
+    /// Manage VIPs.
+    #[command(subcommand)]
+    Vip(VipCmd),
+    /// Send the announcement burst for a VIP (gratuitous ARP / unsolicited NA).
+    Announce {
+        /// The VIP.
+        vip: IpAddr,
+        #[command(flatten)]
+        at: At,
+        #[command(flatten)]
+        burst: BurstArgs,
+    },
+    /// What is loaded where, with counters.
+    Status {
+        /// Only this interface (default: every interface with pins).
+        #[arg(long)]
+        iface: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum VipCmd {
+    /// Answer for a VIP (one map write); with --announce, then send the burst.
+    Add {
+        /// The VIP (IPv4 or IPv6).
+        vip: IpAddr,
+        #[command(flatten)]
+        at: At,
+        /// Lifetime of the entry; the agent refreshes it. Ignored with --permanent.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+        ttl: Duration,
+        /// Never expire (static use without an agent).
+        #[arg(long)]
+        permanent: bool,
+        /// Send the announcement burst after the map write.
+        #[arg(long)]
+        announce: bool,
+        #[command(flatten)]
+        burst: BurstArgs,
+    },
+    /// Stop answering for a VIP at once.
+    Del {
+        /// The VIP.
+        vip: IpAddr,
+        #[command(flatten)]
+        at: At,
+    },
+    /// List VIPs with MAC, time to expiry and counters.
+    List {
+        /// Only this interface (default: every interface with pins).
+        #[arg(long)]
+        iface: Option<String>,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct At {
+    /// Interface.
+    #[arg(long)]
+    iface: String,
+    /// 802.1Q VLAN id (1-4094) for tagged frames; omit for untagged.
+    #[arg(long)]
+    vlan: Option<u16>,
+    /// MAC to answer with (default: the interface's).
+    #[arg(long)]
+    mac: Option<MacAddr>,
+}
+
+#[derive(clap::Args)]
+struct BurstArgs {
+    /// Announcement rounds (IPv6: at most 3, RFC 4861 §7.2.6).
+    #[arg(long, default_value_t = BurstConfig::default().count)]
+    count: u32,
+    /// Time between rounds (IPv6: at least 1 s, RFC 4861 §7.2.6).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    interval: Duration,
+}
+
+impl BurstArgs {
+    fn config(&self) -> BurstConfig {
+        BurstConfig { count: self.count, interval: self.interval }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            if let Some(h) = e.hint() {
+                eprintln!("  fix: {h}");
+            }
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.init(),
+        LogFormat::Json => b.json().init(),
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    let root = cli.pin_root.as_path();
+    match cli.cmd {
+        Cmd::Load { iface, mode } => {
+            let mode = match mode {
+                ModeArg::Auto => Mode::Auto,
+                ModeArg::Native => Mode::Native,
+                ModeArg::Generic => Mode::Generic,
+            };
+            let r = loader::load(root, &iface, mode)?;
+            match r.attached {
+                Some(m) => println!(
+                    "attached to {} (ifindex {}) in {m} mode, program id {}{}",
+                    r.iface,
+                    r.ifindex,
+                    r.program_id,
+                    r.fallback_reason.map(|w| format!(" (native failed: {w})")).unwrap_or_default()
+                ),
+                None => println!(
+                    "already attached to {} (program id {}); pins reused, nothing changed",
+                    r.iface, r.program_id
+                ),
+            }
+            println!("pins: {}", loader::PinLayout::new(root, &iface).dir().display());
+        }
+        Cmd::Unload { iface } => {
+            let r = loader::unload(root, &iface)?;
+            println!("detached from {iface}; removed {} pins", r.removed.len());
+        }
+        Cmd::Vip(VipCmd::Add { vip, at, ttl, permanent, announce, burst }) => {
+            let v = Vip::new(vip, at.vlan)?;
+            let mac = match at.mac {
+                Some(m) => m,
+                None => netif::mac(&at.iface)?,
+            };
+            let lifetime = if permanent { Lifetime::Permanent } else { Lifetime::Ttl(ttl) };
+            Dataplane::open(root, &at.iface)?.upsert(v, mac, lifetime)?;
+            println!("answering for {vip} on {} as {mac}", describe(&at.iface, v.vlan));
+            if announce {
+                send_burst(&at, vip, mac, &burst.config())?;
+            }
+        }
+        Cmd::Vip(VipCmd::Del { vip, at }) => {
+            let v = Vip::new(vip, at.vlan)?;
+            Dataplane::open(root, &at.iface)?.remove(v)?;
+            println!("stopped answering for {vip} on {}", describe(&at.iface, v.vlan));
+        }
+        Cmd::Vip(VipCmd::List { iface, json }) => {
+            let rows = collect(root, iface.as_deref())?;
+            print_vips(&rows, json);
+        }
+        Cmd::Announce { vip, at, burst } => {
+            let mac = match at.mac {
+                Some(m) => m,
+                None => netif::mac(&at.iface)?,
+            };
+            Vip::new(vip, at.vlan)?;
+            send_burst(&at, vip, mac, &burst.config())?;
+        }
+        Cmd::Status { iface, json } => status(root, iface.as_deref(), json)?,
+    }
+    Ok(())
+}
+
+fn describe(iface: &str, vlan: u16) -> String {
+    if vlan == 0 { iface.to_owned() } else { format!("{iface} vlan {vlan}") }
+}
+
+fn send_burst(at: &At, vip: IpAddr, mac: MacAddr, cfg: &BurstConfig) -> Result<(), Error> {
+    let ifindex = netif::ifindex(&at.iface)?;
+    let sock = PacketSocket::open(ifindex).map_err(|e| match e {
+        announce::AnnounceError::Open { source, .. }
+            if source.raw_os_error() == Some(libc::EPERM) =>
+        {
+            Error::Privileges { action: "open a raw packet socket", source }
+        }
+        other => Error::Io { context: "announcing".into(), source: std::io::Error::other(other) },
+    })?;
+    let r = announce::burst_blocking(&sock, mac, vip, at.vlan, cfg);
+    println!("announced {vip} from {mac}: {} frames sent, {} failed", r.sent, r.failed);
+    Ok(())
+}
+
+/// Interfaces with pins under `root`, or just `only`.
+fn interfaces(root: &Path, only: Option<&str>) -> Vec<String> {
+    if let Some(i) = only {
+        return vec![i.to_owned()];
+    }
+    let mut v: Vec<String> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("link").exists())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    v.sort();
+    v
+}
+
+fn collect(root: &Path, only: Option<&str>) -> Result<Vec<(String, VipStatus)>, Error> {
+    let mut rows = Vec::new();
+    for iface in interfaces(root, only) {
+        for r in Dataplane::open(root, &iface)?.list()? {
+            rows.push((iface.clone(), r));
+        }
+    }
+    Ok(rows)
+}
+
+fn expiry(r: &VipStatus) -> String {
+    match r.expires_in {
+        None => "permanent".into(),
+        Some(d) if d.is_zero() => "EXPIRED".into(),
+        Some(d) => format!("{:.1}s", d.as_secs_f64()),
+    }
+}
+
+fn vip_json(iface: &str, r: &VipStatus) -> serde_json::Value {
+    serde_json::json!({
+        "iface": iface,
+        "vip": r.vip.addr.to_string(),
+        "vlan": r.vip.vlan,
+        "mac": r.mac.to_string(),
+        "live": r.is_live(),
+        "expires_in_s": r.expires_in.map(|d| d.as_secs_f64()),
+        "answered": r.stats.answered,
+        "expired": r.stats.expired,
+        "malformed": r.stats.malformed,
+    })
+}
+
+fn print_vips(rows: &[(String, VipStatus)], json: bool) {
+    if json {
+        let v: Vec<_> = rows.iter().map(|(i, r)| vip_json(i, r)).collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    println!(
+        "{:<10} {:<28} {:>4} {:<17} {:>10} {:>10} {:>8} {:>9}",
+        "IFACE", "VIP", "VLAN", "MAC", "EXPIRES", "ANSWERED", "EXPIRED", "MALFORMED"
+    );
+    for (iface, r) in rows {
+        println!(
+            "{:<10} {:<28} {:>4} {:<17} {:>10} {:>10} {:>8} {:>9}",
+            iface,
+            r.vip.addr,
+            r.vip.vlan,
+            r.mac,
+            expiry(r),
+            r.stats.answered,
+            r.stats.expired,
+            r.stats.malformed
+        );
+    }
+}
+
+fn status(root: &Path, only: Option<&str>, json: bool) -> Result<(), Error> {
+    let mut out = Vec::new();
+    for iface in interfaces(root, only) {
+        let dp = Dataplane::open(root, &iface)?;
+        let counters = dp.counters()?;
+        let vips = dp.list()?;
+        out.push((iface, dp.ifindex(), counters, vips));
+    }
+    if json {
+        let v: Vec<_> = out
+            .iter()
+            .map(|(iface, ifindex, counters, vips)| {
+                let c: serde_json::Map<String, serde_json::Value> =
+                    counters.iter().map(|(o, n)| (o.name().to_owned(), (*n).into())).collect();
+                serde_json::json!({
+                    "iface": iface,
+                    "ifindex": ifindex,
+                    "counters": c,
+                    "vips": vips.iter().map(|r| vip_json(iface, r)).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return Ok(());
+    }
+    if out.is_empty() {
+        println!("not loaded on any interface (pin root {})", root.display());
+    }
+    for (iface, ifindex, counters, vips) in &out {
+        let c: Vec<String> = counters.iter().map(|(o, n)| format!("{}={n}", o.name())).collect();
+        println!("{iface} (ifindex {ifindex}): {} VIPs; {}", vips.len(), c.join(" "));
+    }
+    let rows: Vec<_> =
+        out.iter().flat_map(|(i, _, _, v)| v.iter().map(move |r| (i.clone(), r.clone()))).collect();
+    if !rows.is_empty() {
+        println!();
+        print_vips(&rows, false);
+    }
+    Ok(())
+}

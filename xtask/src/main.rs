@@ -1,1 +1,143 @@
-fn main() {}
+//! `cargo xtask`: the developer's and CI's entry point.
+//!
+//! It depends on nothing of the project itself, so it builds on a fresh machine before the eBPF
+//! toolchain exists, and its first job is to install that toolchain (see `setup`). Everything
+//! else runs the workspace's own binaries and tests.
+
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(about = "Build, load, test and benchmark announcer")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install the eBPF toolchain and test tools (idempotent; every other command runs it).
+    Setup,
+    /// Build the agent (with the XDP program embedded), release profile.
+    Build,
+    /// Build everything and load the responder on an interface with the given VIPs.
+    BuildAndLoad {
+        /// Interface to attach to.
+        #[arg(long)]
+        iface: String,
+        /// VIPs to answer for (repeatable), added as permanent entries and announced.
+        #[arg(long = "vip", required = true)]
+        vips: Vec<String>,
+        /// auto, native or generic.
+        #[arg(long, default_value = "auto")]
+        mode: String,
+    },
+    /// Run the whole test suite: unit, kernel (BPF_PROG_TEST_RUN) and network-namespace tests.
+    /// Needs root; privileged tests never skip.
+    Test {
+        /// Extra arguments for `cargo test` (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run a benchmark: `xdp` (responder cost and flood throughput).
+    Bench {
+        /// Which benchmark.
+        which: String,
+        /// Also print one JSON document on the last line.
+        #[arg(long)]
+        json: bool,
+        /// Extra arguments for the benchmark binary.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// The demo: the responder answering ARP and NDP in a pair of network namespaces.
+    Demo,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    match cli.cmd {
+        Cmd::Setup => setup::ensure(),
+        Cmd::Build => {
+            setup::ensure()?;
+            cargo(&root, &["build", "--release", "-p", "announcer"])
+        }
+        Cmd::BuildAndLoad { iface, vips, mode } => {
+            setup::ensure()?;
+            cargo(&root, &["build", "--release", "-p", "announcer"])?;
+            let bin = root.join("target/release/announcer");
+            run(Command::new(&bin).args(["load", "--iface", &iface, "--mode", &mode]))?;
+            for vip in &vips {
+                run(Command::new(&bin).args([
+                    "vip", "add", vip, "--iface", &iface, "--permanent", "--announce",
+                ]))?;
+            }
+            run(Command::new(&bin).args(["vip", "list", "--iface", &iface]))
+        }
+        Cmd::Test { args } => {
+            require_root("the test suite attaches XDP programs in network namespaces")?;
+            setup::ensure()?;
+            let mut a = vec!["test", "--workspace"];
+            a.extend(args.iter().map(String::as_str));
+            cargo(&root, &a)
+        }
+        Cmd::Bench { which, json, args } => {
+            require_root("benchmarks load BPF programs")?;
+            setup::ensure()?;
+            let bin = match which.as_str() {
+                "xdp" => "bench-xdp",
+                other => bail!("unknown benchmark {other:?}; available: xdp"),
+            };
+            let mut a = vec!["run", "--release", "--quiet", "-p", "announcer-tests", "--bin", bin, "--"];
+            if json {
+                a.push("--json");
+            }
+            a.extend(args.iter().map(String::as_str));
+            cargo(&root, &a)
+        }
+        Cmd::Demo => {
+            require_root("the demo creates network namespaces and attaches XDP")?;
+            setup::ensure()?;
+            cargo(&root, &["run", "--release", "--quiet", "-p", "announcer-tests", "--bin", "demo"])
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+fn require_root(why: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc_geteuid() } != 0 {
+        bail!("run as root: {why}");
+    }
+    Ok(())
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    run(Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(args)
+        .current_dir(root))
+}
+
+pub(crate) fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! Drives the real `announcer` binary inside a node namespace, as an operator would.
+//!
+//! The binary runs under `nsenter --net` (network namespace only), so the host's bpffs stays
+//! visible; each [`Cli`] has its own pin root under `/sys/fs/bpf`, removed on drop together with
+//! whatever XDP it attached (deleting the namespace detaches XDP from its veths anyway).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Output,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use crate::netns::Netns;
+
+static N: AtomicU32 = AtomicU32::new(0);
+
+/// Path of the `announcer` binary built next to the running test binary.
+pub fn announcer_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> → target/<profile>/announcer
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let bin = dir.join("announcer");
+    assert!(
+        bin.exists(),
+        "{} is missing: run the tests with `cargo xtask test` (cargo test --workspace), which builds it",
+        bin.display()
+    );
+    bin
+}
+
+/// The CLI bound to one namespace and one pin root.
+pub struct Cli<'a> {
+    ns: &'a Netns,
+    root: PathBuf,
+}
+
+impl<'a> Cli<'a> {
+    /// A CLI for `ns` with a fresh pin root.
+    pub fn new(ns: &'a Netns) -> Self {
+        let root = PathBuf::from(format!(
+            "/sys/fs/bpf/anntest-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        Self { ns, root }
+    }
+
+    /// The pin root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Runs `announcer --pin-root ROOT args...` in the namespace.
+    pub fn output(&self, args: &[&str]) -> Output {
+        let mut cmd = self.ns.nsenter_cmd(announcer_bin().to_str().unwrap());
+        cmd.arg("--pin-root").arg(&self.root).args(args);
+        cmd.output().expect("spawn announcer")
+    }
+
+    /// Runs and panics, with the output, unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let o = self.output(args);
+        assert!(
+            o.status.success(),
+            "announcer {args:?} failed with {}:\n{}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `status --json` parsed.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")
+    }
+
+    /// A counter from `status --json` for `iface`.
+    pub fn counter(&self, iface: &str, name: &str) -> u64 {
+        let s = self.status();
+        s.as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["iface"] == iface)
+            .unwrap_or_else(|| panic!("{iface} not in status: {s}"))["counters"][name]
+            .as_u64()
+            .unwrap()
+    }
+}
+
+impl Drop for Cli<'_> {
+    fn drop(&mut self) {
+        // Pins hold the links; removing them (and the namespace going away) detaches the program.
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
