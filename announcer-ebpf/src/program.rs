@@ -382,8 +382,10 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     }
 
     // §7.1.1: all options have length > 0 and fit; remember the Source Link-Layer Address.
-    // Offset of the SLLAO within the message (0 = none); read again when answering.
+    // Offset of the (first Ethernet-sized) SLLAO within the message, 0 if none; read again
+    // when answering. `saw_sllao` notes any Source Link-Layer Address option, whatever its size.
     let mut sllao_off = 0usize;
+    let mut saw_sllao = false;
     let mut off = NdiscHdr::LEN;
     let mut n = 0;
     while n < (MAX_ND_LEN - NdiscHdr::LEN) / 8 {
@@ -400,8 +402,11 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         if off + olen > plen {
             return Err(Reject::Malformed(Event::OptionOverrun));
         }
-        if ty == OPT_SOURCE_LLADDR && len == 1 && sllao_off == 0 {
-            sllao_off = off;
+        if ty == OPT_SOURCE_LLADDR {
+            saw_sllao = true;
+            if len == 1 && sllao_off == 0 {
+                sllao_off = off;
+            }
         }
         off += olen;
         n += 1;
@@ -417,7 +422,7 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         if dst != sn {
             return Err(Reject::Malformed(Event::DadNotSolicitedNode));
         }
-        if sllao_off != 0 {
+        if saw_sllao {
             return Err(Reject::Malformed(Event::DadWithSllao));
         }
     } else if !(dst == target || dst == sn) {

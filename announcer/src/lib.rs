@@ -3,6 +3,7 @@
 //! * [`loader`]: attach the XDP responder to an interface and pin it.
 //! * [`dataplane`]: the VIP table the responder answers from, and its counters.
 //! * [`announce`]: gratuitous ARP and unsolicited NA bursts over AF_PACKET.
+//! * [`logs`]: the program's rare events, forwarded into `tracing`.
 //! * [`netif`], [`clock`]: interface facts and the monotonic clock expiry is judged on.
 //! * [`error`]: typed errors with exit codes and fixes.
 
@@ -11,6 +12,7 @@ pub mod clock;
 pub mod dataplane;
 pub mod error;
 pub mod loader;
+pub mod logs;
 pub mod netif;
 
 pub use announcer_ebpf::{maps, wire};

@@ -79,6 +79,15 @@ enum Cmd {
         #[command(flatten)]
         burst: BurstArgs,
     },
+    /// Follow the program's log (malformed requests for VIPs, address conflicts) on stderr.
+    Logs {
+        /// Interface.
+        #[arg(long)]
+        iface: String,
+        /// Stop after this long (default: until interrupted).
+        #[arg(long, value_parser = humantime::parse_duration)]
+        duration: Option<Duration>,
+    },
     /// What is loaded where, with counters.
     Status {
         /// Only this interface (default: every interface with pins).
@@ -247,6 +256,13 @@ fn run(cli: Cli) -> Result<(), Error> {
             send_burst(&at, vip, mac, &burst.config())?;
         }
         Cmd::Status { iface, json } => status(root, iface.as_deref(), json)?,
+        Cmd::Logs { iface, duration } => {
+            let mut log = announcer::logs::attach(root, &iface)?;
+            let until = duration.map(|d| std::time::Instant::now() + d);
+            announcer::logs::follow(&mut log, Duration::from_millis(200), || {
+                until.is_none_or(|t| std::time::Instant::now() < t)
+            })?;
+        }
     }
     Ok(())
 }

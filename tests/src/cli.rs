@@ -15,10 +15,17 @@ use crate::netns::Netns;
 static N: AtomicU32 = AtomicU32::new(0);
 
 /// Path of the `announcer` binary built next to the running test binary.
+/// (`ANNOUNCER_BIN` overrides.)
 pub fn announcer_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("ANNOUNCER_BIN") {
+        return p.into();
+    }
     let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test> → target/<profile>/announcer
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    // target/<profile>/deps/<test> or target/<profile>/<bin> → target/<profile>/announcer
+    let mut dir = exe.parent().expect("exe dir");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("target/<profile>");
+    }
     let bin = dir.join("announcer");
     assert!(
         bin.exists(),

@@ -3,6 +3,7 @@
 //! `BPF_PROG_TEST_RUN`.
 
 pub mod cli;
+pub mod bench;
 pub mod frames;
 pub mod model;
 pub mod netns;

@@ -119,7 +119,8 @@ fn ns(
         .map(|(_, o)| MacAddr(o[2..8].try_into().unwrap()));
     let sn = Ipv6Addr::from(solicited_node(&target.octets()));
     let dad = repr.src.is_unspecified();
-    if dad && (repr.dst != sn || sllao.is_some()) {
+    let any_sllao = msg.options().any(|(t, _)| t == OPT_SOURCE_LLADDR);
+    if dad && (repr.dst != sn || any_sllao) {
         return Verdict::Pass;
     }
     if !dad && !(repr.dst == target || repr.dst == sn) {

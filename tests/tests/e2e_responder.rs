@@ -172,3 +172,21 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
     let o = cli.output(&["vip", "add", "10.77.0.100", "--iface", NODE_IF, "--mac", "01:00:5e:00:00:01"]);
     assert_eq!(o.status.code(), Some(64), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn program_events_reach_the_log() {
+    let pair = Pair::new("logs");
+    let cli = Cli::new(&pair.node);
+    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    // Another host announces our VIP (gratuitous ARP): not answered, and logged as a conflict.
+    let other = Cli::new(&pair.client);
+    let before = cli.counter(NODE_IF, "arp_answered");
+    other.ok(&["announce", &VIP4.to_string(), "--iface", CLIENT_IF, "--count", "1"]);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(cli.counter(NODE_IF, "arp_answered"), before, "a gratuitous ARP is not a question");
+    let o = cli.output(&["logs", "--iface", NODE_IF, "--duration", "300ms"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("10.77.0.100") && err.contains("address conflict"), "log was:\n{err}");
+}

@@ -106,7 +106,8 @@ fn main() -> Result<()> {
         Cmd::Demo => {
             require_root("the demo creates network namespaces and attaches XDP")?;
             setup::ensure()?;
-            cargo(&root, &["run", "--release", "--quiet", "-p", "announcer-tests", "--bin", "demo"])
+            cargo(&root, &["build", "--release", "--quiet", "-p", "announcer", "-p", "announcer-tests", "--bin", "announcer", "--bin", "demo"])?;
+            run(&mut Command::new(root.join("target/release/demo")))
         }
     }
 }

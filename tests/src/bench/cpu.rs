@@ -1,0 +1,83 @@
+//! CPU time: the whole machine's busy time from `/proc/stat`, this process's and one thread's
+//! from `getrusage`.
+//!
+//! The flood's packet processing mostly runs in softirq context on whichever CPU sent the frame,
+//! not in any one thread, so only the machine-wide figure sees all of a responder's cost. The
+//! process figure is a cross-check: when it is far below the machine's, something else was busy.
+
+use anyhow::{Context, Result, bail};
+
+/// Busy CPU seconds of the whole machine since boot (user + nice + system + irq + softirq).
+pub fn machine_busy_s() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no `cpu` line in /proc/stat")?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0)).collect();
+    if f.len() < 7 {
+        bail!("short `cpu` line in /proc/stat: {line:?}");
+    }
+    // user nice system idle iowait irq softirq ...
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    Ok(busy as f64 / clk_tck())
+}
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+fn rusage_s(who: libc::c_int) -> f64 {
+    // SAFETY: getrusage fills the zeroed struct; RUSAGE_SELF/RUSAGE_THREAD are valid selectors.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(who, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// User + system CPU seconds of this process (all threads).
+pub fn process_s() -> f64 {
+    rusage_s(libc::RUSAGE_SELF)
+}
+
+/// User + system CPU seconds of the calling thread.
+pub fn thread_s() -> f64 {
+    rusage_s(libc::RUSAGE_THREAD)
+}
+
+/// A point in time to measure CPU from.
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot {
+    machine: f64,
+    process: f64,
+    at: std::time::Instant,
+}
+
+/// CPU used between two snapshots.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Used {
+    /// Busy seconds of the whole machine.
+    pub machine_s: f64,
+    /// CPU seconds of this process.
+    pub process_s: f64,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+}
+
+impl Snapshot {
+    /// Now.
+    pub fn take() -> Result<Self> {
+        Ok(Self { machine: machine_busy_s()?, process: process_s(), at: std::time::Instant::now() })
+    }
+
+    /// CPU used since `self`.
+    pub fn since(&self) -> Result<Used> {
+        let now = Self::take()?;
+        Ok(Used {
+            machine_s: now.machine - self.machine,
+            process_s: now.process - self.process,
+            wall_s: now.at.duration_since(self.at).as_secs_f64(),
+        })
+    }
+}

@@ -1,0 +1,308 @@
+//! ARP flood across a namespace pair, answered by one responder at a time: the XDP program
+//! (generic and native mode), the kernel (VIP configured on the interface), and a userspace
+//! `AF_PACKET` responder like MetalLB's.
+//!
+//! The client floods broadcast ARP requests for the VIP from an `AF_PACKET` socket for a fixed
+//! time, as fast as one core sends. Answers are the frames arriving at the client's veth (its
+//! `rx_packets`), cross-checked with the responder's own count.
+//!
+//! CPU: on a veth, the node's receive path (and everything the kernel or XDP does with the
+//! request) runs in softirq context on the *sender's* core, so the sender, not the responder,
+//! sets the pace, and a costlier responder shows up as fewer requests sent in the same busy
+//! time. A responder's CPU is therefore the machine's busy time during the run minus
+//! `requests sent × (busy time per request of the baseline)`, the baseline being the same flood
+//! for an address nobody answers (measured before and after the others, averaged). What is left
+//! is what answering cost: the responder itself, sending the reply, and the client receiving it.
+
+use std::{
+    net::Ipv4Addr,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::{Duration, Instant},
+};
+
+use announcer::loader::Mode;
+use announcer_ebpf::wire::{ArpOperation, ArpRepr, EthernetRepr, MacAddr, frame};
+use anyhow::{Context, Result, anyhow, bail};
+
+use super::{
+    attach::Attached,
+    cpu::{Snapshot, Used},
+    packet::{ETH_P_ARP, PacketSocket},
+    userspace::Responder,
+};
+use crate::netns::{CLIENT_MAC, NODE_MAC, Netns, Pair};
+
+/// The VIP flooded for.
+pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+/// An address nobody answers (the baseline).
+pub const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 200);
+/// Distinct sender addresses the flood cycles through (10.77.0.10 and up).
+const SENDERS: u8 = 64;
+
+/// Who answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    /// Nobody: the flood is for [`NOBODY`].
+    Baseline,
+    /// The XDP program, generic (skb) mode.
+    XdpGeneric,
+    /// The XDP program, native (driver) mode; the client veth has GRO on so that `XDP_TX`
+    /// frames are delivered (veth needs NAPI on the peer).
+    XdpNative,
+    /// The kernel: VIP as a /32 on the node's eth0.
+    Kernel,
+    /// [`Responder`] on a thread in the node namespace.
+    Userspace,
+}
+
+impl Who {
+    /// Row name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Who::Baseline => "flood_baseline_unanswered",
+            Who::XdpGeneric => "flood_xdp_generic",
+            Who::XdpNative => "flood_xdp_native",
+            Who::Kernel => "flood_kernel",
+            Who::Userspace => "flood_userspace_af_packet",
+        }
+    }
+}
+
+/// One flood run.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    /// Requests written by the sender.
+    pub sent: u64,
+    /// Sends the kernel refused.
+    pub send_errors: u64,
+    /// How long the sender ran.
+    pub send_s: f64,
+    /// Frames that arrived at the client (the answers).
+    pub answers: u64,
+    /// Answers by the responder's own count (`None` for the baseline).
+    pub responder_count: Option<u64>,
+    /// CPU used during the run (sender start to 100 ms after it stopped).
+    pub cpu: Used,
+    /// For the userspace responder: its thread's own CPU seconds.
+    pub thread_cpu_s: Option<f64>,
+}
+
+/// A responder's row: its run, or why it could not run.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// Who answered.
+    pub who: Who,
+    /// The run, or the error that prevented it.
+    pub run: Result<Run, String>,
+    /// CPU seconds attributed to answering (see the module docs); `None` for the baseline.
+    pub net_cpu_s: Option<f64>,
+}
+
+impl Row {
+    /// Answers per second of flood.
+    pub fn answers_per_s(&self) -> Option<f64> {
+        self.run.as_ref().ok().map(|r| r.answers as f64 / r.send_s.max(1e-9))
+    }
+
+    /// Answers per CPU second spent answering.
+    pub fn answers_per_cpu_s(&self) -> Option<f64> {
+        let r = self.run.as_ref().ok()?;
+        let cpu = self.net_cpu_s?;
+        (cpu > 0.0).then(|| r.answers as f64 / cpu)
+    }
+}
+
+/// All flood rows, baseline first.
+pub struct FloodReport {
+    /// One per responder, and the baselines.
+    pub rows: Vec<Row>,
+    /// Machine busy seconds per request sent in the baseline (the subtracted cost).
+    pub base_cpu_per_request_s: f64,
+    /// The two baseline figures, before and after (drift check).
+    pub base_runs: [f64; 2],
+}
+
+impl FloodReport {
+    /// The row of `who` (the last one for the baseline).
+    pub fn get(&self, who: Who) -> Option<&Row> {
+        self.rows.iter().rev().find(|r| r.who == who)
+    }
+}
+
+/// The `i`-th request of the flood for `target`.
+fn request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
+    let mac = MacAddr(CLIENT_MAC);
+    frame::arp(
+        buf,
+        &EthernetRepr { src: mac, dst: MacAddr::BROADCAST, vlan: None, ethertype: 0 },
+        &ArpRepr {
+            operation: ArpOperation::Request,
+            sender_mac: mac,
+            sender_ip: Ipv4Addr::new(10, 77, 0, 10 + (i % u32::from(SENDERS)) as u8),
+            target_mac: MacAddr::ZERO,
+            target_ip: target,
+        },
+    )
+}
+
+/// Floods `target` from the client's eth0 for `dur`; returns (sent, errors, seconds).
+fn send_flood(client: &Netns, target: Ipv4Addr, dur: Duration) -> Result<(u64, u64, f64)> {
+    client.enter(|| {
+        let sock = PacketSocket::open("eth0", 0)?;
+        sock.bypass_qdisc()?;
+        let frames: Vec<Vec<u8>> = (0..u32::from(SENDERS))
+            .map(|i| {
+                let mut b = [0u8; frame::MAX_FRAME];
+                let n = request(i, target, &mut b);
+                b[..n].to_vec()
+            })
+            .collect();
+        let (mut sent, mut errors) = (0u64, 0u64);
+        let start = Instant::now();
+        'outer: loop {
+            for f in &frames {
+                match sock.send(f, ETH_P_ARP) {
+                    Ok(()) => sent += 1,
+                    Err(_) => errors += 1,
+                }
+            }
+            if start.elapsed() >= dur {
+                break 'outer;
+            }
+        }
+        Ok((sent, errors, start.elapsed().as_secs_f64()))
+    })
+}
+
+/// `stats64.<dir>.packets` of eth0 in `ns`.
+fn packets(ns: &Netns, dir: &str) -> Result<u64> {
+    let text = ns.ip(&["-s", "-j", "link", "show", "eth0"]);
+    let v: serde_json::Value = serde_json::from_str(&text).context("parsing `ip -s -j link`")?;
+    v[0]["stats64"][dir]["packets"].as_u64().ok_or_else(|| anyhow!("no stats64.{dir}.packets in {text}"))
+}
+
+/// Runs one flood with whatever responder is in place; `count` reads the responder's own
+/// answer counter (if it has one that can be read while it runs).
+fn measure(pair: &Pair, target: Ipv4Addr, dur: Duration, count: &dyn Fn() -> Result<Option<u64>>) -> Result<Run> {
+    let (rx0, c0) = (packets(&pair.client, "rx")?, count()?);
+    let snap = Snapshot::take()?;
+    let (sent, send_errors, send_s) = send_flood(&pair.client, target, dur)?;
+    // Let whatever is still queued (the userspace responder's socket) drain inside the window.
+    std::thread::sleep(Duration::from_millis(100));
+    let cpu = snap.since()?;
+    let (rx1, c1) = (packets(&pair.client, "rx")?, count()?);
+    let responder_count = c0.zip(c1).map(|(a, b)| b - a);
+    Ok(Run { sent, send_errors, send_s, answers: rx1 - rx0, responder_count, cpu, thread_cpu_s: None })
+}
+
+fn none() -> Result<Option<u64>> {
+    Ok(None)
+}
+
+fn run_xdp(pair: &Pair, mode: Mode, dur: Duration) -> Result<Run> {
+    let native = mode == Mode::Native;
+    if native {
+        // Native XDP_TX on veth delivers only if the peer runs NAPI (an XDP program or GRO).
+        let out = pair.client.exec(&["ethtool", "-K", "eth0", "gro", "on"]);
+        if !out.status.success() {
+            bail!("enabling GRO on the client veth: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    let result = (|| {
+        let xdp = Attached::new(&pair.node, mode, VIP, MacAddr(NODE_MAC))?;
+        measure(pair, VIP, dur, &|| xdp.arp_answered().map(Some))
+    })();
+    if native {
+        let _ = pair.client.exec(&["ethtool", "-K", "eth0", "gro", "off"]);
+    }
+    result
+}
+
+fn run_kernel(pair: &Pair, dur: Duration) -> Result<Run> {
+    let addr = format!("{VIP}/32");
+    pair.node.ip(&["addr", "add", &addr, "dev", "eth0"]);
+    let result = measure(pair, VIP, dur, &|| packets(&pair.node, "tx").map(Some));
+    pair.node.ip(&["addr", "del", &addr, "dev", "eth0"]);
+    result
+}
+
+/// Sets the flag when dropped, so the responder thread ends even if the run fails.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn run_userspace(pair: &Pair, dur: Duration) -> Result<Run> {
+    let stop = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    std::thread::scope(|s| {
+        let node = &pair.node;
+        let stop_ref = &stop;
+        let server = s.spawn(move || {
+            node.enter(move || {
+                let r = match Responder::bind("eth0", VIP, MacAddr(NODE_MAC)) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("{e:#}")));
+                        return Err(e);
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                r.serve(stop_ref)
+            })
+        });
+        let guard = StopOnDrop(&stop);
+        let run = match ready_rx.recv() {
+            Ok(Ok(())) => measure(pair, VIP, dur, &none),
+            Ok(Err(e)) => Err(anyhow!("starting the userspace responder: {e}")),
+            Err(_) => Err(anyhow!("the userspace responder thread died")),
+        };
+        drop(guard);
+        let served = server.join().map_err(|_| anyhow!("the userspace responder panicked"))??;
+        let mut run = run?;
+        run.responder_count = Some(served.answered);
+        run.thread_cpu_s = Some(served.thread_cpu_s);
+        Ok(run)
+    })
+}
+
+/// Runs the baseline, every responder, and the baseline again; `progress` gets one line each.
+pub fn run(seconds: f64, progress: impl Fn(&str)) -> Result<FloodReport> {
+    let dur = Duration::from_secs_f64(seconds);
+    let pair = Pair::new("bench");
+    let order = [Who::Baseline, Who::XdpGeneric, Who::XdpNative, Who::Kernel, Who::Userspace, Who::Baseline];
+    let mut rows = Vec::new();
+    for who in order {
+        progress(&format!("flood: {} for {seconds} s", who.name()));
+        let run = match who {
+            Who::Baseline => measure(&pair, NOBODY, dur, &none),
+            Who::XdpGeneric => run_xdp(&pair, Mode::Generic, dur),
+            Who::XdpNative => run_xdp(&pair, Mode::Native, dur),
+            Who::Kernel => run_kernel(&pair, dur),
+            Who::Userspace => run_userspace(&pair, dur),
+        };
+        if let Err(e) = &run {
+            progress(&format!("flood: {} failed: {e:#}", who.name()));
+        }
+        rows.push(Row { who, run: run.map_err(|e| format!("{e:#}")), net_cpu_s: None });
+    }
+    let base: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.who == Who::Baseline)
+        .map(|r| r.run.as_ref().map(|b| b.cpu.machine_s / b.sent.max(1) as f64))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow!("baseline run failed: {e}"))?;
+    let base_cpu_per_request_s = base.iter().sum::<f64>() / base.len() as f64;
+    for row in rows.iter_mut().filter(|r| r.who != Who::Baseline) {
+        if let Ok(r) = &row.run {
+            row.net_cpu_s = Some(r.cpu.machine_s - r.sent as f64 * base_cpu_per_request_s);
+        }
+    }
+    Ok(FloodReport { rows, base_cpu_per_request_s, base_runs: [base[0], base[1]] })
+}

@@ -1,0 +1,61 @@
+//! `cargo xtask bench xdp`: the XDP responder's cost per frame against the `reflect` floor
+//! (BPF_PROG_TEST_RUN), and an ARP flood answered by XDP, the kernel and a userspace AF_PACKET
+//! responder in a namespace pair. Progress on stderr, a table on stdout and, with `--json`, one
+//! JSON document as the last stdout line. Missed targets print FAIL but do not fail the run; a
+//! measurement that cannot be trusted (an answer kind that did not answer every timed frame)
+//! does.
+
+use std::path::PathBuf;
+
+use announcer_tests::bench::{attach::{self, Attached}, cost, flood, plot, report};
+use anyhow::{Context, Result, ensure};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Benchmark the XDP ARP/NDP responder")]
+struct Args {
+    /// Also print one JSON document as the last line of stdout.
+    #[arg(long)]
+    json: bool,
+    /// Fresh requests timed per kind in the cost part.
+    #[arg(long, default_value_t = 200_000)]
+    frames: u32,
+    /// Duration of each flood run, in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Where to write the latency CDF plot (SVG).
+    #[arg(long, default_value = "target/bench/xdp-cost.svg")]
+    plot: PathBuf,
+}
+
+fn progress(line: &str) {
+    eprintln!("[bench-xdp] {line}");
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    ensure!(args.frames > 0, "--frames must be at least 1");
+    ensure!(args.seconds > 0.0, "--seconds must be positive");
+    ensure!(
+        nix::unistd::geteuid().is_root(),
+        "run as root: the benchmark loads BPF programs and creates network namespaces"
+    );
+
+    progress("cost: loading announcer + reflect for BPF_PROG_TEST_RUN");
+    let cost = cost::run(args.frames, progress)?;
+    plot::write_cdf(&cost, &args.plot).with_context(|| format!("writing {}", args.plot.display()))?;
+    let plot_path = args.plot.display().to_string();
+    progress(&format!("cost: done; plot written to {plot_path}"));
+
+    let flood = flood::run(args.seconds, progress);
+    // Pins are removed by the responder's guard; make sure, also after a failure.
+    attach::cleanup(&Attached::pin_root());
+    let flood = flood?;
+
+    let targets = report::targets(&cost, &flood);
+    print!("{}", report::table(&cost, &flood, &targets, &plot_path));
+    if args.json {
+        println!("{}", report::json(&cost, &flood, &targets, &plot_path));
+    }
+    Ok(())
+}
