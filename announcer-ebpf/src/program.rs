@@ -21,7 +21,7 @@ use announcer_ebpf::{
     maps::{MAX_VIPS, Outcome, VipEntry, VipKeyV4, VipKeyV6, VipStats},
     wire::{
         ALL_NODES, ArpHdr, EthHdr, Ipv6Hdr, LinkLayerOpt, MacAddr, NaFlags, NdiscHdr, VlanHdr,
-        arp::OP_REQUEST,
+        arp::{OP_REPLY, OP_REQUEST},
         checksum,
         ethernet::ethertype,
         ipv6::NEXT_HEADER_ICMPV6,
@@ -31,7 +31,7 @@ use announcer_ebpf::{
 use aya_ebpf::{
     bindings::xdp_action,
     btf_maps::{HashMap, PerCpuArray, PerCpuHashMap},
-    helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_tail},
+    helpers::{bpf_ktime_get_ns, bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
     macros::{btf_map, xdp},
     programs::XdpContext,
 };
@@ -239,7 +239,23 @@ fn arp(ctx: &XdpContext, note: &mut Note, eth: *mut EthHdr, l3: usize, vlan: u16
     let Some(a) = ptr_at::<ArpHdr>(ctx, l3) else { return (PASS, Outcome::Passed) };
     // SAFETY: bounds-checked above; `eth` lies before it.
     let (a, eth) = unsafe { (&mut *a, &mut *eth) };
-    if !a.is_ethernet_ipv4() || u16::from_be_bytes(a.oper) != OP_REQUEST {
+    if !a.is_ethernet_ipv4() {
+        return (PASS, Outcome::Passed);
+    }
+    let op = u16::from_be_bytes(a.oper);
+    if op == OP_REPLY {
+        // Another host replying for one of our live VIPs (e.g. an RFC 5944 §4.6 gratuitous
+        // reply): passed like every reply, but worth a log record (RFC 5227 §2.4 conflict).
+        let key = VipKeyV4::new(ctx.ingress_ifindex() as u32, vlan, a.spa);
+        if let Some(e) = VIPS_V4.get_ptr(&key)
+            // SAFETY: a value pointer from a successful lookup.
+            && unsafe { (*e).is_live(now_ns()) }
+        {
+            note.v4(Event::Conflict, &a.spa, &a.sha);
+        }
+        return (PASS, Outcome::Passed);
+    }
+    if op != OP_REQUEST {
         return (PASS, Outcome::Passed);
     }
     let key = VipKeyV4::new(ctx.ingress_ifindex() as u32, vlan, a.tpa);
@@ -314,6 +330,10 @@ fn ndisc(ctx: &XdpContext, note: &mut Note, l3: usize, vlan: u16) -> (u32, Outco
             (TX, Outcome::NsAnswered)
         }
         Err(Reject::Pass) => (PASS, Outcome::Passed),
+        Err(Reject::Conflict) => {
+            note.v6(Event::Conflict, &target);
+            (PASS, Outcome::Passed)
+        }
         Err(Reject::Malformed(ev)) => {
             // One exit for every failed check keeps one copy of the map-lookup code (and its
             // stack slots) instead of one per check.
@@ -330,6 +350,8 @@ enum Reject {
     Pass,
     /// Fails RFC 4861 §7.1.1 validation (or could not be answered).
     Malformed(Event),
+    /// Another host uses the VIP: passed, and logged.
+    Conflict,
 }
 
 /// Validates an NS for a live VIP (RFC 4861 §7.1.1) and rewrites it into the Neighbor
@@ -360,6 +382,13 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     }
     if target >> 120 == 0xff {
         return Err(Reject::Malformed(Event::MulticastTarget));
+    }
+    if src >> 120 == 0xff {
+        return Err(Reject::Malformed(Event::MulticastSource));
+    }
+    if src == target {
+        // Another host uses the VIP as its own source address: a conflict, not a question.
+        return Err(Reject::Conflict);
     }
     let src_unspecified = src == 0;
 
@@ -402,11 +431,13 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         if off + olen > plen {
             return Err(Reject::Malformed(Event::OptionOverrun));
         }
-        if ty == OPT_SOURCE_LLADDR {
+        if ty == OPT_SOURCE_LLADDR && !saw_sllao {
+            // The first SLLAO is the one that counts (as in Linux); on Ethernet it is 8 bytes.
             saw_sllao = true;
-            if len == 1 && sllao_off == 0 {
-                sllao_off = off;
+            if len != 1 {
+                return Err(Reject::Malformed(Event::BadSllao));
             }
+            sllao_off = off;
         }
         off += olen;
         n += 1;
@@ -431,11 +462,11 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
 
     let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Err(Reject::Pass) };
     // SAFETY: bounds-checked above.
-    let eth = unsafe { &mut *eth };
+    let eth = unsafe { &*eth };
     if !(eth.dst[0] == 0x33 && eth.dst[1] == 0x33 || eq6(&eth.dst, &entry.mac)) {
         return Err(Reject::Pass);
     }
-    if is_multicast(&eth.src) {
+    if is_multicast(&eth.src) || eq6(&eth.src, &[0; 6]) {
         return Err(Reject::Malformed(Event::GroupSourceMac));
     }
 
@@ -454,14 +485,17 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
             // SAFETY: bounds-checked above.
             unsafe { (*ll).addr }
         };
+        if is_multicast(&to) || eq6(&to, &[0; 6]) {
+            return Err(Reject::Malformed(Event::GroupSourceMac));
+        }
         (src, to, NaFlags::SOLICITED | NaFlags::OVERRIDE)
     };
-    eth.dst = mac_dst;
-    eth.src = entry.mac;
 
     // Resize the frame to exactly L2 + IPv6 + NA + TLLAO (also dropping Ethernet padding).
     let new_len = icmp + size_of::<NaWithTllao>();
-    let old_len = ctx.data_end() - ctx.data();
+    // SAFETY: helper on our own context. (Subtracting the packet pointers instead would need
+    // CAP_PERFMON's pointer arithmetic allowance.)
+    let old_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
     let delta = new_len as i32 - old_len as i32;
     if delta != 0 {
         // SAFETY: helper on our own context; all pointers are re-derived below.
@@ -469,8 +503,15 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
             return Err(Reject::Malformed(Event::AdjustTail));
         }
     }
+    // Nothing was written before the resize, so every failure up to here passes the frame
+    // untouched; from here on the pointers are re-derived and cannot fail for a frame we grew.
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Err(Reject::Pass) };
     let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return Err(Reject::Pass) };
     let Some(na) = ptr_at::<NaWithTllao>(ctx, icmp) else { return Err(Reject::Pass) };
+    // SAFETY: bounds-checked above, after the resize.
+    let eth = unsafe { &mut *eth };
+    eth.dst = mac_dst;
+    eth.src = entry.mac;
     // SAFETY: bounds-checked above, after the resize.
     let (ip, na) = unsafe { (&mut *ip, &mut *na) };
     ip.vtcfl = [0x60, 0, 0, 0];
@@ -531,10 +572,12 @@ enum Event {
     DadWithSllao,
     GroupSourceMac,
     AdjustTail,
+    MulticastSource,
+    BadSllao,
 }
 
 impl Event {
-    const ALL: [Event; 15] = [
+    const ALL: [Event; 17] = [
         Event::GroupSender,
         Event::Conflict,
         Event::HopLimit,
@@ -550,6 +593,8 @@ impl Event {
         Event::DadWithSllao,
         Event::GroupSourceMac,
         Event::AdjustTail,
+        Event::MulticastSource,
+        Event::BadSllao,
     ];
 
     #[inline(always)]
@@ -561,10 +606,10 @@ impl Event {
     fn text(self) -> &'static str {
         match self {
             Event::GroupSender => "ARP request with a group or zero sender MAC (passed)",
-            Event::Conflict => "gratuitous ARP from another host claims this VIP: address conflict?",
+            Event::Conflict => "another host claims this VIP (ARP announcement or reply, or NS from it): address conflict?",
             Event::HopLimit => "NS hop limit is not 255 (RFC 4861 7.1.1; passed)",
             Event::Code => "NS ICMP code is not 0 (RFC 4861 7.1.1; passed)",
-            Event::Length => "NS length not a multiple of 8 in 24..256 (passed)",
+            Event::Length => "NS length not a multiple of 8 in 24..=64 (passed)",
             Event::MulticastTarget => "NS target is multicast (RFC 4861 7.1.1; passed)",
             Event::Truncated => "NS truncated (passed)",
             Event::Checksum => "NS checksum is wrong (RFC 4861 7.1.1; passed)",
@@ -573,8 +618,10 @@ impl Event {
             Event::TooManyOptions => "NS has more options than validated (passed)",
             Event::DadNotSolicitedNode => "DAD NS not sent to the solicited-node address (RFC 4861 7.1.1; passed)",
             Event::DadWithSllao => "DAD NS carries a source link-layer option (RFC 4861 7.1.1; passed)",
-            Event::GroupSourceMac => "NS from a group source MAC (passed)",
+            Event::GroupSourceMac => "NS from, or asking an answer to, a group or zero MAC (passed)",
             Event::AdjustTail => "bpf_xdp_adjust_tail failed; NS passed to the kernel",
+            Event::MulticastSource => "NS from a multicast source address (passed)",
+            Event::BadSllao => "NS source link-layer option is not 8 bytes (passed)",
         }
     }
 }

@@ -744,31 +744,4 @@ mod tests {
             other => panic!("expected an Open error, got {other:?}"),
         }
     }
-
-    /// Sends real bursts on the loopback interface. Needs CAP_NET_RAW: `cargo test -p announcer
-    /// --lib announce -- --ignored`.
-    #[test]
-    #[ignore = "needs CAP_NET_RAW"]
-    fn bursts_on_loopback() {
-        let lo = nix::net::if_::if_nametoindex("lo").expect("lo exists");
-        let sock = PacketSocket::open(lo).expect("open (needs CAP_NET_RAW)");
-        assert_eq!(sock.ifindex(), lo);
-        let cfg = BurstConfig {
-            count: 2,
-            interval: Duration::from_millis(10),
-        };
-        assert_eq!(
-            burst_blocking(&sock, MAC, VIP4.into(), Some(7), &cfg),
-            BurstReport { sent: 4, failed: 0 }
-        );
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        // IPv6 is paced to at least 1 s between rounds: 2 rounds take about a second.
-        let started = std::time::Instant::now();
-        let report = rt.block_on(burst(&sock, MAC, vip6().into(), None, &cfg));
-        assert_eq!(report, BurstReport { sent: 2, failed: 0 });
-        assert!(started.elapsed() >= RETRANS_TIMER);
-    }
 }

@@ -127,7 +127,7 @@ impl Error {
                 "the driver lacks native XDP: use --mode generic (or --mode auto to fall back)".into()
             }
             Error::XdpUnsupported { .. } => {
-                "the kernel needs CONFIG_BPF_SYSCALL and CONFIG_XDP_SOCKETS-era XDP support (4.8+), and BTF for the maps (5.2+)".into()
+                "XDP needs Linux 4.8+ (5.9+ for bpf_link) with CONFIG_BPF_SYSCALL, and BTF-defined maps need 5.2+".into()
             }
             Error::NoBpffs(p) => format!(
                 "mount it: `mount -t bpf bpf {}` (or pick another place with --pin-root)",

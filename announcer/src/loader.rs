@@ -118,8 +118,10 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
     let ifindex = netif::ifindex(iface)?;
     let pins = PinLayout::new(root, iface);
     ensure_bpffs(root)?;
-    std::fs::create_dir_all(pins.dir())
-        .map_err(|e| Error::io(format!("creating {}", pins.dir().display()), e))?;
+    std::fs::create_dir_all(pins.dir()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => Error::Privileges { action: "create pins on bpffs", source: e },
+        _ => Error::io(format!("creating {}", pins.dir().display()), e),
+    })?;
 
     if pins.is_loaded() {
         let link = PinnedLink::from_pin(pins.link())

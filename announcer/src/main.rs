@@ -362,7 +362,17 @@ fn print_vips(rows: &[(String, VipStatus)], json: bool) {
 fn status(root: &Path, only: Option<&str>, json: bool) -> Result<(), Error> {
     let mut out = Vec::new();
     for iface in interfaces(root, only) {
-        let dp = Dataplane::open(root, &iface)?;
+        let dp = match Dataplane::open(root, &iface) {
+            Ok(dp) => dp,
+            Err(Error::NoSuchInterface(_)) if only.is_none() => {
+                eprintln!(
+                    "warning: pins for {iface} remain but the interface is gone; \
+                     remove them with `announcer unload --iface {iface}`"
+                );
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let counters = dp.counters()?;
         let vips = dp.list()?;
         out.push((iface, dp.ifindex(), counters, vips));

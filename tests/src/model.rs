@@ -113,21 +113,28 @@ fn ns(
     if !msg.verify_checksum(&repr.src, &repr.dst) {
         return Verdict::Pass;
     }
-    let sllao = msg
-        .options()
-        .find(|(t, o)| *t == OPT_SOURCE_LLADDR && o.len() == 8)
-        .map(|(_, o)| MacAddr(o[2..8].try_into().unwrap()));
+    // The first Source Link-Layer Address option counts; on Ethernet it must be 8 bytes.
+    let first_sllao = msg.options().find(|(t, _)| *t == OPT_SOURCE_LLADDR);
+    if first_sllao.is_some_and(|(_, o)| o.len() != 8) {
+        return Verdict::Pass;
+    }
+    let sllao = first_sllao.map(|(_, o)| MacAddr(o[2..8].try_into().unwrap()));
+    if repr.src.is_multicast() || repr.src == target {
+        return Verdict::Pass;
+    }
     let sn = Ipv6Addr::from(solicited_node(&target.octets()));
     let dad = repr.src.is_unspecified();
-    let any_sllao = msg.options().any(|(t, _)| t == OPT_SOURCE_LLADDR);
-    if dad && (repr.dst != sn || any_sllao) {
+    if dad && (repr.dst != sn || sllao.is_some()) {
         return Verdict::Pass;
     }
     if !dad && !(repr.dst == target || repr.dst == sn) {
         return Verdict::Pass;
     }
     let edst = eth.dst();
-    if !((edst.0[0] == 0x33 && edst.0[1] == 0x33) || edst == e.mac) || eth.src().is_multicast() {
+    if !((edst.0[0] == 0x33 && edst.0[1] == 0x33) || edst == e.mac) || !eth.src().is_unicast() {
+        return Verdict::Pass;
+    }
+    if !dad && !sllao.unwrap_or(eth.src()).is_unicast() {
         return Verdict::Pass;
     }
     // RFC 4861 §7.2.4.

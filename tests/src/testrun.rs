@@ -5,7 +5,7 @@
 //! loopback device, so [`IFINDEX`] (1) is the interface index VIPs must be keyed with.
 
 use announcer::{dataplane::Dataplane, loader::OBJECT};
-use announcer_ebpf::maps::PROGRAM;
+use announcer_ebpf::maps::{PROGRAM, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6};
 use aya::{
     Ebpf, EbpfLoader,
     programs::{TestRun, TestRunOptions, Xdp},
@@ -31,11 +31,22 @@ pub struct Harness {
 impl Harness {
     /// Loads a fresh copy of the program with empty maps.
     pub fn new() -> Self {
+        Self::with_capacity(None)
+    }
+
+    /// Like [`new`](Self::new), with the VIP and stats maps sized to `capacity` entries.
+    pub fn with_capacity(capacity: Option<u32>) -> Self {
         assert!(
             nix::unistd::geteuid().is_root(),
             "the kernel tests load BPF programs and must run as root (they never skip)"
         );
-        let mut ebpf = EbpfLoader::new().load(OBJECT).expect("load the XDP object");
+        let mut loader = EbpfLoader::new();
+        if let Some(n) = capacity {
+            for m in [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6] {
+                loader.map_max_entries(m, n);
+            }
+        }
+        let mut ebpf = loader.load(OBJECT).expect("load the XDP object");
         let prog: &mut Xdp = ebpf.program_mut(PROGRAM).unwrap().try_into().unwrap();
         prog.load().expect("the verifier accepts the program");
         let dp = Dataplane::from_ebpf(&mut ebpf, "test_run", IFINDEX).unwrap();

@@ -190,3 +190,52 @@ fn program_events_reach_the_log() {
     assert!(o.status.success(), "{err}");
     assert!(err.contains("10.77.0.100") && err.contains("address conflict"), "log was:\n{err}");
 }
+
+#[test]
+fn native_mode_failure_is_explained_and_auto_falls_back() {
+    let pair = Pair::new("modes");
+    let cli = Cli::new(&pair.node);
+    // The loopback device has no native XDP support.
+    let o = cli.output(&["load", "--iface", "lo", "--mode", "native"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(69), "{err}");
+    assert!(err.contains("native mode") && err.contains("--mode generic"), "{err}");
+    let out = cli.ok(&["load", "--iface", "lo", "--mode", "auto"]);
+    assert!(out.contains("in generic mode") && out.contains("native failed"), "{out}");
+}
+
+#[test]
+fn missing_privileges_are_named() {
+    let pair = Pair::new("noperm");
+    let cli = Cli::new(&pair.node);
+    let mut cmd = pair.node.nsenter_cmd("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(announcer_tests::cli::announcer_bin())
+        .arg("--pin-root")
+        .arg(cli.root())
+        .args(["load", "--iface", NODE_IF]);
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(77), "{err}");
+    assert!(err.contains("permission denied") && err.contains("CAP_BPF"), "{err}");
+}
+
+#[test]
+fn takeover_burst_moves_existing_neighbor_entries() {
+    let pair = Pair::new("burst");
+    let cli = Cli::new(&pair.node);
+    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    // The client believes the VIPs live at an old owner's MAC.
+    for vip in [VIP4.to_string(), VIP6.to_string()] {
+        pair.client.ip(&["neigh", "replace", &vip, "lladdr", "02:00:00:00:00:99", "dev", CLIENT_IF, "nud", "stale"]);
+    }
+    for vip in [VIP4.to_string(), VIP6.to_string()] {
+        let out = cli.ok(&["vip", "add", &vip, "--iface", NODE_IF, "--permanent", "--announce", "--count", "1"]);
+        assert!(out.contains("0 failed"), "{out}");
+    }
+    thread::sleep(Duration::from_millis(200));
+    for vip in [VIP4.to_string(), VIP6.to_string()] {
+        let n = pair.client.ip(&["neigh", "show", &vip, "dev", CLIENT_IF]);
+        assert!(n.contains("lladdr 02:00:00:00:00:01"), "{vip} not moved by the burst: {n}");
+    }
+}

@@ -279,3 +279,52 @@ fn other_interfaces_vips_are_not_answered() {
     assert_eq!(h.run(&frames::arp_request(CLIENT4, VIP4, None)).0, XDP_TX);
     assert_eq!(h.run(&frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 9), None)).0, XDP_PASS);
 }
+
+#[test]
+fn a_full_map_is_reported_as_such_and_loses_nothing() {
+    let mut h = Harness::with_capacity(Some(2));
+    let a = |i: u8| Vip::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 10 + i)), None).unwrap();
+    h.dp.upsert(a(1), VIP_MAC, Lifetime::Permanent).unwrap();
+    h.dp.upsert(a(2), VIP_MAC, Lifetime::Permanent).unwrap();
+    let err = h.dp.upsert(a(3), VIP_MAC, Lifetime::Permanent).unwrap_err();
+    assert!(matches!(err, announcer::error::Error::MapFull { family: "IPv4", .. }), "{err}");
+    assert_eq!(err.exit_code(), 73);
+    // Refreshing an existing entry still works when full, and both VIPs are still answered.
+    h.dp.upsert(a(2), VIP_MAC, Lifetime::Ttl(Duration::from_secs(5))).unwrap();
+    for i in [1u8, 2] {
+        assert_eq!(h.run(&frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 10 + i), None)).0, XDP_TX);
+    }
+}
+
+#[test]
+fn solicitations_that_would_be_answered_wrongly_pass() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    let sn: Ipv6Addr = "ff02::1:ff00:5".parse().unwrap();
+    let cases = [
+        ("multicast source", frames::ns("ff02::2".parse().unwrap(), sn, VIP6, Some(CLIENT_MAC), None)),
+        ("another host using the VIP", frames::ns(VIP6, sn, VIP6, Some(CLIENT_MAC), None)),
+        ("SLLAO is a group MAC", frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::BROADCAST), None)),
+        ("SLLAO is all-zero", frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::ZERO), None)),
+    ];
+    for (what, frame) in cases {
+        assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");
+    }
+    // A first SLLAO of 16 bytes is malformed even if an 8-byte one follows.
+    let mut f = frames::ns(CLIENT6, sn, VIP6, Some(CLIENT_MAC), None);
+    let icmp = 14 + 40;
+    f[icmp + 25] = 2; // SLLAO claims 16 bytes: append 8 more and fix the lengths
+    f.extend_from_slice(&[0; 8]);
+    let plen = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    let f = refill(f);
+    assert_eq!(h.run(&f), (XDP_PASS, f.clone()), "16-byte SLLAO");
+}
+
+#[test]
+fn arp_replies_claiming_a_vip_pass() {
+    let h = harness_with(&[(VIP4.into(), None)]);
+    let mut reply = frames::arp_request(VIP4, CLIENT4, None);
+    reply[21] = 2; // op = reply, sender = the VIP: someone else claims it
+    assert_eq!(h.run(&reply), (XDP_PASS, reply.clone()));
+    assert_eq!(counter(&h, Outcome::Passed), 1);
+}

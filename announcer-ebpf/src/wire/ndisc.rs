@@ -120,7 +120,8 @@ impl<T: AsRef<[u8]>> NdiscPacket<T> {
         NdiscHdr::ref_from_prefix(self.buffer.as_ref()).expect("checked in new_checked")
     }
 
-    /// Iterates over the options as `(type, whole option bytes)`.
+    /// Iterates over the options as `(type, whole option bytes)`. `new_checked` has rejected
+    /// zero-length and overrunning options, so every item is at least 8 bytes.
     pub fn options(&self) -> impl Iterator<Item = (u8, &[u8])> {
         let mut rest = &self.buffer.as_ref()[NdiscHdr::LEN..];
         core::iter::from_fn(move || {
@@ -134,11 +135,12 @@ impl<T: AsRef<[u8]>> NdiscPacket<T> {
         })
     }
 
-    /// The link-layer address carried in the first option of type `ty`, if any and if it is an
-    /// Ethernet-sized option.
+    /// The link-layer address carried in the first option of type `ty`, if there is one and it
+    /// is Ethernet-sized (8 bytes); a first option of another size yields `None`.
     pub fn lladdr_option(&self, ty: u8) -> Option<MacAddr> {
         self.options()
             .find(|(t, _)| *t == ty)
+            .filter(|(_, o)| o.len() == LinkLayerOpt::LEN)
             .and_then(|(_, o)| LinkLayerOpt::ref_from_prefix(o))
             .map(|o| MacAddr(o.addr))
     }

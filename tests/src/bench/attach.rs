@@ -1,6 +1,11 @@
 //! The XDP responder attached for the flood, exactly as the CLI attaches it (`loader::load` with
 //! pins, one VIP written through `Dataplane`), under a pin root of its own that is removed again
 //! on drop, also when the benchmark fails half-way.
+//!
+//! Native mode on a veth needs a second instance: the kernel delivers native `XDP_TX` frames to
+//! the peer veth only if the *peer* runs an XDP program too (`veth_xdp_flush` kicks the peer's
+//! NAPI only then; GRO alone enables the ring but nothing drains it). The peer gets the same
+//! program with no VIPs, which passes every frame.
 
 use std::{
     net::Ipv4Addr,
@@ -26,20 +31,36 @@ pub struct Attached {
 }
 
 impl Attached {
-    /// `/sys/fs/bpf/announcer-bench-<pid>`: unique to this process, never the agent's root.
-    pub fn pin_root() -> PathBuf {
-        PathBuf::from(format!("/sys/fs/bpf/announcer-bench-{}", std::process::id()))
+    /// `/sys/fs/bpf/announcer-bench-<pid>-<tag>`: unique to this process, never the agent's.
+    pub fn pin_root(tag: &str) -> PathBuf {
+        PathBuf::from(format!("/sys/fs/bpf/announcer-bench-{}-{tag}", std::process::id()))
+    }
+
+    /// Every pin root this module uses.
+    pub fn pin_roots() -> [PathBuf; 2] {
+        [Self::pin_root("node"), Self::pin_root("peer")]
     }
 
     /// Attaches in `mode` to `eth0` in `ns` and answers `vip` with `mac`.
-    pub fn new(ns: &Netns, mode: Mode, vip: Ipv4Addr, mac: MacAddr) -> Result<Self> {
+    pub fn responder(ns: &Netns, mode: Mode, vip: Ipv4Addr, mac: MacAddr) -> Result<Self> {
+        Self::new(ns, mode, "node", Some((vip, mac)))
+    }
+
+    /// Attaches in native mode to `eth0` in `ns` without VIPs: passes every frame.
+    pub fn pass(ns: &Netns) -> Result<Self> {
+        Self::new(ns, Mode::Native, "peer", None)
+    }
+
+    fn new(ns: &Netns, mode: Mode, tag: &str, vip: Option<(Ipv4Addr, MacAddr)>) -> Result<Self> {
         // The guard exists before anything is pinned, so a failed attach cleans up too.
-        let mut me = Self { root: Self::pin_root(), dp: None };
+        let mut me = Self { root: Self::pin_root(tag), dp: None };
         let root = me.root.clone();
         let dp = ns.enter(|| -> Result<Dataplane> {
             loader::load(&root, IFACE, mode).with_context(|| format!("attaching in {mode} mode"))?;
             let mut dp = Dataplane::open(&root, IFACE)?;
-            dp.upsert(Vip::new(vip.into(), None)?, mac, Lifetime::Permanent)?;
+            if let Some((vip, mac)) = vip {
+                dp.upsert(Vip::new(vip.into(), None)?, mac, Lifetime::Permanent)?;
+            }
             Ok(dp)
         })?;
         me.dp = Some(dp);
@@ -58,6 +79,21 @@ impl Drop for Attached {
     fn drop(&mut self) {
         self.dp = None;
         cleanup(&self.root);
+    }
+}
+
+/// Removes the pin roots of bench processes that no longer exist (killed before their guards
+/// ran): `/sys/fs/bpf/announcer-bench-<pid>-*` with a dead `<pid>`. Namespaces of such runs are
+/// swept by the netns harness; their programs go with them, only the pins stay behind.
+pub fn sweep_stale() {
+    let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("announcer-bench-") else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            cleanup(&e.path());
+        }
     }
 }
 

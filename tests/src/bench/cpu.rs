@@ -46,6 +46,35 @@ pub fn thread_s() -> f64 {
     rusage_s(libc::RUSAGE_THREAD)
 }
 
+/// Busy cores of the whole machine, averaged over `window`.
+pub fn busy_cores(window: std::time::Duration) -> Result<f64> {
+    let a = machine_busy_s()?;
+    std::thread::sleep(window);
+    Ok((machine_busy_s()? - a) / window.as_secs_f64())
+}
+
+/// Waits, up to `max_wait`, until the machine is quiet (under `limit` busy cores over half a
+/// second), telling `progress` while it waits; returns the last reading. Another process's
+/// load would be counted as the responder's, since only the machine-wide figure sees softirq
+/// work.
+pub fn wait_quiet(limit: f64, max_wait: std::time::Duration, progress: &dyn Fn(&str)) -> Result<f64> {
+    let start = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        let busy = busy_cores(std::time::Duration::from_millis(500))?;
+        if busy < limit || start.elapsed() >= max_wait {
+            if busy >= limit {
+                progress(&format!("warning: machine still busy ({busy:.2} cores) after {max_wait:?}; measuring anyway"));
+            }
+            return Ok(busy);
+        }
+        if !told {
+            progress(&format!("waiting for the machine to go quiet ({busy:.2} cores busy elsewhere)"));
+            told = true;
+        }
+    }
+}
+
 /// A point in time to measure CPU from.
 #[derive(Clone, Copy, Debug)]
 pub struct Snapshot {

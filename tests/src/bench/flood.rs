@@ -9,10 +9,16 @@
 //! CPU: on a veth, the node's receive path (and everything the kernel or XDP does with the
 //! request) runs in softirq context on the *sender's* core, so the sender, not the responder,
 //! sets the pace, and a costlier responder shows up as fewer requests sent in the same busy
-//! time. A responder's CPU is therefore the machine's busy time during the run minus
-//! `requests sent × (busy time per request of the baseline)`, the baseline being the same flood
-//! for an address nobody answers (measured before and after the others, averaged). What is left
-//! is what answering cost: the responder itself, sending the reply, and the client receiving it.
+//! time; subtracting a baseline's busy *seconds* would leave about nothing. A responder's CPU is
+//! therefore the machine's busy time during the run minus `requests sent × (busy time per
+//! request of the baseline)`. The baseline is the same flood (ARP requests for an address
+//! nobody answers) with the node's eth0 set `NOARP`, so the kernel discards each request on
+//! arrival: it holds the sender's, the veth's and the skb's cost and nothing else, and is
+//! measured before and after the others (averaged; both printed as a drift check). What is
+//! left for a responder is what answering cost: the responder itself (for the userspace one,
+//! also the kernel's own processing of each request, which it does not skip) and sending the
+//! reply. A second reference run, the kernel processing and ignoring requests for an address
+//! nobody has, is reported for comparison but not subtracted.
 
 use std::{
     net::Ipv4Addr,
@@ -25,32 +31,42 @@ use std::{
 
 use announcer::loader::Mode;
 use announcer_ebpf::wire::{ArpOperation, ArpRepr, EthernetRepr, MacAddr, frame};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 
 use super::{
     attach::Attached,
-    cpu::{Snapshot, Used},
+    cpu::{self, Snapshot, Used},
     packet::{ETH_P_ARP, PacketSocket},
     userspace::Responder,
 };
-use crate::netns::{CLIENT_MAC, NODE_MAC, Netns, Pair};
+use crate::netns::{NODE_MAC, Netns, Pair};
 
 /// The VIP flooded for.
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
-/// An address nobody answers (the baseline).
+/// An address nobody answers (the baselines).
 pub const NOBODY: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 200);
+/// Sender MAC of the flood: a host behind the client, not the client's own MAC, so the client
+/// discards each answer on arrival (`PACKET_OTHERHOST`) instead of processing it. The answers
+/// still count in its veth's `rx_packets`, and the receiving end's cost stays out of the
+/// responders' figures (on a real segment it is another host's CPU).
+pub const FLOOD_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x99]);
 /// Distinct sender addresses the flood cycles through (10.77.0.10 and up).
 const SENDERS: u8 = 64;
 
 /// Who answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
-    /// Nobody: the flood is for [`NOBODY`].
+    /// The baseline: the node's eth0 is `NOARP`, so the kernel discards the requests (for
+    /// [`NOBODY`]) on arrival. Sender, veth and skb cost only; subtracted from every other run.
     Baseline,
+    /// Nobody answers, but the kernel processes each request (for [`NOBODY`]) and ignores it:
+    /// what a request costs the node when no one answers. Reported, not subtracted.
+    KernelIgnores,
     /// The XDP program, generic (skb) mode.
     XdpGeneric,
-    /// The XDP program, native (driver) mode; the client veth has GRO on so that `XDP_TX`
-    /// frames are delivered (veth needs NAPI on the peer).
+    /// The XDP program, native (driver) mode. The client veth runs the same program without
+    /// VIPs (it passes every frame), because veth delivers native `XDP_TX` frames only to a peer
+    /// that runs XDP; that pass run per answer is counted against this row.
     XdpNative,
     /// The kernel: VIP as a /32 on the node's eth0.
     Kernel,
@@ -59,10 +75,16 @@ pub enum Who {
 }
 
 impl Who {
+    /// Whether this run has a responder (the others are references without answers).
+    pub fn answers(self) -> bool {
+        !matches!(self, Who::Baseline | Who::KernelIgnores)
+    }
+
     /// Row name.
     pub fn name(self) -> &'static str {
         match self {
-            Who::Baseline => "flood_baseline_unanswered",
+            Who::Baseline => "flood_baseline_discard",
+            Who::KernelIgnores => "flood_kernel_ignores",
             Who::XdpGeneric => "flood_xdp_generic",
             Who::XdpNative => "flood_xdp_native",
             Who::Kernel => "flood_kernel",
@@ -88,6 +110,8 @@ pub struct Run {
     pub cpu: Used,
     /// For the userspace responder: its thread's own CPU seconds.
     pub thread_cpu_s: Option<f64>,
+    /// Busy cores of the machine just before the run (should be about 0).
+    pub background_busy_cores: f64,
 }
 
 /// A responder's row: its run, or why it could not run.
@@ -107,9 +131,21 @@ impl Row {
         self.run.as_ref().ok().map(|r| r.answers as f64 / r.send_s.max(1e-9))
     }
 
+    /// CPU ns attributed to the responder per request sent.
+    pub fn cpu_ns_per_request(&self) -> Option<f64> {
+        let r = self.run.as_ref().ok()?;
+        Some(self.net_cpu_s? * 1e9 / r.sent.max(1) as f64)
+    }
+
+    /// CPU ns attributed to the responder per answer.
+    pub fn cpu_ns_per_answer(&self) -> Option<f64> {
+        let r = self.run.as_ref().ok().filter(|r| self.who.answers() && r.answers > 0)?;
+        Some(self.net_cpu_s? * 1e9 / r.answers as f64)
+    }
+
     /// Answers per CPU second spent answering.
     pub fn answers_per_cpu_s(&self) -> Option<f64> {
-        let r = self.run.as_ref().ok()?;
+        let r = self.run.as_ref().ok().filter(|_| self.who.answers())?;
         let cpu = self.net_cpu_s?;
         (cpu > 0.0).then(|| r.answers as f64 / cpu)
     }
@@ -134,7 +170,7 @@ impl FloodReport {
 
 /// The `i`-th request of the flood for `target`.
 fn request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
-    let mac = MacAddr(CLIENT_MAC);
+    let mac = FLOOD_MAC;
     frame::arp(
         buf,
         &EthernetRepr { src: mac, dst: MacAddr::BROADCAST, vlan: None, ethertype: 0 },
@@ -195,7 +231,7 @@ fn measure(pair: &Pair, target: Ipv4Addr, dur: Duration, count: &dyn Fn() -> Res
     let cpu = snap.since()?;
     let (rx1, c1) = (packets(&pair.client, "rx")?, count()?);
     let responder_count = c0.zip(c1).map(|(a, b)| b - a);
-    Ok(Run { sent, send_errors, send_s, answers: rx1 - rx0, responder_count, cpu, thread_cpu_s: None })
+    Ok(Run { sent, send_errors, send_s, answers: rx1 - rx0, responder_count, cpu, ..Run::default() })
 }
 
 fn none() -> Result<Option<u64>> {
@@ -203,22 +239,10 @@ fn none() -> Result<Option<u64>> {
 }
 
 fn run_xdp(pair: &Pair, mode: Mode, dur: Duration) -> Result<Run> {
-    let native = mode == Mode::Native;
-    if native {
-        // Native XDP_TX on veth delivers only if the peer runs NAPI (an XDP program or GRO).
-        let out = pair.client.exec(&["ethtool", "-K", "eth0", "gro", "on"]);
-        if !out.status.success() {
-            bail!("enabling GRO on the client veth: {}", String::from_utf8_lossy(&out.stderr));
-        }
-    }
-    let result = (|| {
-        let xdp = Attached::new(&pair.node, mode, VIP, MacAddr(NODE_MAC))?;
-        measure(pair, VIP, dur, &|| xdp.arp_answered().map(Some))
-    })();
-    if native {
-        let _ = pair.client.exec(&["ethtool", "-K", "eth0", "gro", "off"]);
-    }
-    result
+    // Native XDP_TX on veth is delivered only if the peer runs XDP too (see `attach`).
+    let _peer = if mode == Mode::Native { Some(Attached::pass(&pair.client)?) } else { None };
+    let xdp = Attached::responder(&pair.node, mode, VIP, MacAddr(NODE_MAC))?;
+    measure(pair, VIP, dur, &|| xdp.arp_answered().map(Some))
 }
 
 fn run_kernel(pair: &Pair, dur: Duration) -> Result<Run> {
@@ -272,21 +296,39 @@ fn run_userspace(pair: &Pair, dur: Duration) -> Result<Run> {
     })
 }
 
+fn run_discard(pair: &Pair, dur: Duration) -> Result<Run> {
+    pair.node.ip(&["link", "set", "eth0", "arp", "off"]);
+    let result = measure(pair, NOBODY, dur, &none);
+    pair.node.ip(&["link", "set", "eth0", "arp", "on"]);
+    result
+}
+
 /// Runs the baseline, every responder, and the baseline again; `progress` gets one line each.
 pub fn run(seconds: f64, progress: impl Fn(&str)) -> Result<FloodReport> {
     let dur = Duration::from_secs_f64(seconds);
     let pair = Pair::new("bench");
-    let order = [Who::Baseline, Who::XdpGeneric, Who::XdpNative, Who::Kernel, Who::Userspace, Who::Baseline];
+    let order = [
+        Who::Baseline,
+        Who::KernelIgnores,
+        Who::XdpGeneric,
+        Who::XdpNative,
+        Who::Kernel,
+        Who::Userspace,
+        Who::Baseline,
+    ];
     let mut rows = Vec::new();
     for who in order {
+        let background = cpu::wait_quiet(0.15, Duration::from_secs(60), &progress)?;
         progress(&format!("flood: {} for {seconds} s", who.name()));
         let run = match who {
-            Who::Baseline => measure(&pair, NOBODY, dur, &none),
+            Who::Baseline => run_discard(&pair, dur),
+            Who::KernelIgnores => measure(&pair, NOBODY, dur, &none),
             Who::XdpGeneric => run_xdp(&pair, Mode::Generic, dur),
             Who::XdpNative => run_xdp(&pair, Mode::Native, dur),
             Who::Kernel => run_kernel(&pair, dur),
             Who::Userspace => run_userspace(&pair, dur),
         };
+        let run = run.map(|r| Run { background_busy_cores: background, ..r });
         if let Err(e) = &run {
             progress(&format!("flood: {} failed: {e:#}", who.name()));
         }

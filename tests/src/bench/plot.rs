@@ -48,7 +48,7 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
         .draw()
         .map_err(|e| err(&e))?;
 
-    let colors = [RED, BLUE, GREEN, BLACK];
+    let colors = [RED, BLUE, RGBColor(0, 150, 0), BLACK];
     for (k, color) in report.kinds.iter().zip(colors) {
         let points: Vec<(f64, f64)> = (0..=1000)
             .map(|q| {

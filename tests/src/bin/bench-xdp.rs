@@ -41,15 +41,18 @@ fn main() -> Result<()> {
         "run as root: the benchmark loads BPF programs and creates network namespaces"
     );
 
+    attach::sweep_stale();
     progress("cost: loading announcer + reflect for BPF_PROG_TEST_RUN");
     let cost = cost::run(args.frames, progress)?;
     plot::write_cdf(&cost, &args.plot).with_context(|| format!("writing {}", args.plot.display()))?;
-    let plot_path = args.plot.display().to_string();
+    let plot_path = std::fs::canonicalize(&args.plot).unwrap_or(args.plot.clone()).display().to_string();
     progress(&format!("cost: done; plot written to {plot_path}"));
 
     let flood = flood::run(args.seconds, progress);
     // Pins are removed by the responder's guard; make sure, also after a failure.
-    attach::cleanup(&Attached::pin_root());
+    for root in Attached::pin_roots() {
+        attach::cleanup(&root);
+    }
     let flood = flood?;
 
     let targets = report::targets(&cost, &flood);
