@@ -45,6 +45,12 @@ pub const MAX_NEIGHBOR_ADVERTISEMENT: u32 = 3;
 /// (§6.3.4); the default is used here, since the announcer does not track Router Advertisements.
 pub const RETRANS_TIMER: Duration = Duration::from_secs(1);
 
+/// The least spacing between ARP announcement rounds, and the most rounds: a configuration
+/// like `count = 1000, interval = 0` would otherwise flood the segment with broadcasts.
+pub const MIN_ARP_INTERVAL: Duration = Duration::from_millis(10);
+/// See [`MIN_ARP_INTERVAL`].
+pub const MAX_ARP_ROUNDS: u32 = 100;
+
 /// The highest usable 802.1Q VLAN id (4095 is reserved, IEEE 802.1Q §9.6).
 pub const MAX_VLAN_ID: u16 = 4094;
 
@@ -61,8 +67,8 @@ pub const MAX_VLAN_ID: u16 = 4094;
 /// families fail over alike; for comparison, RFC 5227 §2.3 announces a newly claimed address
 /// with `ANNOUNCE_NUM` = 2 ARP Announcements `ANNOUNCE_INTERVAL` = 2 s apart.
 ///
-/// IPv4 uses the configuration as given (with at least one round); IPv6 uses
-/// [`paced_for_ipv6`](Self::paced_for_ipv6).
+/// IPv4 uses the configuration with at least one round, at most [`MAX_ARP_ROUNDS`], at least
+/// [`MIN_ARP_INTERVAL`] apart; IPv6 uses [`paced_for_ipv6`](Self::paced_for_ipv6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BurstConfig {
     /// Number of rounds, the immediate one included. 0 is treated as 1.
@@ -337,7 +343,10 @@ impl Plan {
     /// The schedule actually used for `vip`: IPv6 paced per RFC 4861 §7.2.6, at least one round.
     fn schedule(vip: IpAddr, cfg: &BurstConfig) -> BurstConfig {
         let cfg = match vip {
-            IpAddr::V4(_) => *cfg,
+            IpAddr::V4(_) => BurstConfig {
+                count: cfg.count.min(MAX_ARP_ROUNDS),
+                interval: cfg.interval.max(MIN_ARP_INTERVAL),
+            },
             IpAddr::V6(_) => cfg.paced_for_ipv6(),
         };
         BurstConfig {

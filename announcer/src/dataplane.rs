@@ -233,6 +233,15 @@ impl Dataplane {
         Ok(())
     }
 
+    /// Moves entries keyed with another interface index (left from before the interface was
+    /// recreated; the maps are per interface, so every entry belongs here) to this one. Returns
+    /// how many moved.
+    pub fn rekey(&mut self) -> Result<usize> {
+        let (ifindex, iface) = (self.ifindex, self.iface.as_str());
+        Ok(rekey_map(&mut self.v4, &mut self.stats_v4, ifindex, iface, "IPv4")?
+            + rekey_map(&mut self.v6, &mut self.stats_v6, ifindex, iface, "IPv6")?)
+    }
+
     /// Every VIP of this interface with its MAC, time to expiry and counters, sorted.
     pub fn list(&self) -> Result<Vec<VipStatus>> {
         let now = clock::monotonic_ns();
@@ -266,6 +275,52 @@ impl Dataplane {
         }
         Ok(out)
     }
+}
+
+/// A VIP key whose interface index can be rewritten.
+trait IfindexKey: aya::Pod {
+    fn ifindex(&self) -> u32;
+    fn with_ifindex(self, ifindex: u32) -> Self;
+}
+
+impl IfindexKey for VipKeyV4 {
+    fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+    fn with_ifindex(self, ifindex: u32) -> Self {
+        Self { ifindex, ..self }
+    }
+}
+
+impl IfindexKey for VipKeyV6 {
+    fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+    fn with_ifindex(self, ifindex: u32) -> Self {
+        Self { ifindex, ..self }
+    }
+}
+
+/// Moves every entry (and its counters) not keyed with `ifindex` to `ifindex`.
+fn rekey_map<K: IfindexKey>(
+    vips: &mut HashMap<MapData, K, VipEntry>,
+    stats: &mut PerCpuHashMap<MapData, K, VipStats>,
+    ifindex: u32,
+    iface: &str,
+    family: &'static str,
+) -> Result<usize> {
+    let old: Vec<(K, VipEntry)> =
+        vips.iter().filter_map(|r| r.ok()).filter(|(k, _)| k.ifindex() != ifindex).collect();
+    for (k, e) in &old {
+        let new = k.with_ifindex(ifindex);
+        if let Ok(st) = stats.get(k, 0) {
+            let _ = stats.insert(new, st, 0);
+            let _ = stats.remove(k);
+        }
+        vips.insert(new, *e, 0).map_err(|e| map_full_or(e, iface, family))?;
+        let _ = vips.remove(k);
+    }
+    Ok(old.len())
 }
 
 fn sum(v: PerCpuValues<VipStats>) -> VipStats {

@@ -11,6 +11,7 @@ pub mod announce;
 pub mod clock;
 pub mod dataplane;
 pub mod error;
+pub mod linkinfo;
 pub mod loader;
 pub mod logs;
 pub mod netif;

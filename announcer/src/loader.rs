@@ -109,6 +109,9 @@ pub struct LoadReport {
     pub attached: Option<Mode>,
     /// Why native mode was not used, when `Auto` fell back.
     pub fallback_reason: Option<String>,
+    /// When a stale pin was replaced: the index its link was attached to (0 if detached). The
+    /// VIP entries were re-keyed to the new index.
+    pub stale_ifindex: Option<u32>,
     /// Kernel id of the running program.
     pub program_id: u32,
 }
@@ -123,21 +126,33 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
         _ => Error::io(format!("creating {}", pins.dir().display()), e),
     })?;
 
+    let mut stale = None;
     if pins.is_loaded() {
-        let link = PinnedLink::from_pin(pins.link())
-            .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
-        let program_id = FdLink::from(link)
-            .info()
-            .map_err(|e| Error::bpf("reading link info", e))?
-            .program_id();
-        // Dropping the FdLink closes our fd only; the pin keeps the link.
-        return Ok(LoadReport {
-            iface: iface.to_owned(),
-            ifindex,
-            attached: None,
-            fallback_reason: None,
-            program_id,
-        });
+        let attached_to = crate::linkinfo::xdp_link_ifindex(&pins.link())
+            .map_err(|e| Error::bpf(format!("reading {}", pins.link().display()), e))?;
+        if attached_to == ifindex {
+            let link = PinnedLink::from_pin(pins.link())
+                .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
+            let program_id = FdLink::from(link)
+                .info()
+                .map_err(|e| Error::bpf("reading link info", e))?
+                .program_id();
+            // Dropping the FdLink closes our fd only; the pin keeps the link.
+            return Ok(LoadReport {
+                iface: iface.to_owned(),
+                ifindex,
+                attached: None,
+                fallback_reason: None,
+                stale_ifindex: None,
+                program_id,
+            });
+        }
+        // The interface was deleted (link detached, ifindex 0) or recreated (new index): the pin
+        // is stale. Replace the attachment, keep the maps and move their entries over.
+        tracing::warn!(%iface, attached_to, ifindex, "pinned link is stale (interface recreated?); re-attaching");
+        std::fs::remove_file(pins.link())
+            .map_err(|e| Error::io(format!("removing {}", pins.link().display()), e))?;
+        stale = Some(attached_to);
     }
 
     let mut loader = EbpfLoader::new();
@@ -170,7 +185,18 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
     let link = FdLink::try_from(link).map_err(|e| Error::bpf("converting the XDP link", e))?;
     link.pin(pins.link()).map_err(|e| Error::bpf(format!("pinning {}", pins.link().display()), e))?;
     tracing::info!(%iface, mode = %used, program_id, "XDP responder attached");
-    Ok(LoadReport { iface: iface.to_owned(), ifindex, attached: Some(used), fallback_reason, program_id })
+    if stale.is_some() {
+        let moved = crate::dataplane::Dataplane::open(root, iface)?.rekey()?;
+        tracing::info!(%iface, moved, "VIP entries moved to the new interface index");
+    }
+    Ok(LoadReport {
+        iface: iface.to_owned(),
+        ifindex,
+        attached: Some(used),
+        fallback_reason,
+        stale_ifindex: stale,
+        program_id,
+    })
 }
 
 fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::xdp::XdpLinkId> {

@@ -206,6 +206,18 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ModeArg::Generic => Mode::Generic,
             };
             let r = loader::load(root, &iface, mode)?;
+            if let Some(old) = r.stale_ifindex {
+                println!(
+                    "replaced a stale attachment (was on ifindex {old}: the interface was recreated); VIPs kept"
+                );
+                let now = netif::mac(&iface)?;
+                for v in Dataplane::open(root, &iface)?.list()?.iter().filter(|v| v.mac != now) {
+                    println!(
+                        "warning: {} answers with {}, but {iface} is now {now}: re-add it if that was the old interface's MAC",
+                        v.vip.addr, v.mac
+                    );
+                }
+            }
             match r.attached {
                 Some(m) => println!(
                     "attached to {} (ifindex {}) in {m} mode, program id {}{}",

@@ -239,3 +239,39 @@ fn takeover_burst_moves_existing_neighbor_entries() {
         assert!(n.contains("lladdr 02:00:00:00:00:01"), "{vip} not moved by the burst: {n}");
     }
 }
+
+#[test]
+fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
+    let pair = Pair::new("recreate");
+    let cli = Cli::new(&pair.node);
+    // (No dummy driver on every kernel: a veth pair inside the namespace serves.)
+    let make = || {
+        pair.node.ip(&["link", "add", "dum0", "type", "veth", "peer", "name", "dum1"]);
+        pair.node.ip(&["link", "set", "dum0", "up"]);
+    };
+    make();
+    cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
+    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", "dum0", "--permanent"]);
+    let before = cli.status()[0]["ifindex"].as_u64().unwrap();
+
+    pair.node.ip(&["link", "del", "dum0"]);
+    make();
+    assert!(!pair.node.ip(&["-d", "link", "show", "dum0"]).contains("xdpgeneric"));
+
+    let out = cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
+    assert!(out.contains("replaced a stale attachment"), "{out}");
+    assert!(pair.node.ip(&["-d", "link", "show", "dum0"]).contains("xdpgeneric"));
+    let s = cli.status();
+    let after = s[0]["ifindex"].as_u64().unwrap();
+    assert_ne!(before, after);
+    assert_eq!(s[0]["vips"][0]["vip"], VIP4.to_string(), "{s}");
+    let dump = std::process::Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(cli.root().join("dum0/VIPS_V4"))
+        .output()
+        .unwrap();
+    let dump: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
+    assert_eq!(dump[0]["formatted"]["key"]["ifindex"].as_u64(), Some(after), "entry re-keyed: {dump}");
+    // The new interface has a new MAC; the CLI said so.
+    assert!(out.contains("answers with"), "{out}");
+}

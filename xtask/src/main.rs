@@ -5,6 +5,7 @@
 //! else runs the workspace's own binaries and tests.
 
 mod setup;
+mod test_summary;
 
 use std::{
     path::{Path, PathBuf},
@@ -87,7 +88,7 @@ fn main() -> Result<()> {
             setup::ensure()?;
             let mut a = vec!["test", "--workspace"];
             a.extend(args.iter().map(String::as_str));
-            cargo(&root, &a)
+            test_summary::run(&root, &a)
         }
         Cmd::Bench { which, json, args } => {
             require_root("benchmarks load BPF programs")?;

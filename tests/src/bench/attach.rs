@@ -99,14 +99,14 @@ pub fn sweep_stale() {
 
 /// Removes the pins (which detaches the program) and the root directory.
 pub fn cleanup(root: &Path) {
-    if root.join(IFACE).exists() {
-        if let Err(e) = loader::unload(root, IFACE) {
-            eprintln!("warning: unloading the bench responder under {}: {e}", root.display());
-        }
+    if root.join(IFACE).exists()
+        && let Err(e) = loader::unload(root, IFACE)
+    {
+        eprintln!("warning: unloading the bench responder under {}: {e}", root.display());
     }
-    if root.exists() {
-        if let Err(e) = std::fs::remove_dir(root) {
-            eprintln!("warning: removing {}: {e}", root.display());
-        }
+    if root.exists()
+        && let Err(e) = std::fs::remove_dir(root)
+    {
+        eprintln!("warning: removing {}: {e}", root.display());
     }
 }

@@ -198,15 +198,13 @@ fn send_flood(client: &Netns, target: Ipv4Addr, dur: Duration) -> Result<(u64, u
             .collect();
         let (mut sent, mut errors) = (0u64, 0u64);
         let start = Instant::now();
-        'outer: loop {
+        // The clock is read once per pass over the frames, not per frame.
+        while start.elapsed() < dur {
             for f in &frames {
                 match sock.send(f, ETH_P_ARP) {
                     Ok(()) => sent += 1,
                     Err(_) => errors += 1,
                 }
-            }
-            if start.elapsed() >= dur {
-                break 'outer;
             }
         }
         Ok((sent, errors, start.elapsed().as_secs_f64()))
