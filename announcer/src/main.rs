@@ -246,6 +246,13 @@ fn run(cli: Cli) -> Result<(), Error> {
             let lifetime = if permanent { Lifetime::Permanent } else { Lifetime::Ttl(ttl) };
             Dataplane::open(root, &at.iface)?.upsert(v, mac, lifetime)?;
             println!("answering for {vip} on {} as {mac}", describe(&at.iface, v.vlan));
+            if v.vlan != 0 && netif::rx_vlan_offload(&at.iface) == Some(true) {
+                eprintln!(
+                    "note: {iface} has rx-vlan-offload on; NICs that strip 802.1Q tags in hardware hide them \
+                     from XDP (veth does not). If tagged requests go unanswered: ethtool -K {iface} rxvlan off",
+                    iface = at.iface
+                );
+            }
             if announce {
                 send_burst(&at, vip, mac, &burst.config())?;
             }

@@ -275,3 +275,44 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
     // The new interface has a new MAC; the CLI said so.
     assert!(out.contains("answers with"), "{out}");
 }
+
+#[test]
+fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
+    use announcer::announce::PacketSocket;
+    use announcer_tests::frames;
+    for mode in ["native", "generic"] {
+        let pair = Pair::new(&format!("vlan-{mode}"));
+        let cli = Cli::new(&pair.node);
+        let peer = Cli::new(&pair.client);
+        cli.ok(&["load", "--iface", NODE_IF, "--mode", mode]);
+        if mode == "native" {
+            peer.ok(&["load", "--iface", CLIENT_IF, "--mode", "native"]);
+        }
+        cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--vlan", "100", "--permanent"]);
+        let mut capture = pair
+            .client
+            .nsenter_cmd("tcpdump")
+            .args(["-n", "-e", "-l", "-c", "1", "-i", CLIENT_IF, "vlan 100 and arp[6:2] = 2"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        thread::sleep(Duration::from_millis(400));
+        // No 802.1Q module here: the tagged request is written raw, as a switch would deliver it.
+        pair.client.enter(|| {
+            let ifindex = announcer::netif::ifindex(CLIENT_IF).unwrap();
+            let sock = PacketSocket::open(ifindex).unwrap();
+            let mut req = frames::arp_request(Ipv4Addr::new(10, 77, 0, 2), VIP4, Some(100));
+            req[6..12].copy_from_slice(&announcer_tests::netns::CLIENT_MAC);
+            req[26..32].copy_from_slice(&announcer_tests::netns::CLIENT_MAC); // ar$sha, after the tag
+            sock.send(&req).unwrap();
+        });
+        thread::sleep(Duration::from_millis(300));
+        let _ = capture.kill();
+        let seen = String::from_utf8_lossy(&capture.wait_with_output().unwrap().stdout).into_owned();
+        let list: serde_json::Value = serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
+        assert_eq!(list[0]["answered"], 1, "{mode}: not answered on VLAN 100: {list}\n{}", cli.ok(&["status"]));
+        assert!(seen.contains("vlan 100") && seen.contains("is-at 02:00:00:00:00:01"), "{mode}: client saw: {seen}");
+        drop(peer);
+    }
+}
