@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use super::{
     cost::{CostReport, Kind},
-    flood::{ATTEMPTS, FloodReport, MAX_OUTSIDE_CORES, Row, Who},
+    flood::{ATTEMPTS, FloodReport, Row, Who},
 };
 
 /// Most an answer may cost per frame, in floor medians.
@@ -116,7 +116,7 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
     if let Some(t) = flood.get(Who::Userspace).and_then(|r| r.run.as_ref().ok()?.thread_cpu_s) {
         let _ = writeln!(s, "userspace responder thread's own CPU: {t:.3} s (included in its cpu_s)");
     }
-    let disturbed = flood.rows.iter().filter_map(|r| r.run.as_ref().ok()).any(|r| r.outside_process_cores() > MAX_OUTSIDE_CORES);
+    let disturbed = flood.rows.iter().filter_map(|r| r.run.as_ref().ok()).any(|r| r.disturbed());
     if disturbed {
         let _ = writeln!(s, "(!) = other load ran during the run even after {ATTEMPTS} attempts: its cpu_s is not trustworthy");
     }
@@ -136,7 +136,7 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
 fn flood_line(s: &mut String, row: &Row) {
     match &row.run {
         Ok(r) => {
-            let disturbed = if r.outside_process_cores() > MAX_OUTSIDE_CORES { " (!)" } else { "" };
+            let disturbed = if r.disturbed() { " (!)" } else { "" };
             let _ = writeln!(
                 s,
                 "{:<26} {:>9} {:>9} {:>9.0} {:>10.0} {:>7.2} {:>7} {:>8} {:>13} {:>9}{disturbed}",
@@ -178,6 +178,8 @@ fn flood_json(row: &Row) -> Value {
             "cpu_ns_per_answer": row.cpu_ns_per_answer(),
             "background_busy_cores": r.background_busy_cores,
             "outside_process_cores": r.outside_process_cores(),
+            "other_processes_cores": r.others_cores(),
+            "disturbed": r.disturbed(),
             "responder_thread_cpu_s": r.thread_cpu_s,
         }),
         Err(e) => json!({ "part": "flood", "name": row.who.name(), "error": e }),
