@@ -12,8 +12,11 @@ pub fn sanitize(obj: &mut [u8]) -> Result<usize, String> {
     use object::{Object, ObjectSection};
     let (off, size) = {
         let file = object::File::parse(&*obj).map_err(|e| e.to_string())?;
-        let Some(sec) = file.section_by_name(".BTF") else { return Ok(0) };
-        sec.file_range().ok_or("the .BTF section has no file data")?
+        let Some(sec) = file.section_by_name(".BTF") else {
+            return Ok(0);
+        };
+        sec.file_range()
+            .ok_or("the .BTF section has no file data")?
     };
     let btf = &mut obj[off as usize..(off + size) as usize];
     let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
@@ -33,13 +36,13 @@ pub fn sanitize(obj: &mut [u8]) -> Result<usize, String> {
         names.push(name_off);
         p += 12;
         let (members, each) = match kind {
-            1 | 14 | 17 => (0, 4),   // INT, VAR, DECL_TAG: one u32
-            3 => (0, 12),            // ARRAY
-            4 | 5 => (vlen, 12),     // STRUCT, UNION: named members
-            6 => (vlen, 8),          // ENUM: named values
-            19 => (vlen, 12),        // ENUM64
-            13 => (vlen, 8),         // FUNC_PROTO: named params
-            15 => (0, 12 * vlen),    // DATASEC: no names
+            1 | 14 | 17 => (0, 4), // INT, VAR, DECL_TAG: one u32
+            3 => (0, 12),          // ARRAY
+            4 | 5 => (vlen, 12),   // STRUCT, UNION: named members
+            6 => (vlen, 8),        // ENUM: named values
+            19 => (vlen, 12),      // ENUM64
+            13 => (vlen, 8),       // FUNC_PROTO: named params
+            15 => (0, 12 * vlen),  // DATASEC: no names
             _ => (0, 0),
         };
         if members > 0 {

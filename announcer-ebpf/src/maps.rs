@@ -60,14 +60,24 @@ pub struct VipKeyV6 {
 impl VipKeyV4 {
     /// A key with the reserved field zeroed.
     pub const fn new(ifindex: u32, vlan: u16, addr: [u8; 4]) -> Self {
-        Self { ifindex, vlan, reserved: 0, addr }
+        Self {
+            ifindex,
+            vlan,
+            reserved: 0,
+            addr,
+        }
     }
 }
 
 impl VipKeyV6 {
     /// A key with the reserved field zeroed.
     pub const fn new(ifindex: u32, vlan: u16, addr: [u8; 16]) -> Self {
-        Self { ifindex, vlan, reserved: 0, addr }
+        Self {
+            ifindex,
+            vlan,
+            reserved: 0,
+            addr,
+        }
     }
 }
 
@@ -193,10 +203,17 @@ mod tests {
 
     #[test]
     fn expiry_is_exclusive_and_permanent_never_expires() {
-        let e = VipEntry { mac: [2, 0, 0, 0, 0, 1], flags: 0, expires_ns: 100 };
+        let e = VipEntry {
+            mac: [2, 0, 0, 0, 0, 1],
+            flags: 0,
+            expires_ns: 100,
+        };
         assert!(e.is_live(99));
         assert!(!e.is_live(100));
-        let p = VipEntry { expires_ns: NEVER_EXPIRES, ..e };
+        let p = VipEntry {
+            expires_ns: NEVER_EXPIRES,
+            ..e
+        };
         assert!(p.is_live(u64::MAX - 1));
     }
 

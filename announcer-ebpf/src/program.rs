@@ -68,7 +68,14 @@ const MAX_ND_LEN: usize = 64;
 
 #[xdp]
 pub fn announcer(ctx: XdpContext) -> u32 {
-    let mut note = Note { outcome: Outcome::Passed as u32, event: NO_EVENT, addr: [0; 16], mac: [0; 6], v6: 0, reserved: 0 };
+    let mut note = Note {
+        outcome: Outcome::Passed as u32,
+        event: NO_EVENT,
+        addr: [0; 16],
+        mac: [0; 6],
+        v6: 0,
+        reserved: 0,
+    };
     let action = classify(&ctx, &mut note);
     if let Some(c) = COUNTERS.get_ptr_mut(note.outcome) {
         // SAFETY: per-CPU slot, only this program on this CPU touches it.
@@ -87,7 +94,9 @@ pub fn announcer(ctx: XdpContext) -> u32 {
 /// by the loader.
 #[xdp]
 pub fn reflect(ctx: XdpContext) -> u32 {
-    let Some(eth) = ptr_at::<EthHdr>(&ctx, 0) else { return PASS };
+    let Some(eth) = ptr_at::<EthHdr>(&ctx, 0) else {
+        return PASS;
+    };
     // SAFETY: bounds-checked above.
     let eth = unsafe { &mut *eth };
     let dst = eth.dst;
@@ -114,7 +123,9 @@ impl Note {
     #[inline(always)]
     fn v4(&mut self, ev: Event, vip: &[u8; 4], mac: &[u8; 6]) {
         self.event = ev as u32;
-        self.addr = [vip[0], vip[1], vip[2], vip[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        self.addr = [
+            vip[0], vip[1], vip[2], vip[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
         self.mac = *mac;
         self.v6 = 0;
     }
@@ -158,7 +169,9 @@ fn now_ns() -> u64 {
 /// Whether a log record may be written now (one per CPU per [`LOG_INTERVAL_NS`]).
 #[inline(always)]
 fn may_log() -> bool {
-    let Some(last) = LOG_CLOCK.get_ptr_mut(0) else { return false };
+    let Some(last) = LOG_CLOCK.get_ptr_mut(0) else {
+        return false;
+    };
     let now = now_ns();
     // SAFETY: per-CPU slot.
     unsafe {
@@ -190,7 +203,9 @@ fn eq4(a: &[u8; 4], b: &[u8; 4]) -> bool {
 
 #[inline(always)]
 fn handle(ctx: &XdpContext, note: &mut Note) -> (u32, Outcome) {
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return (PASS, Outcome::Passed) };
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: bounds-checked above.
     let mut et = u16::from_be_bytes(unsafe { (*eth).ethertype });
     let mut l3 = EthHdr::LEN;
@@ -235,8 +250,16 @@ fn bump_v6(key: &VipKeyV6, f: impl FnOnce(&mut VipStats)) {
 /// prober's MAC, as Linux does). An ARP announcement (`ar$spa` = `ar$tpa`: another host claiming
 /// the address, RFC 5227 §2.3) is not a question and is passed, with a log record.
 #[inline(always)]
-fn arp(ctx: &XdpContext, note: &mut Note, eth: *mut EthHdr, l3: usize, vlan: u16) -> (u32, Outcome) {
-    let Some(a) = ptr_at::<ArpHdr>(ctx, l3) else { return (PASS, Outcome::Passed) };
+fn arp(
+    ctx: &XdpContext,
+    note: &mut Note,
+    eth: *mut EthHdr,
+    l3: usize,
+    vlan: u16,
+) -> (u32, Outcome) {
+    let Some(a) = ptr_at::<ArpHdr>(ctx, l3) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: bounds-checked above; `eth` lies before it.
     let (a, eth) = unsafe { (&mut *a, &mut *eth) };
     if !a.is_ethernet_ipv4() {
@@ -259,7 +282,9 @@ fn arp(ctx: &XdpContext, note: &mut Note, eth: *mut EthHdr, l3: usize, vlan: u16
         return (PASS, Outcome::Passed);
     }
     let key = VipKeyV4::new(ctx.ingress_ifindex() as u32, vlan, a.tpa);
-    let Some(entry) = VIPS_V4.get_ptr(&key) else { return (PASS, Outcome::Passed) };
+    let Some(entry) = VIPS_V4.get_ptr(&key) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: a value pointer from a successful lookup; copied out at once.
     let entry: VipEntry = unsafe { *entry };
     if !entry.is_live(now_ns()) {
@@ -302,21 +327,27 @@ struct NaWithTllao {
 /// Neighbor Solicitation (RFC 4861). Validated per §7.1.1, answered per §7.2.4.
 #[inline(always)]
 fn ndisc(ctx: &XdpContext, note: &mut Note, l3: usize, vlan: u16) -> (u32, Outcome) {
-    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return (PASS, Outcome::Passed) };
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: bounds-checked above.
     let ip = unsafe { &*ip };
     if ip.version() != 6 || ip.next_header != NEXT_HEADER_ICMPV6 {
         return (PASS, Outcome::Passed);
     }
     let icmp = l3 + Ipv6Hdr::LEN;
-    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else { return (PASS, Outcome::Passed) };
+    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: bounds-checked above.
     let nd = unsafe { &*nd };
     if nd.ty != TYPE_NS {
         return (PASS, Outcome::Passed);
     }
     let key = VipKeyV6::new(ctx.ingress_ifindex() as u32, vlan, nd.target);
-    let Some(entry) = VIPS_V6.get_ptr(&key) else { return (PASS, Outcome::Passed) };
+    let Some(entry) = VIPS_V6.get_ptr(&key) else {
+        return (PASS, Outcome::Passed);
+    };
     // SAFETY: a value pointer from a successful lookup; copied out at once.
     let entry: VipEntry = unsafe { *entry };
     if !entry.is_live(now_ns()) {
@@ -360,8 +391,12 @@ enum Reject {
 #[inline(never)]
 fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject> {
     let icmp = l3 + Ipv6Hdr::LEN;
-    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return Err(Reject::Pass) };
-    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else { return Err(Reject::Pass) };
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
+        return Err(Reject::Pass);
+    };
+    let Some(nd) = ptr_at::<NdiscHdr>(ctx, icmp) else {
+        return Err(Reject::Pass);
+    };
     // SAFETY: bounds-checked above.
     let (ip, nd) = unsafe { (&*ip, &*nd) };
     // Addresses are held as u128 (two registers each): as byte arrays LLVM scalarizes them into
@@ -400,7 +435,9 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         if i * 8 >= plen {
             break;
         }
-        let Some(w) = ptr_at::<[u8; 8]>(ctx, icmp + i * 8) else { return Err(Reject::Malformed(Event::Truncated)) };
+        let Some(w) = ptr_at::<[u8; 8]>(ctx, icmp + i * 8) else {
+            return Err(Reject::Malformed(Event::Truncated));
+        };
         // SAFETY: bounds-checked above. One 8-byte load, folded as four big-endian words.
         let v = u64::from_be_bytes(unsafe { core::ptr::read_unaligned(w) });
         sum += (v >> 48) + ((v >> 32) & 0xffff) + ((v >> 16) & 0xffff) + (v & 0xffff);
@@ -421,7 +458,9 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         if off >= plen {
             break;
         }
-        let Some(o) = ptr_at::<[u8; 2]>(ctx, icmp + off) else { return Err(Reject::Malformed(Event::Truncated)) };
+        let Some(o) = ptr_at::<[u8; 2]>(ctx, icmp + off) else {
+            return Err(Reject::Malformed(Event::Truncated));
+        };
         // SAFETY: bounds-checked above.
         let [ty, len] = unsafe { *o };
         if len == 0 {
@@ -460,7 +499,9 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         return Err(Reject::Pass);
     }
 
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Err(Reject::Pass) };
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Err(Reject::Pass);
+    };
     // SAFETY: bounds-checked above.
     let eth = unsafe { &*eth };
     if !(eth.dst[0] == 0x33 && eth.dst[1] == 0x33 || eq6(&eth.dst, &entry.mac)) {
@@ -474,7 +515,11 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     // with S=1; a DAD probe is answered to all-nodes with S=0 (§7.2.4, last paragraph). O=1
     // because the VIP is not anycast; R=0, we are not a router.
     let (ip_dst, mac_dst, flags) = if src_unspecified {
-        (u128::from_be_bytes(ALL_NODES), MacAddr::from_ipv6_multicast(&ALL_NODES).0, NaFlags::OVERRIDE)
+        (
+            u128::from_be_bytes(ALL_NODES),
+            MacAddr::from_ipv6_multicast(&ALL_NODES).0,
+            NaFlags::OVERRIDE,
+        )
     } else {
         let to = if sllao_off == 0 {
             eth.src
@@ -505,9 +550,15 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     }
     // Nothing was written before the resize, so every failure up to here passes the frame
     // untouched; from here on the pointers are re-derived and cannot fail for a frame we grew.
-    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else { return Err(Reject::Pass) };
-    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else { return Err(Reject::Pass) };
-    let Some(na) = ptr_at::<NaWithTllao>(ctx, icmp) else { return Err(Reject::Pass) };
+    let Some(eth) = ptr_at::<EthHdr>(ctx, 0) else {
+        return Err(Reject::Pass);
+    };
+    let Some(ip) = ptr_at::<Ipv6Hdr>(ctx, l3) else {
+        return Err(Reject::Pass);
+    };
+    let Some(na) = ptr_at::<NaWithTllao>(ctx, icmp) else {
+        return Err(Reject::Pass);
+    };
     // SAFETY: bounds-checked above, after the resize.
     let eth = unsafe { &mut *eth };
     eth.dst = mac_dst;
@@ -606,7 +657,9 @@ impl Event {
     fn text(self) -> &'static str {
         match self {
             Event::GroupSender => "ARP request with a group or zero sender MAC (passed)",
-            Event::Conflict => "another host claims this VIP (ARP announcement or reply, or NS from it): address conflict?",
+            Event::Conflict => {
+                "another host claims this VIP (ARP announcement or reply, or NS from it): address conflict?"
+            }
             Event::HopLimit => "NS hop limit is not 255 (RFC 4861 7.1.1; passed)",
             Event::Code => "NS ICMP code is not 0 (RFC 4861 7.1.1; passed)",
             Event::Length => "NS length not a multiple of 8 in 24..=64 (passed)",
@@ -616,9 +669,15 @@ impl Event {
             Event::ZeroLengthOption => "NS has a zero-length option (RFC 4861 7.1.1; passed)",
             Event::OptionOverrun => "NS option runs past the message (passed)",
             Event::TooManyOptions => "NS has more options than validated (passed)",
-            Event::DadNotSolicitedNode => "DAD NS not sent to the solicited-node address (RFC 4861 7.1.1; passed)",
-            Event::DadWithSllao => "DAD NS carries a source link-layer option (RFC 4861 7.1.1; passed)",
-            Event::GroupSourceMac => "NS from, or asking an answer to, a group or zero MAC (passed)",
+            Event::DadNotSolicitedNode => {
+                "DAD NS not sent to the solicited-node address (RFC 4861 7.1.1; passed)"
+            }
+            Event::DadWithSllao => {
+                "DAD NS carries a source link-layer option (RFC 4861 7.1.1; passed)"
+            }
+            Event::GroupSourceMac => {
+                "NS from, or asking an answer to, a group or zero MAC (passed)"
+            }
             Event::AdjustTail => "bpf_xdp_adjust_tail failed; NS passed to the kernel",
             Event::MulticastSource => "NS from a multicast source address (passed)",
             Event::BadSllao => "NS source link-layer option is not 8 bytes (passed)",
@@ -628,7 +687,9 @@ impl Event {
 
 #[inline(never)]
 fn log_note(ctx: &XdpContext, note: &Note) {
-    let Some(ev) = Event::from_u32(note.event) else { return };
+    let Some(ev) = Event::from_u32(note.event) else {
+        return;
+    };
     if note.v6 == 0 {
         let vip = [note.addr[0], note.addr[1], note.addr[2], note.addr[3]];
         warn!(ctx, "VIP {:i} (from {:mac}): {}", vip, note.mac, ev.text());

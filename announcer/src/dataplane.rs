@@ -136,7 +136,13 @@ impl Dataplane {
         Self::from_maps(
             iface,
             ifindex,
-            [open(VIPS_V4)?, open(VIPS_V6)?, open(STATS_V4)?, open(STATS_V6)?, open(COUNTERS)?],
+            [
+                open(VIPS_V4)?,
+                open(VIPS_V6)?,
+                open(STATS_V4)?,
+                open(STATS_V6)?,
+                open(COUNTERS)?,
+            ],
         )
     }
 
@@ -144,9 +150,16 @@ impl Dataplane {
     /// run the program with `BPF_PROG_TEST_RUN`.
     pub fn from_ebpf(ebpf: &mut Ebpf, iface: &str, ifindex: u32) -> Result<Self> {
         let mut take = |name: &str| {
-            ebpf.take_map(name).ok_or_else(|| Error::NotLoaded(format!("{iface} (no map {name})")))
+            ebpf.take_map(name)
+                .ok_or_else(|| Error::NotLoaded(format!("{iface} (no map {name})")))
         };
-        let maps = [take(VIPS_V4)?, take(VIPS_V6)?, take(STATS_V4)?, take(STATS_V6)?, take(COUNTERS)?];
+        let maps = [
+            take(VIPS_V4)?,
+            take(VIPS_V6)?,
+            take(STATS_V4)?,
+            take(STATS_V6)?,
+            take(COUNTERS)?,
+        ];
         Self::from_maps(iface, ifindex, maps)
     }
 
@@ -192,7 +205,11 @@ impl Dataplane {
             Lifetime::Permanent => NEVER_EXPIRES,
             Lifetime::Ttl(ttl) => clock::deadline_ns(ttl),
         };
-        let entry = VipEntry { mac: mac.0, flags: 0, expires_ns };
+        let entry = VipEntry {
+            mac: mac.0,
+            flags: 0,
+            expires_ns,
+        };
         let zero = zeros()?;
         let iface = self.iface.as_str();
         let full = |family| move |e: MapError| map_full_or(e, iface, family);
@@ -217,7 +234,11 @@ impl Dataplane {
 
     /// Stops answering for `vip` at once and drops its counters.
     pub fn remove(&mut self, vip: Vip) -> Result<()> {
-        let missing = || Error::NoSuchVip { addr: vip.addr, iface: self.iface.clone(), vlan: vip.vlan };
+        let missing = || Error::NoSuchVip {
+            addr: vip.addr,
+            iface: self.iface.clone(),
+            vlan: vip.vlan,
+        };
         match vip.addr {
             IpAddr::V4(a) => {
                 let key = self.key4(a, vip.vlan);
@@ -238,8 +259,10 @@ impl Dataplane {
     /// how many moved.
     pub fn rekey(&mut self) -> Result<usize> {
         let (ifindex, iface) = (self.ifindex, self.iface.as_str());
-        Ok(rekey_map(&mut self.v4, &mut self.stats_v4, ifindex, iface, "IPv4")?
-            + rekey_map(&mut self.v6, &mut self.stats_v6, ifindex, iface, "IPv6")?)
+        Ok(
+            rekey_map(&mut self.v4, &mut self.stats_v4, ifindex, iface, "IPv4")?
+                + rekey_map(&mut self.v6, &mut self.stats_v6, ifindex, iface, "IPv6")?,
+        )
     }
 
     /// Every VIP of this interface with its MAC, time to expiry and counters, sorted.
@@ -253,14 +276,30 @@ impl Dataplane {
         for item in self.v4.iter() {
             let (k, e) = item.map_err(|e| Error::bpf("reading VIPS_V4", e))?;
             let stats = self.stats_v4.get(&k, 0).map(sum).unwrap_or_default();
-            let vip = Vip { addr: IpAddr::V4(Ipv4Addr::from(k.addr)), vlan: k.vlan };
-            out.push(VipStatus { vip, mac: MacAddr(e.mac), expires_in: left(&e), stats });
+            let vip = Vip {
+                addr: IpAddr::V4(Ipv4Addr::from(k.addr)),
+                vlan: k.vlan,
+            };
+            out.push(VipStatus {
+                vip,
+                mac: MacAddr(e.mac),
+                expires_in: left(&e),
+                stats,
+            });
         }
         for item in self.v6.iter() {
             let (k, e) = item.map_err(|e| Error::bpf("reading VIPS_V6", e))?;
             let stats = self.stats_v6.get(&k, 0).map(sum).unwrap_or_default();
-            let vip = Vip { addr: IpAddr::V6(Ipv6Addr::from(k.addr)), vlan: k.vlan };
-            out.push(VipStatus { vip, mac: MacAddr(e.mac), expires_in: left(&e), stats });
+            let vip = Vip {
+                addr: IpAddr::V6(Ipv6Addr::from(k.addr)),
+                vlan: k.vlan,
+            };
+            out.push(VipStatus {
+                vip,
+                mac: MacAddr(e.mac),
+                expires_in: left(&e),
+                stats,
+            });
         }
         out.sort_by_key(|s| s.vip);
         Ok(out)
@@ -270,7 +309,10 @@ impl Dataplane {
     pub fn counters(&self) -> Result<[(Outcome, u64); Outcome::COUNT as usize]> {
         let mut out = Outcome::ALL.map(|o| (o, 0));
         for (o, slot) in Outcome::ALL.iter().zip(out.iter_mut()) {
-            let v = self.counters.get(&(*o as u32), 0).map_err(|e| Error::bpf("reading COUNTERS", e))?;
+            let v = self
+                .counters
+                .get(&(*o as u32), 0)
+                .map_err(|e| Error::bpf("reading COUNTERS", e))?;
             slot.1 = v.iter().sum();
         }
         Ok(out)
@@ -309,15 +351,19 @@ fn rekey_map<K: IfindexKey>(
     iface: &str,
     family: &'static str,
 ) -> Result<usize> {
-    let old: Vec<(K, VipEntry)> =
-        vips.iter().filter_map(|r| r.ok()).filter(|(k, _)| k.ifindex() != ifindex).collect();
+    let old: Vec<(K, VipEntry)> = vips
+        .iter()
+        .filter_map(|r| r.ok())
+        .filter(|(k, _)| k.ifindex() != ifindex)
+        .collect();
     for (k, e) in &old {
         let new = k.with_ifindex(ifindex);
         if let Ok(st) = stats.get(k, 0) {
             let _ = stats.insert(new, st, 0);
             let _ = stats.remove(k);
         }
-        vips.insert(new, *e, 0).map_err(|e| map_full_or(e, iface, family))?;
+        vips.insert(new, *e, 0)
+            .map_err(|e| map_full_or(e, iface, family))?;
         let _ = vips.remove(k);
     }
     Ok(old.len())
@@ -340,7 +386,11 @@ fn map_full_or(e: MapError, iface: &str, family: &'static str) -> Error {
     if let MapError::SyscallError(s) = &e
         && s.io_error.raw_os_error() == Some(libc::E2BIG)
     {
-        return Error::MapFull { iface: iface.to_owned(), family, max: MAX_VIPS };
+        return Error::MapFull {
+            iface: iface.to_owned(),
+            family,
+            max: MAX_VIPS,
+        };
     }
     Error::bpf(format!("writing the {family} VIP map"), e)
 }

@@ -106,7 +106,7 @@ impl Error {
             | Error::BadMac(_)
             | Error::VlanMismatch(_) => 64, // EX_USAGE
             Error::NoSuchInterface(_) | Error::NoSuchVip { .. } => 66, // EX_NOINPUT
-            Error::XdpUnsupported { .. } | Error::NotLoaded(_) => 69, // EX_UNAVAILABLE
+            Error::XdpUnsupported { .. } | Error::NotLoaded(_) => 69,  // EX_UNAVAILABLE
             Error::NoBpffs(_) => 72,                                   // EX_OSFILE
             Error::MapFull { .. } => 73,                               // EX_CANTCREAT
             Error::Privileges { .. } => 77,                            // EX_NOPERM
@@ -162,10 +162,16 @@ impl Error {
             }
             cur = e.source();
         }
-        Error::Bpf { context, source: Box::new(source) }
+        Error::Bpf {
+            context,
+            source: Box::new(source),
+        }
     }
 
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 }

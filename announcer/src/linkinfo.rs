@@ -9,7 +9,7 @@ use std::{
     ffi::CString,
     io,
     os::{
-        fd::{FromRawFd, OwnedFd, AsRawFd},
+        fd::{AsRawFd, FromRawFd, OwnedFd},
         unix::ffi::OsStrExt,
     },
     path::Path,
@@ -34,7 +34,11 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<i64> {
     // SAFETY: `attr` is a zero-initialised, 128-byte, 8-aligned `union bpf_attr` whose used
     // fields the callers set; the kernel reads and writes only within the size we pass.
     let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), size_of_val(attr)) };
-    if r < 0 { Err(io::Error::last_os_error()) } else { Ok(r) }
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
 }
 
 /// The interface index the pinned XDP link at `pin` is attached to (0 once detached).
@@ -46,13 +50,23 @@ pub fn xdp_link_ifindex(pin: &Path) -> io::Result<u32> {
     // SAFETY: BPF_OBJ_GET returned a new file descriptor that we now own.
     let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
 
-    let mut info = LinkInfo { ty: 0, id: 0, prog_id: 0, pad: 0, xdp_ifindex: 0, rest: [0; 11] };
+    let mut info = LinkInfo {
+        ty: 0,
+        id: 0,
+        prog_id: 0,
+        pad: 0,
+        xdp_ifindex: 0,
+        rest: [0; 11],
+    };
     let mut attr = [0u64; 16];
     attr[0] = fd.as_raw_fd() as u32 as u64 | ((size_of::<LinkInfo>() as u64) << 32); // bpf_fd, info_len
     attr[1] = &mut info as *mut LinkInfo as u64; // info
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
     if info.ty != BPF_LINK_TYPE_XDP {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is not an XDP link", pin.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not an XDP link", pin.display()),
+        ));
     }
     Ok(info.xdp_ifindex)
 }

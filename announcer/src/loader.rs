@@ -52,7 +52,9 @@ pub struct PinLayout {
 impl PinLayout {
     /// The pins of `iface` under `root`.
     pub fn new(root: impl AsRef<Path>, iface: &str) -> Self {
-        Self { dir: root.as_ref().join(iface) }
+        Self {
+            dir: root.as_ref().join(iface),
+        }
     }
 
     /// The interface's pin directory.
@@ -122,7 +124,10 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
     let pins = PinLayout::new(root, iface);
     ensure_bpffs(root)?;
     std::fs::create_dir_all(pins.dir()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => Error::Privileges { action: "create pins on bpffs", source: e },
+        std::io::ErrorKind::PermissionDenied => Error::Privileges {
+            action: "create pins on bpffs",
+            source: e,
+        },
         _ => Error::io(format!("creating {}", pins.dir().display()), e),
     })?;
 
@@ -160,14 +165,21 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
     for (name, path) in &map_paths {
         loader.map_pin_path(name, path.as_path());
     }
-    let mut ebpf = loader.load(OBJECT).map_err(|e| Error::bpf("loading the XDP object", e))?;
+    let mut ebpf = loader
+        .load(OBJECT)
+        .map_err(|e| Error::bpf("loading the XDP object", e))?;
     let program: &mut Xdp = ebpf
         .program_mut(PROGRAM)
         .expect("the object defines the program")
         .try_into()
         .expect("the program is XDP");
-    program.load().map_err(|e| Error::bpf("verifying the XDP program", e))?;
-    let program_id = program.info().map_err(|e| Error::bpf("reading program info", e))?.id();
+    program
+        .load()
+        .map_err(|e| Error::bpf("verifying the XDP program", e))?;
+    let program_id = program
+        .info()
+        .map_err(|e| Error::bpf("reading program info", e))?
+        .id();
 
     let (link_id, used, fallback_reason) = match mode {
         Mode::Native => (attach(program, iface, Mode::Native)?, Mode::Native, None),
@@ -177,13 +189,20 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
             Err(e) => {
                 let reason = e.to_string();
                 tracing::warn!(%iface, %reason, "native XDP unavailable, falling back to generic mode");
-                (attach(program, iface, Mode::Generic)?, Mode::Generic, Some(reason))
+                (
+                    attach(program, iface, Mode::Generic)?,
+                    Mode::Generic,
+                    Some(reason),
+                )
             }
         },
     };
-    let link = program.take_link(link_id).map_err(|e| Error::bpf("taking the XDP link", e))?;
+    let link = program
+        .take_link(link_id)
+        .map_err(|e| Error::bpf("taking the XDP link", e))?;
     let link = FdLink::try_from(link).map_err(|e| Error::bpf("converting the XDP link", e))?;
-    link.pin(pins.link()).map_err(|e| Error::bpf(format!("pinning {}", pins.link().display()), e))?;
+    link.pin(pins.link())
+        .map_err(|e| Error::bpf(format!("pinning {}", pins.link().display()), e))?;
     tracing::info!(%iface, mode = %used, program_id, "XDP responder attached");
     if stale.is_some() {
         let moved = crate::dataplane::Dataplane::open(root, iface)?.rekey()?;
@@ -204,19 +223,25 @@ fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::x
         Mode::Native => (XdpMode::Driver, "native"),
         Mode::Generic | Mode::Auto => (XdpMode::Skb, "generic"),
     };
-    program.attach(iface, flags).map_err(|e| match Error::bpf("attaching", e) {
-        p @ Error::Privileges { .. } => p,
-        Error::Bpf { source, .. } => {
-            let mut reason = source.to_string();
-            let mut cur = source.source();
-            while let Some(s) = cur {
-                reason = format!("{reason}: {s}");
-                cur = s.source();
+    program
+        .attach(iface, flags)
+        .map_err(|e| match Error::bpf("attaching", e) {
+            p @ Error::Privileges { .. } => p,
+            Error::Bpf { source, .. } => {
+                let mut reason = source.to_string();
+                let mut cur = source.source();
+                while let Some(s) = cur {
+                    reason = format!("{reason}: {s}");
+                    cur = s.source();
+                }
+                Error::XdpUnsupported {
+                    iface: iface.to_owned(),
+                    mode: name,
+                    reason,
+                }
             }
-            Error::XdpUnsupported { iface: iface.to_owned(), mode: name, reason }
-        }
-        other => other,
-    })
+            other => other,
+        })
 }
 
 /// What `unload` removed.
@@ -262,10 +287,20 @@ fn ensure_bpffs(root: &Path) -> Result<()> {
     if root.starts_with(BPFFS) && !on_bpffs(Path::new(BPFFS))? {
         use nix::mount::{MsFlags, mount};
         std::fs::create_dir_all(BPFFS).map_err(|e| Error::io(format!("creating {BPFFS}"), e))?;
-        mount(Some("bpf"), BPFFS, Some("bpf"), MsFlags::empty(), Some("mode=0700")).map_err(|e| {
+        mount(
+            Some("bpf"),
+            BPFFS,
+            Some("bpf"),
+            MsFlags::empty(),
+            Some("mode=0700"),
+        )
+        .map_err(|e| {
             let source = std::io::Error::from(e);
             if e == nix::errno::Errno::EPERM {
-                Error::Privileges { action: "mount bpffs at /sys/fs/bpf", source }
+                Error::Privileges {
+                    action: "mount bpffs at /sys/fs/bpf",
+                    source,
+                }
             } else {
                 Error::io(format!("mounting bpffs at {BPFFS}"), source)
             }

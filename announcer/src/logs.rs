@@ -27,15 +27,22 @@ pub fn attach(root: &Path, iface: &str) -> Result<ProgramLog> {
     }
     let link = PinnedLink::from_pin(pins.link())
         .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
-    let program_id =
-        FdLink::from(link).info().map_err(|e| Error::bpf("reading link info", e))?.program_id();
+    let program_id = FdLink::from(link)
+        .info()
+        .map_err(|e| Error::bpf("reading link info", e))?
+        .program_id();
     EbpfLogger::init_from_id(program_id).map_err(|e| Error::bpf("attaching to the program log", e))
 }
 
 /// Forwards records until `keep_going` returns false, waking at least every `tick`.
-pub fn follow(log: &mut ProgramLog, tick: Duration, mut keep_going: impl FnMut() -> bool) -> Result<()> {
+pub fn follow(
+    log: &mut ProgramLog,
+    tick: Duration,
+    mut keep_going: impl FnMut() -> bool,
+) -> Result<()> {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let timeout = PollTimeout::try_from(tick.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
+    let timeout =
+        PollTimeout::try_from(tick.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::MAX);
     while keep_going() {
         let mut fds = [PollFd::new(log.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, timeout) {
@@ -49,7 +56,10 @@ pub fn follow(log: &mut ProgramLog, tick: Duration, mut keep_going: impl FnMut()
 }
 
 /// The agent's form: forwards records as they arrive until `shutdown` completes.
-pub async fn forward(log: ProgramLog, shutdown: impl std::future::Future<Output = ()>) -> Result<()> {
+pub async fn forward(
+    log: ProgramLog,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<()> {
     // SAFETY: the logger owns the ring buffer's fd and keeps it open, unreplaced, for as long as
     // the AsyncFd owns the logger.
     let mut fd = unsafe {

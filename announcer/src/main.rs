@@ -22,7 +22,10 @@ use announcer::{
 use clap::{Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(version, about = "Layer-2 announcer: answers ARP and NDP for VIPs from XDP")]
+#[command(
+    version,
+    about = "Layer-2 announcer: answers ARP and NDP for VIPs from XDP"
+)]
 struct Cli {
     /// Where the per-interface pins live (a directory on bpffs).
     #[arg(long, global = true, env = "ANNOUNCER_PIN_ROOT", default_value = DEFAULT_PIN_ROOT)]
@@ -162,7 +165,10 @@ struct BurstArgs {
 
 impl BurstArgs {
     fn config(&self) -> BurstConfig {
-        BurstConfig { count: self.count, interval: self.interval }
+        BurstConfig {
+            count: self.count,
+            interval: self.interval,
+        }
     }
 }
 
@@ -189,7 +195,9 @@ fn main() -> ExitCode {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => b.init(),
         LogFormat::Json => b.json().init(),
@@ -211,7 +219,11 @@ fn run(cli: Cli) -> Result<(), Error> {
                     "replaced a stale attachment (was on ifindex {old}: the interface was recreated); VIPs kept"
                 );
                 let now = netif::mac(&iface)?;
-                for v in Dataplane::open(root, &iface)?.list()?.iter().filter(|v| v.mac != now) {
+                for v in Dataplane::open(root, &iface)?
+                    .list()?
+                    .iter()
+                    .filter(|v| v.mac != now)
+                {
                     println!(
                         "warning: {} answers with {}, but {iface} is now {now}: re-add it if that was the old interface's MAC",
                         v.vip.addr, v.mac
@@ -224,28 +236,47 @@ fn run(cli: Cli) -> Result<(), Error> {
                     r.iface,
                     r.ifindex,
                     r.program_id,
-                    r.fallback_reason.map(|w| format!(" (native failed: {w})")).unwrap_or_default()
+                    r.fallback_reason
+                        .map(|w| format!(" (native failed: {w})"))
+                        .unwrap_or_default()
                 ),
                 None => println!(
                     "already attached to {} (program id {}); pins reused, nothing changed",
                     r.iface, r.program_id
                 ),
             }
-            println!("pins: {}", loader::PinLayout::new(root, &iface).dir().display());
+            println!(
+                "pins: {}",
+                loader::PinLayout::new(root, &iface).dir().display()
+            );
         }
         Cmd::Unload { iface } => {
             let r = loader::unload(root, &iface)?;
             println!("detached from {iface}; removed {} pins", r.removed.len());
         }
-        Cmd::Vip(VipCmd::Add { vip, at, ttl, permanent, announce, burst }) => {
+        Cmd::Vip(VipCmd::Add {
+            vip,
+            at,
+            ttl,
+            permanent,
+            announce,
+            burst,
+        }) => {
             let v = Vip::new(vip, at.vlan)?;
             let mac = match at.mac {
                 Some(m) => m,
                 None => netif::mac(&at.iface)?,
             };
-            let lifetime = if permanent { Lifetime::Permanent } else { Lifetime::Ttl(ttl) };
+            let lifetime = if permanent {
+                Lifetime::Permanent
+            } else {
+                Lifetime::Ttl(ttl)
+            };
             Dataplane::open(root, &at.iface)?.upsert(v, mac, lifetime)?;
-            println!("answering for {vip} on {} as {mac}", describe(&at.iface, v.vlan));
+            println!(
+                "answering for {vip} on {} as {mac}",
+                describe(&at.iface, v.vlan)
+            );
             if v.vlan != 0 && netif::rx_vlan_offload(&at.iface) == Some(true) {
                 eprintln!(
                     "note: {iface} has rx-vlan-offload on; NICs that strip 802.1Q tags in hardware hide them \
@@ -260,7 +291,10 @@ fn run(cli: Cli) -> Result<(), Error> {
         Cmd::Vip(VipCmd::Del { vip, at }) => {
             let v = Vip::new(vip, at.vlan)?;
             Dataplane::open(root, &at.iface)?.remove(v)?;
-            println!("stopped answering for {vip} on {}", describe(&at.iface, v.vlan));
+            println!(
+                "stopped answering for {vip} on {}",
+                describe(&at.iface, v.vlan)
+            );
         }
         Cmd::Vip(VipCmd::List { iface, json }) => {
             let rows = collect(root, iface.as_deref())?;
@@ -287,7 +321,11 @@ fn run(cli: Cli) -> Result<(), Error> {
 }
 
 fn describe(iface: &str, vlan: u16) -> String {
-    if vlan == 0 { iface.to_owned() } else { format!("{iface} vlan {vlan}") }
+    if vlan == 0 {
+        iface.to_owned()
+    } else {
+        format!("{iface} vlan {vlan}")
+    }
 }
 
 fn send_burst(at: &At, vip: IpAddr, mac: MacAddr, cfg: &BurstConfig) -> Result<(), Error> {
@@ -296,12 +334,21 @@ fn send_burst(at: &At, vip: IpAddr, mac: MacAddr, cfg: &BurstConfig) -> Result<(
         announce::AnnounceError::Open { source, .. }
             if source.raw_os_error() == Some(libc::EPERM) =>
         {
-            Error::Privileges { action: "open a raw packet socket", source }
+            Error::Privileges {
+                action: "open a raw packet socket",
+                source,
+            }
         }
-        other => Error::Io { context: "announcing".into(), source: std::io::Error::other(other) },
+        other => Error::Io {
+            context: "announcing".into(),
+            source: std::io::Error::other(other),
+        },
     })?;
     let r = announce::burst_blocking(&sock, mac, vip, at.vlan, cfg);
-    println!("announced {vip} from {mac}: {} frames sent, {} failed", r.sent, r.failed);
+    println!(
+        "announced {vip} from {mac}: {} frames sent, {} failed",
+        r.sent, r.failed
+    );
     Ok(())
 }
 
@@ -400,8 +447,10 @@ fn status(root: &Path, only: Option<&str>, json: bool) -> Result<(), Error> {
         let v: Vec<_> = out
             .iter()
             .map(|(iface, ifindex, counters, vips)| {
-                let c: serde_json::Map<String, serde_json::Value> =
-                    counters.iter().map(|(o, n)| (o.name().to_owned(), (*n).into())).collect();
+                let c: serde_json::Map<String, serde_json::Value> = counters
+                    .iter()
+                    .map(|(o, n)| (o.name().to_owned(), (*n).into()))
+                    .collect();
                 serde_json::json!({
                     "iface": iface,
                     "ifindex": ifindex,
@@ -417,11 +466,20 @@ fn status(root: &Path, only: Option<&str>, json: bool) -> Result<(), Error> {
         println!("not loaded on any interface (pin root {})", root.display());
     }
     for (iface, ifindex, counters, vips) in &out {
-        let c: Vec<String> = counters.iter().map(|(o, n)| format!("{}={n}", o.name())).collect();
-        println!("{iface} (ifindex {ifindex}): {} VIPs; {}", vips.len(), c.join(" "));
+        let c: Vec<String> = counters
+            .iter()
+            .map(|(o, n)| format!("{}={n}", o.name()))
+            .collect();
+        println!(
+            "{iface} (ifindex {ifindex}): {} VIPs; {}",
+            vips.len(),
+            c.join(" ")
+        );
     }
-    let rows: Vec<_> =
-        out.iter().flat_map(|(i, _, _, v)| v.iter().map(move |r| (i.clone(), r.clone()))).collect();
+    let rows: Vec<_> = out
+        .iter()
+        .flat_map(|(i, _, _, v)| v.iter().map(move |r| (i.clone(), r.clone())))
+        .collect();
     if !rows.is_empty() {
         println!();
         print_vips(&rows, false);

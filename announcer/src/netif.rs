@@ -41,7 +41,10 @@ pub fn rx_vlan_offload(name: &str) -> Option<bool> {
         cmd: u32,
         data: u32,
     }
-    let mut value = EthtoolValue { cmd: ETHTOOL_GFLAGS, data: 0 };
+    let mut value = EthtoolValue {
+        cmd: ETHTOOL_GFLAGS,
+        data: 0,
+    };
     // SAFETY: a zeroed ifreq is valid; we fill the name (NUL-terminated, ≤ 15 bytes) and point
     // ifru_data at `value`, which outlives the ioctl.
     unsafe {

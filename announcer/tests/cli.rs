@@ -4,7 +4,10 @@
 use std::process::Command;
 
 fn announcer(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_announcer")).args(args).output().expect("run announcer")
+    Command::new(env!("CARGO_BIN_EXE_announcer"))
+        .args(args)
+        .output()
+        .expect("run announcer")
 }
 
 #[test]
@@ -26,12 +29,23 @@ fn help_lists_every_command() {
 fn malformed_addresses_and_macs_are_usage_errors() {
     for args in [
         &["vip", "add", "10.0.0.300", "--iface", "lo"][..],
-        &["vip", "add", "10.0.0.5", "--iface", "lo", "--mac", "02:00:00:00:00"],
+        &[
+            "vip",
+            "add",
+            "10.0.0.5",
+            "--iface",
+            "lo",
+            "--mac",
+            "02:00:00:00:00",
+        ],
         &["vip", "add", "10.0.0.5", "--iface", "lo", "--ttl", "soon"],
         &["load", "--iface", "lo", "--mode", "fastest"],
     ] {
         let o = announcer(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
-        assert!(String::from_utf8_lossy(&o.stderr).contains("invalid value"), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("invalid value"),
+            "{args:?}"
+        );
     }
 }

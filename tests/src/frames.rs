@@ -12,7 +12,12 @@ pub const CLIENT_MAC: MacAddr = MacAddr([0x02, 0xc1, 0, 0, 0, 0x02]);
 pub const VIP_MAC: MacAddr = MacAddr([0x02, 0x0a, 0, 0, 0, 0x01]);
 
 fn eth(dst: MacAddr, vlan: Option<u16>) -> EthernetRepr {
-    EthernetRepr { src: CLIENT_MAC, dst, vlan, ethertype: 0 }
+    EthernetRepr {
+        src: CLIENT_MAC,
+        dst,
+        vlan,
+        ethertype: 0,
+    }
 }
 
 /// A broadcast ARP request from `sender` for `target`.
@@ -53,14 +58,21 @@ pub fn ns(
     sllao: Option<MacAddr>,
     vlan: Option<u16>,
 ) -> Vec<u8> {
-    let edst = if dst.is_multicast() { MacAddr::from_ipv6_multicast(&dst.octets()) } else { VIP_MAC };
+    let edst = if dst.is_multicast() {
+        MacAddr::from_ipv6_multicast(&dst.octets())
+    } else {
+        VIP_MAC
+    };
     let mut buf = [0u8; frame::MAX_FRAME];
     let n = frame::ndisc(
         &mut buf,
         &eth(edst, vlan),
         src,
         dst,
-        &NdiscRepr::NeighborSolicit { target, lladdr: sllao },
+        &NdiscRepr::NeighborSolicit {
+            target,
+            lladdr: sllao,
+        },
     );
     buf[..n].to_vec()
 }

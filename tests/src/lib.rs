@@ -2,8 +2,8 @@
 //! reference model of the responder, and a harness that runs the real program with
 //! `BPF_PROG_TEST_RUN`.
 
-pub mod cli;
 pub mod bench;
+pub mod cli;
 pub mod frames;
 pub mod model;
 pub mod netns;

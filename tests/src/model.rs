@@ -44,18 +44,24 @@ pub const MAX_ND_LEN: usize = 64;
 
 /// What the program should do with `frame` received on `ifindex`.
 pub fn respond(frame: &[u8], ifindex: u32, table: &Table) -> Verdict {
-    let Ok(eth) = EthernetFrame::new_checked(frame) else { return Verdict::Pass };
+    let Ok(eth) = EthernetFrame::new_checked(frame) else {
+        return Verdict::Pass;
+    };
     let vlan = eth.vlan().unwrap_or(0);
     let l3 = eth.header_len();
     let lookup = |a: IpAddr| table.get(&(ifindex, vlan, a)).copied().filter(|e| e.live);
     match eth.ethertype() {
         ethertype::ARP => {
-            let Ok(p) = ArpPacket::new_checked(eth.payload()) else { return Verdict::Pass };
+            let Ok(p) = ArpPacket::new_checked(eth.payload()) else {
+                return Verdict::Pass;
+            };
             let h = p.header();
             if !h.is_ethernet_ipv4() || u16::from_be_bytes(h.oper) != OP_REQUEST {
                 return Verdict::Pass;
             }
-            let Some(e) = lookup(IpAddr::from(h.tpa)) else { return Verdict::Pass };
+            let Some(e) = lookup(IpAddr::from(h.tpa)) else {
+                return Verdict::Pass;
+            };
             let sha = MacAddr(h.sha);
             if !sha.is_unicast() || eth.src().is_multicast() || h.spa == h.tpa {
                 return Verdict::Pass;
@@ -87,7 +93,9 @@ fn ns(
     lookup: impl Fn(IpAddr) -> Option<Entry>,
 ) -> Verdict {
     let payload = eth.payload();
-    let Some(ip) = Ipv6Hdr::ref_from_prefix(payload) else { return Verdict::Pass };
+    let Some(ip) = Ipv6Hdr::ref_from_prefix(payload) else {
+        return Verdict::Pass;
+    };
     if ip.version() != 6 || ip.next_header != NEXT_HEADER_ICMPV6 {
         return Verdict::Pass;
     }
@@ -98,9 +106,13 @@ fn ns(
         return Verdict::Pass;
     }
     let target = Ipv6Addr::from(nd.target);
-    let Some(e) = lookup(IpAddr::V6(target)) else { return Verdict::Pass };
+    let Some(e) = lookup(IpAddr::V6(target)) else {
+        return Verdict::Pass;
+    };
     // RFC 4861 §7.1.1.
-    let Ok(ip) = Ipv6Packet::new_checked(payload) else { return Verdict::Pass };
+    let Ok(ip) = Ipv6Packet::new_checked(payload) else {
+        return Verdict::Pass;
+    };
     let repr = Ipv6Repr::parse(&ip);
     let plen = usize::from(repr.payload_len);
     if repr.hop_limit != HOP_LIMIT || nd.code != 0 || plen > MAX_ND_LEN || plen % 8 != 0 {
@@ -109,7 +121,9 @@ fn ns(
     if target.is_multicast() {
         return Verdict::Pass;
     }
-    let Ok(msg) = NdiscPacket::new_checked(ip.payload()) else { return Verdict::Pass };
+    let Ok(msg) = NdiscPacket::new_checked(ip.payload()) else {
+        return Verdict::Pass;
+    };
     if !msg.verify_checksum(&repr.src, &repr.dst) {
         return Verdict::Pass;
     }
@@ -127,7 +141,7 @@ fn ns(
     if dad && (repr.dst != sn || sllao.is_some()) {
         return Verdict::Pass;
     }
-    if !dad && !(repr.dst == target || repr.dst == sn) {
+    if !(dad || repr.dst == target || repr.dst == sn) {
         return Verdict::Pass;
     }
     let edst = eth.dst();
@@ -140,11 +154,31 @@ fn ns(
     // RFC 4861 §7.2.4.
     let (ip_dst, mac_dst, flags) = if dad {
         let all = Ipv6Addr::from(ALL_NODES);
-        (all, MacAddr::from_ipv6_multicast(&ALL_NODES), NaFlags { router: false, solicited: false, override_: true })
+        (
+            all,
+            MacAddr::from_ipv6_multicast(&ALL_NODES),
+            NaFlags {
+                router: false,
+                solicited: false,
+                override_: true,
+            },
+        )
     } else {
-        (repr.src, sllao.unwrap_or(eth.src()), NaFlags { router: false, solicited: true, override_: true })
+        (
+            repr.src,
+            sllao.unwrap_or(eth.src()),
+            NaFlags {
+                router: false,
+                solicited: true,
+                override_: true,
+            },
+        )
     };
-    let na = NdiscRepr::NeighborAdvert { flags, target, lladdr: Some(e.mac) };
+    let na = NdiscRepr::NeighborAdvert {
+        flags,
+        target,
+        lladdr: Some(e.mac),
+    };
     let mut out = frame[..l3].to_vec();
     out[0..6].copy_from_slice(&mac_dst.0);
     out[6..12].copy_from_slice(&e.mac.0);

@@ -230,7 +230,9 @@ pub fn sweep_stale(prefix: &str) -> Vec<String> {
     );
     let mut removed = Vec::new();
     for name in list_namespaces(prefix) {
-        let Some((pid, start)) = ns_owner(&name) else { continue };
+        let Some((pid, start)) = ns_owner(&name) else {
+            continue;
+        };
         if owner_gone(pid, Some(start)) {
             delete_namespace(&name);
             removed.push(name);
@@ -271,7 +273,13 @@ fn tmp_if_owner(name: &str) -> Option<u32> {
 
 fn sanitize_tag(tag: &str) -> String {
     tag.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -316,7 +324,10 @@ impl Netns {
             }
             let err = String::from_utf8_lossy(&out.stderr);
             if !err.contains("exists") {
-                panic!("`ip netns add {name}` failed ({}): {err}", status_text(&out));
+                panic!(
+                    "`ip netns add {name}` failed ({}): {err}",
+                    status_text(&out)
+                );
             }
         }
         panic!("could not find a free namespace name for prefix {prefix:?}");
@@ -342,12 +353,20 @@ impl Netns {
     /// Note: `ip netns exec` also remounts /sys in a private mount namespace, so
     /// bpffs pins are not visible; use [`Netns::nsenter_cmd`] for that.
     pub fn exec(&self, args: &[&str]) -> Output {
-        output_of(Command::new("ip").args(["netns", "exec", &self.name]).args(args))
+        output_of(
+            Command::new("ip")
+                .args(["netns", "exec", &self.name])
+                .args(args),
+        )
     }
 
     /// Like [`Netns::exec`], returns stdout; panics with stdout/stderr on a non-zero exit.
     pub fn run(&self, args: &[&str]) -> String {
-        run_checked(Command::new("ip").args(["netns", "exec", &self.name]).args(args))
+        run_checked(
+            Command::new("ip")
+                .args(["netns", "exec", &self.name])
+                .args(args),
+        )
     }
 
     /// Runs `ip -n NAME args...`, returns stdout; panics on failure.
@@ -465,7 +484,10 @@ pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> VethPair {
         }
     }
     let (ta, tb) = names.expect("no free temporary veth name");
-    let mut guard = TmpVethGuard { names: [&ta, &tb], armed: true };
+    let mut guard = TmpVethGuard {
+        names: [&ta, &tb],
+        armed: true,
+    };
     ip(&["link", "set", "dev", &ta, "netns", a.name()]);
     ip(&["link", "set", "dev", &tb, "netns", b.name()]);
     guard.armed = false;

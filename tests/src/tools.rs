@@ -37,16 +37,14 @@ pub fn require_program(name: &str, package: &str) -> PathBuf {
 fn arping_path() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        find_program("arping")
-            .unwrap_or_else(|| panic!("`arping` not found; {INSTALL_HINT}"))
+        find_program("arping").unwrap_or_else(|| panic!("`arping` not found; {INSTALL_HINT}"))
     })
 }
 
 fn ndisc6_path() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
-        find_program("ndisc6")
-            .unwrap_or_else(|| panic!("`ndisc6` not found; {INSTALL_HINT}"))
+        find_program("ndisc6").unwrap_or_else(|| panic!("`ndisc6` not found; {INSTALL_HINT}"))
     })
 }
 
@@ -126,7 +124,14 @@ pub fn output_with_timeout(cmd: &mut Command, timeout: Duration) -> (Output, boo
     };
     let stdout = out_t.join().unwrap_or_default();
     let stderr = err_t.join().unwrap_or_default();
-    (Output { status, stdout, stderr }, killed)
+    (
+        Output {
+            status,
+            stdout,
+            stderr,
+        },
+        killed,
+    )
 }
 
 /// Result of an [`arping`] run.
@@ -217,7 +222,12 @@ fn arping_impl(
         );
     }
     let macs = parse_arping_output(&stdout);
-    ArpingResult { replies: macs.len() as u32, macs, stdout, stderr }
+    ArpingResult {
+        replies: macs.len() as u32,
+        macs,
+        stdout,
+        stderr,
+    }
 }
 
 /// Sends `count` ARP requests for `target` out of `iface` in `ns`, spread over
@@ -253,9 +263,16 @@ fn ndisc6_impl(
 ) -> Vec<[u8; 6]> {
     let ms = timeout.as_millis().max(1).to_string();
     let mut cmd = ns.nsenter_cmd(&ndisc6_path().to_string_lossy());
-    cmd.args(["-n", if multiple { "-m" } else { "-1" }, "-r", "1", "-w", &ms])
-        .arg(target.to_string())
-        .arg(iface);
+    cmd.args([
+        "-n",
+        if multiple { "-m" } else { "-1" },
+        "-r",
+        "1",
+        "-w",
+        &ms,
+    ])
+    .arg(target.to_string())
+    .arg(iface);
     let described = format!("{cmd:?}");
     let (out, killed) = output_with_timeout(&mut cmd, timeout + Duration::from_secs(3));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -284,7 +301,9 @@ fn ndisc6_impl(
 /// (`ndisc6 -1 -r 1 -w MS TARGET IFACE`): the first answer's link-layer address,
 /// `None` if nothing answered within `timeout`.
 pub fn ndisc6(ns: &Netns, target: Ipv6Addr, iface: &str, timeout: Duration) -> Option<[u8; 6]> {
-    ndisc6_impl(ns, target, iface, timeout, false).into_iter().next()
+    ndisc6_impl(ns, target, iface, timeout, false)
+        .into_iter()
+        .next()
 }
 
 /// Like [`ndisc6`] but waits the whole `timeout` and returns every answer

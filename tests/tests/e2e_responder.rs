@@ -40,21 +40,48 @@ fn answers_in_mode(mode: &str) {
         peer.ok(&["load", "--iface", CLIENT_IF, "--mode", "native"]);
     }
     assert_eq!(xdp_mode(&pair), mode);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
-    cli.ok(&["vip", "add", &VIP6.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP6.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
 
     let r = arping(&pair.client, CLIENT_IF, VIP4, 3, T);
-    assert_eq!(r.replies, 3, "every ARP request for the VIP answered: {r:?}");
+    assert_eq!(
+        r.replies, 3,
+        "every ARP request for the VIP answered: {r:?}"
+    );
     assert_eq!(r.unique_macs(), vec![NODE_MAC]);
     let probe = arping_probe(&pair.client, CLIENT_IF, VIP4, 1, T);
-    assert_eq!(probe.unique_macs(), vec![NODE_MAC], "RFC 5227 probe answered");
+    assert_eq!(
+        probe.unique_macs(),
+        vec![NODE_MAC],
+        "RFC 5227 probe answered"
+    );
     assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, T), Some(NODE_MAC));
 
     // The kernel still answers for the node's own addresses (they pass through XDP).
-    assert_eq!(arping(&pair.client, CLIENT_IF, NODE_V4, 1, T).unique_macs(), vec![NODE_MAC]);
+    assert_eq!(
+        arping(&pair.client, CLIENT_IF, NODE_V4, 1, T).unique_macs(),
+        vec![NODE_MAC]
+    );
     assert_eq!(ndisc6(&pair.client, NODE_V6, CLIENT_IF, T), Some(NODE_MAC));
     // Nobody answers for an address that is neither.
-    assert_eq!(arping(&pair.client, CLIENT_IF, Ipv4Addr::new(10, 77, 0, 99), 1, T).replies, 0);
+    assert_eq!(
+        arping(&pair.client, CLIENT_IF, Ipv4Addr::new(10, 77, 0, 99), 1, T).replies,
+        0
+    );
 
     assert!(cli.counter(NODE_IF, "arp_answered") >= 4);
     assert!(cli.counter(NODE_IF, "ns_answered") >= 1);
@@ -77,26 +104,64 @@ fn expired_and_deleted_vips_go_unanswered() {
     let pair = Pair::new("expiry");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--ttl", "1s"]);
-    cli.ok(&["vip", "add", &VIP6.to_string(), "--iface", NODE_IF, "--ttl", "1s"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--ttl",
+        "1s",
+    ]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP6.to_string(),
+        "--iface",
+        NODE_IF,
+        "--ttl",
+        "1s",
+    ]);
     assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 1, T).replies, 1);
     assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, T), Some(NODE_MAC));
 
     // Nobody refreshes: within the grace it stops being answered by itself.
     thread::sleep(Duration::from_millis(1200));
     neigh_flush(&pair.client, CLIENT_IF);
-    assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 2, T).replies, 0, "expired VIP answered");
-    assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, T), None, "expired VIP answered");
+    assert_eq!(
+        arping(&pair.client, CLIENT_IF, VIP4, 2, T).replies,
+        0,
+        "expired VIP answered"
+    );
+    assert_eq!(
+        ndisc6(&pair.client, VIP6, CLIENT_IF, T),
+        None,
+        "expired VIP answered"
+    );
     let list: serde_json::Value =
         serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
-    assert!(list.as_array().unwrap().iter().all(|v| v["live"] == false), "{list}");
+    assert!(
+        list.as_array().unwrap().iter().all(|v| v["live"] == false),
+        "{list}"
+    );
     assert!(cli.counter(NODE_IF, "expired") >= 3);
 
     // A refresh revives it; a delete ends it at once.
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
     assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 1, T).replies, 1);
     cli.ok(&["vip", "del", &VIP4.to_string(), "--iface", NODE_IF]);
-    assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 2, T).replies, 0, "deleted VIP answered");
+    assert_eq!(
+        arping(&pair.client, CLIENT_IF, VIP4, 2, T).replies,
+        0,
+        "deleted VIP answered"
+    );
 }
 
 #[test]
@@ -104,12 +169,27 @@ fn reload_with_pins_leaves_no_gap() {
     let pair = Pair::new("reload");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
     let prog_before = pair.node.ip(&["-d", "link", "show", NODE_IF]);
 
     // 60 requests over 1.5 s while the loader runs three more times.
     let r = thread::scope(|s| {
-        let probe = s.spawn(|| arping(&pair.client, CLIENT_IF, VIP4, 60, Duration::from_millis(1500)));
+        let probe = s.spawn(|| {
+            arping(
+                &pair.client,
+                CLIENT_IF,
+                VIP4,
+                60,
+                Duration::from_millis(1500),
+            )
+        });
         for _ in 0..3 {
             let out = cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
             assert!(out.contains("already attached"), "{out}");
@@ -117,8 +197,15 @@ fn reload_with_pins_leaves_no_gap() {
         }
         probe.join().unwrap()
     });
-    assert_eq!(r.replies, 60, "a request went unanswered during reloads: {r:?}");
-    assert_eq!(pair.node.ip(&["-d", "link", "show", NODE_IF]), prog_before, "same program attached");
+    assert_eq!(
+        r.replies, 60,
+        "a request went unanswered during reloads: {r:?}"
+    );
+    assert_eq!(
+        pair.node.ip(&["-d", "link", "show", NODE_IF]),
+        prog_before,
+        "same program attached"
+    );
     // The VIP survived (maps reused).
     assert!(cli.ok(&["vip", "list"]).contains(&VIP4.to_string()));
 }
@@ -128,14 +215,26 @@ fn unload_detaches_and_removes_exactly_its_pins() {
     let pair = Pair::new("unload");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
     let dir = cli.root().join(NODE_IF);
     let mut pins: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     pins.sort();
-    assert_eq!(pins, ["COUNTERS", "STATS_V4", "STATS_V6", "VIPS_V4", "VIPS_V6", "link"]);
+    assert_eq!(
+        pins,
+        [
+            "COUNTERS", "STATS_V4", "STATS_V6", "VIPS_V4", "VIPS_V6", "link"
+        ]
+    );
 
     let out = cli.ok(&["unload", "--iface", NODE_IF]);
     assert!(out.contains("removed 6 pins"), "{out}");
@@ -151,10 +250,34 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
     let cli = Cli::new(&pair.node);
     let cases: [(&[&str], i32, &str); 5] = [
         (&["load", "--iface", "nosuch0"], 66, "no such interface"),
-        (&["vip", "add", "10.77.0.100", "--iface", NODE_IF], 69, "announcer load --iface eth0"),
-        (&["vip", "add", "224.0.0.5", "--iface", NODE_IF], 64, "multicast"),
-        (&["vip", "add", "10.77.0.100", "--iface", NODE_IF, "--vlan", "4095"], 64, "VLAN id 4095"),
-        (&["vip", "add", "::ffff:10.0.0.5", "--iface", NODE_IF], 64, "IPv4-mapped"),
+        (
+            &["vip", "add", "10.77.0.100", "--iface", NODE_IF],
+            69,
+            "announcer load --iface eth0",
+        ),
+        (
+            &["vip", "add", "224.0.0.5", "--iface", NODE_IF],
+            64,
+            "multicast",
+        ),
+        (
+            &[
+                "vip",
+                "add",
+                "10.77.0.100",
+                "--iface",
+                NODE_IF,
+                "--vlan",
+                "4095",
+            ],
+            64,
+            "VLAN id 4095",
+        ),
+        (
+            &["vip", "add", "::ffff:10.0.0.5", "--iface", NODE_IF],
+            64,
+            "IPv4-mapped",
+        ),
     ];
     for (args, code, text) in cases {
         let o = cli.output(args);
@@ -162,15 +285,36 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
         assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
         assert!(err.contains(text), "{args:?}: {err}");
     }
-    let o = cli.output(&["vip", "add", "10.77.0.100", "--iface", NODE_IF, "--mac", "02:00:zz:00:00:01"]);
+    let o = cli.output(&[
+        "vip",
+        "add",
+        "10.77.0.100",
+        "--iface",
+        NODE_IF,
+        "--mac",
+        "02:00:zz:00:00:01",
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MAC address"));
 
     // Full map: a tiny map cannot be made from the CLI, so fill the real one partly and check
     // the error type through the library instead (tests/tests/xdp_rules.rs covers the rest).
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    let o = cli.output(&["vip", "add", "10.77.0.100", "--iface", NODE_IF, "--mac", "01:00:5e:00:00:01"]);
-    assert_eq!(o.status.code(), Some(64), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = cli.output(&[
+        "vip",
+        "add",
+        "10.77.0.100",
+        "--iface",
+        NODE_IF,
+        "--mac",
+        "01:00:5e:00:00:01",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]
@@ -178,17 +322,38 @@ fn program_events_reach_the_log() {
     let pair = Pair::new("logs");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
     // Another host announces our VIP (gratuitous ARP): not answered, and logged as a conflict.
     let other = Cli::new(&pair.client);
     let before = cli.counter(NODE_IF, "arp_answered");
-    other.ok(&["announce", &VIP4.to_string(), "--iface", CLIENT_IF, "--count", "1"]);
+    other.ok(&[
+        "announce",
+        &VIP4.to_string(),
+        "--iface",
+        CLIENT_IF,
+        "--count",
+        "1",
+    ]);
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(cli.counter(NODE_IF, "arp_answered"), before, "a gratuitous ARP is not a question");
+    assert_eq!(
+        cli.counter(NODE_IF, "arp_answered"),
+        before,
+        "a gratuitous ARP is not a question"
+    );
     let o = cli.output(&["logs", "--iface", NODE_IF, "--duration", "300ms"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("10.77.0.100") && err.contains("address conflict"), "log was:\n{err}");
+    assert!(
+        err.contains("10.77.0.100") && err.contains("address conflict"),
+        "log was:\n{err}"
+    );
 }
 
 #[test]
@@ -199,9 +364,15 @@ fn native_mode_failure_is_explained_and_auto_falls_back() {
     let o = cli.output(&["load", "--iface", "lo", "--mode", "native"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(69), "{err}");
-    assert!(err.contains("native mode") && err.contains("--mode generic"), "{err}");
+    assert!(
+        err.contains("native mode") && err.contains("--mode generic"),
+        "{err}"
+    );
     let out = cli.ok(&["load", "--iface", "lo", "--mode", "auto"]);
-    assert!(out.contains("in generic mode") && out.contains("native failed"), "{out}");
+    assert!(
+        out.contains("in generic mode") && out.contains("native failed"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -209,15 +380,25 @@ fn missing_privileges_are_named() {
     let pair = Pair::new("noperm");
     let cli = Cli::new(&pair.node);
     let mut cmd = pair.node.nsenter_cmd("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(announcer_tests::cli::announcer_bin())
-        .arg("--pin-root")
-        .arg(cli.root())
-        .args(["load", "--iface", NODE_IF]);
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ])
+    .arg(announcer_tests::cli::announcer_bin())
+    .arg("--pin-root")
+    .arg(cli.root())
+    .args(["load", "--iface", NODE_IF]);
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(77), "{err}");
-    assert!(err.contains("permission denied") && err.contains("CAP_BPF"), "{err}");
+    assert!(
+        err.contains("permission denied") && err.contains("CAP_BPF"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -227,16 +408,39 @@ fn takeover_burst_moves_existing_neighbor_entries() {
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
     // The client believes the VIPs live at an old owner's MAC.
     for vip in [VIP4.to_string(), VIP6.to_string()] {
-        pair.client.ip(&["neigh", "replace", &vip, "lladdr", "02:00:00:00:00:99", "dev", CLIENT_IF, "nud", "stale"]);
+        pair.client.ip(&[
+            "neigh",
+            "replace",
+            &vip,
+            "lladdr",
+            "02:00:00:00:00:99",
+            "dev",
+            CLIENT_IF,
+            "nud",
+            "stale",
+        ]);
     }
     for vip in [VIP4.to_string(), VIP6.to_string()] {
-        let out = cli.ok(&["vip", "add", &vip, "--iface", NODE_IF, "--permanent", "--announce", "--count", "1"]);
+        let out = cli.ok(&[
+            "vip",
+            "add",
+            &vip,
+            "--iface",
+            NODE_IF,
+            "--permanent",
+            "--announce",
+            "--count",
+            "1",
+        ]);
         assert!(out.contains("0 failed"), "{out}");
     }
     thread::sleep(Duration::from_millis(200));
     for vip in [VIP4.to_string(), VIP6.to_string()] {
         let n = pair.client.ip(&["neigh", "show", &vip, "dev", CLIENT_IF]);
-        assert!(n.contains("lladdr 02:00:00:00:00:01"), "{vip} not moved by the burst: {n}");
+        assert!(
+            n.contains("lladdr 02:00:00:00:00:01"),
+            "{vip} not moved by the burst: {n}"
+        );
     }
 }
 
@@ -246,21 +450,39 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
     let cli = Cli::new(&pair.node);
     // (No dummy driver on every kernel: a veth pair inside the namespace serves.)
     let make = || {
-        pair.node.ip(&["link", "add", "dum0", "type", "veth", "peer", "name", "dum1"]);
+        pair.node.ip(&[
+            "link", "add", "dum0", "type", "veth", "peer", "name", "dum1",
+        ]);
         pair.node.ip(&["link", "set", "dum0", "up"]);
     };
     make();
     cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", "dum0", "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        "dum0",
+        "--permanent",
+    ]);
     let before = cli.status()[0]["ifindex"].as_u64().unwrap();
 
     pair.node.ip(&["link", "del", "dum0"]);
     make();
-    assert!(!pair.node.ip(&["-d", "link", "show", "dum0"]).contains("xdpgeneric"));
+    assert!(
+        !pair
+            .node
+            .ip(&["-d", "link", "show", "dum0"])
+            .contains("xdpgeneric")
+    );
 
     let out = cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
     assert!(out.contains("replaced a stale attachment"), "{out}");
-    assert!(pair.node.ip(&["-d", "link", "show", "dum0"]).contains("xdpgeneric"));
+    assert!(
+        pair.node
+            .ip(&["-d", "link", "show", "dum0"])
+            .contains("xdpgeneric")
+    );
     let s = cli.status();
     let after = s[0]["ifindex"].as_u64().unwrap();
     assert_ne!(before, after);
@@ -271,7 +493,11 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
         .output()
         .unwrap();
     let dump: serde_json::Value = serde_json::from_slice(&dump.stdout).unwrap();
-    assert_eq!(dump[0]["formatted"]["key"]["ifindex"].as_u64(), Some(after), "entry re-keyed: {dump}");
+    assert_eq!(
+        dump[0]["formatted"]["key"]["ifindex"].as_u64(),
+        Some(after),
+        "entry re-keyed: {dump}"
+    );
     // The new interface has a new MAC; the CLI said so.
     assert!(out.contains("answers with"), "{out}");
 }
@@ -288,11 +514,29 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
         if mode == "native" {
             peer.ok(&["load", "--iface", CLIENT_IF, "--mode", "native"]);
         }
-        cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--vlan", "100", "--permanent"]);
+        cli.ok(&[
+            "vip",
+            "add",
+            &VIP4.to_string(),
+            "--iface",
+            NODE_IF,
+            "--vlan",
+            "100",
+            "--permanent",
+        ]);
         let mut capture = pair
             .client
             .nsenter_cmd("tcpdump")
-            .args(["-n", "-e", "-l", "-c", "1", "-i", CLIENT_IF, "vlan 100 and arp[6:2] = 2"])
+            .args([
+                "-n",
+                "-e",
+                "-l",
+                "-c",
+                "1",
+                "-i",
+                CLIENT_IF,
+                "vlan 100 and arp[6:2] = 2",
+            ])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -309,10 +553,20 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
         });
         thread::sleep(Duration::from_millis(300));
         let _ = capture.kill();
-        let seen = String::from_utf8_lossy(&capture.wait_with_output().unwrap().stdout).into_owned();
-        let list: serde_json::Value = serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
-        assert_eq!(list[0]["answered"], 1, "{mode}: not answered on VLAN 100: {list}\n{}", cli.ok(&["status"]));
-        assert!(seen.contains("vlan 100") && seen.contains("is-at 02:00:00:00:00:01"), "{mode}: client saw: {seen}");
+        let seen =
+            String::from_utf8_lossy(&capture.wait_with_output().unwrap().stdout).into_owned();
+        let list: serde_json::Value =
+            serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
+        assert_eq!(
+            list[0]["answered"],
+            1,
+            "{mode}: not answered on VLAN 100: {list}\n{}",
+            cli.ok(&["status"])
+        );
+        assert!(
+            seen.contains("vlan 100") && seen.contains("is-at 02:00:00:00:00:01"),
+            "{mode}: client saw: {seen}"
+        );
         drop(peer);
     }
 }

@@ -23,7 +23,9 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
 }
 
 fn ns_exists(name: &str) -> bool {
-    netns::list_namespaces(netns::NS_PREFIX).iter().any(|n| n == name)
+    netns::list_namespaces(netns::NS_PREFIX)
+        .iter()
+        .any(|n| n == name)
 }
 
 #[test]
@@ -40,7 +42,12 @@ fn kernel_answers_arp_and_nd_between_namespaces() {
     assert_eq!(r.macs, vec![NODE_MAC], "arping output:\n{}", r.stdout);
 
     let r = tools::arping_probe(&pair.client, CLIENT_IF, NODE_V4, 1, Duration::from_secs(1));
-    assert_eq!(r.unique_macs(), vec![NODE_MAC], "arping -0 output:\n{}", r.stdout);
+    assert_eq!(
+        r.unique_macs(),
+        vec![NODE_MAC],
+        "arping -0 output:\n{}",
+        r.stdout
+    );
 
     // Nobody owns 10.77.0.9: no reply, and no panic.
     let r = tools::arping(
@@ -102,12 +109,19 @@ fn enter_and_nsenter_see_the_namespace() {
     assert_eq!(lines[0], ns_link.to_string_lossy());
     assert_eq!(
         lines[1],
-        std::fs::read_link("/proc/self/ns/mnt").unwrap().to_string_lossy()
+        std::fs::read_link("/proc/self/ns/mnt")
+            .unwrap()
+            .to_string_lossy()
     );
 
     let addrs = pair.node.run(&["ip", "-o", "addr", "show", "dev", NODE_IF]);
-    assert!(addrs.contains("10.77.0.1/24") && addrs.contains("fd77::1/64"), "{addrs}");
-    let sysctl = pair.node.run(&["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]);
+    assert!(
+        addrs.contains("10.77.0.1/24") && addrs.contains("fd77::1/64"),
+        "{addrs}"
+    );
+    let sysctl = pair
+        .node
+        .run(&["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]);
     assert_eq!(sysctl.trim(), "1");
 }
 
@@ -130,7 +144,10 @@ fn namespaces_are_removed_on_drop_and_on_panic() {
     }));
     assert!(res.is_err());
     assert_eq!(names.len(), 2);
-    assert!(names.iter().all(|n| !ns_exists(n)), "{names:?} survived a panic");
+    assert!(
+        names.iter().all(|n| !ns_exists(n)),
+        "{names:?} survived a panic"
+    );
 
     let left = netns::namespaces_of_this_process();
     assert!(left.is_empty(), "leftover namespaces of this pid: {left:?}");
@@ -147,7 +164,10 @@ fn sweep_removes_namespaces_of_dead_processes_only() {
     let dead = child.id();
     child.wait().unwrap();
     let stale = format!("{}h-stale-{dead}-1-0", netns::NS_PREFIX);
-    let out = Command::new("ip").args(["netns", "add", &stale]).output().unwrap();
+    let out = Command::new("ip")
+        .args(["netns", "add", &stale])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{out:?}");
 
     let removed = netns::sweep_stale(netns::NS_PREFIX);
@@ -156,6 +176,9 @@ fn sweep_removes_namespaces_of_dead_processes_only() {
         // Never leave it behind, even if the assertion below fails.
         let _ = Command::new("ip").args(["netns", "del", &stale]).status();
     }
-    assert!(!still && removed.contains(&stale), "stale ns not swept: {removed:?}");
+    assert!(
+        !still && removed.contains(&stale),
+        "stale ns not swept: {removed:?}"
+    );
     assert!(ns_exists(live.name()), "sweep removed a live namespace");
 }

@@ -19,8 +19,11 @@ use announcer_tests::{
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-const V4: [Ipv4Addr; 3] =
-    [Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6), Ipv4Addr::new(10, 0, 0, 7)];
+const V4: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(10, 0, 0, 5),
+    Ipv4Addr::new(10, 0, 0, 6),
+    Ipv4Addr::new(10, 0, 0, 7),
+];
 const V6: [Ipv6Addr; 3] = [
     Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 5),
     Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 6),
@@ -32,18 +35,34 @@ fn setup() -> (Harness, Table) {
     let mut h = Harness::new();
     let mut table: Table = HashMap::new();
     for (addrs, _) in [(V4.map(IpAddr::V4), ()), (V6.map(IpAddr::V6), ())] {
-        let plan = [(addrs[0], None, true), (addrs[1], Some(100), true), (addrs[2], None, false)];
+        let plan = [
+            (addrs[0], None, true),
+            (addrs[1], Some(100), true),
+            (addrs[2], None, false),
+        ];
         for (a, vlan, live) in plan {
-            let life = if live { Lifetime::Permanent } else { Lifetime::Ttl(Duration::ZERO) };
-            h.dp.upsert(Vip::new(a, vlan).unwrap(), VIP_MAC, life).unwrap();
-            table.insert((IFINDEX, vlan.unwrap_or(0), a), Entry { mac: VIP_MAC, live });
+            let life = if live {
+                Lifetime::Permanent
+            } else {
+                Lifetime::Ttl(Duration::ZERO)
+            };
+            h.dp.upsert(Vip::new(a, vlan).unwrap(), VIP_MAC, life)
+                .unwrap();
+            table.insert(
+                (IFINDEX, vlan.unwrap_or(0), a),
+                Entry { mac: VIP_MAC, live },
+            );
         }
     }
     (h, table)
 }
 
 fn template(rng: &mut StdRng) -> Vec<u8> {
-    let vlan = if rng.random_bool(0.3) { Some(if rng.random_bool(0.7) { 100 } else { 7 }) } else { None };
+    let vlan = if rng.random_bool(0.3) {
+        Some(if rng.random_bool(0.7) { 100 } else { 7 })
+    } else {
+        None
+    };
     let client4 = Ipv4Addr::new(10, 0, 0, rng.random_range(1..=4));
     let client6 = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, rng.random_range(1..=4));
     let t4 = V4[rng.random_range(0..3)];
@@ -67,7 +86,11 @@ fn mutate(rng: &mut StdRng, f: &mut Vec<u8>) {
         4..=6 => {
             for _ in 0..rng.random_range(1..=3) {
                 let i = rng.random_range(0..f.len());
-                f[i] = if rng.random_bool(0.5) { rng.random() } else { f[i] ^ (1 << rng.random_range(0..8)) };
+                f[i] = if rng.random_bool(0.5) {
+                    rng.random()
+                } else {
+                    f[i] ^ (1 << rng.random_range(0..8))
+                };
             }
         }
         7 => {
@@ -81,7 +104,8 @@ fn mutate(rng: &mut StdRng, f: &mut Vec<u8>) {
         }
         _ => {
             // Hit the fields the rules look at: EtherType, ARP op/lengths, hop limit, ND type.
-            let i = [12, 13, 16, 17, 18, 19, 20, 21, 21, 25, 54, 55, 58, 59][rng.random_range(0..14)];
+            let i =
+                [12, 13, 16, 17, 18, 19, 20, 21, 21, 25, 54, 55, 58, 59][rng.random_range(0..14)];
             if i < f.len() {
                 f[i] = rng.random();
             }
@@ -91,8 +115,14 @@ fn mutate(rng: &mut StdRng, f: &mut Vec<u8>) {
 
 #[test]
 fn kernel_matches_the_model_on_random_and_mutated_frames() {
-    let n: usize = std::env::var("ANNOUNCER_FUZZ_FRAMES").ok().and_then(|v| v.parse().ok()).unwrap_or(300_000);
-    let seed: u64 = std::env::var("ANNOUNCER_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or(0x5eed);
+    let n: usize = std::env::var("ANNOUNCER_FUZZ_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300_000);
+    let seed: u64 = std::env::var("ANNOUNCER_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed);
     let (h, table) = setup();
     let mut rng = StdRng::seed_from_u64(seed);
     let (mut answered, mut passed) = (0usize, 0usize);
@@ -116,8 +146,14 @@ fn kernel_matches_the_model_on_random_and_mutated_frames() {
         }
     }
     eprintln!("{n} frames: {answered} answered, {passed} passed, all as the model says");
-    assert!(answered > n / 10, "the corpus must exercise the answer path too ({answered})");
-    assert!(passed > n / 10, "the corpus must exercise the pass path too ({passed})");
+    assert!(
+        answered > n / 10,
+        "the corpus must exercise the answer path too ({answered})"
+    );
+    assert!(
+        passed > n / 10,
+        "the corpus must exercise the pass path too ({passed})"
+    );
 }
 
 fn hex(b: &[u8]) -> String {

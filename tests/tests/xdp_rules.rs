@@ -26,13 +26,19 @@ const CLIENT6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1);
 fn harness_with(vips: &[(IpAddr, Option<u16>)]) -> Harness {
     let mut h = Harness::new();
     for (a, vlan) in vips {
-        h.dp.upsert(Vip::new(*a, *vlan).unwrap(), VIP_MAC, Lifetime::Permanent).unwrap();
+        h.dp.upsert(Vip::new(*a, *vlan).unwrap(), VIP_MAC, Lifetime::Permanent)
+            .unwrap();
     }
     h
 }
 
 fn counter(h: &Harness, o: Outcome) -> u64 {
-    h.dp.counters().unwrap().iter().find(|(k, _)| *k == o).unwrap().1
+    h.dp.counters()
+        .unwrap()
+        .iter()
+        .find(|(k, _)| *k == o)
+        .unwrap()
+        .1
 }
 
 #[test]
@@ -80,10 +86,19 @@ fn arp_that_is_not_a_request_for_a_live_vip_passes_untouched() {
     let h = harness_with(&[(VIP4.into(), None)]);
     let req = frames::arp_request(CLIENT4, VIP4, None);
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
-        ("other target", frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 6), None)),
-        ("gratuitous announcement (spa = tpa)", frames::arp_request(VIP4, VIP4, None)),
+        (
+            "other target",
+            frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 6), None),
+        ),
+        (
+            "gratuitous announcement (spa = tpa)",
+            frames::arp_request(VIP4, VIP4, None),
+        ),
         ("truncated to 41 bytes", req[..41].to_vec()),
-        ("tagged, but VIP is untagged", frames::arp_request(CLIENT4, VIP4, Some(7))),
+        (
+            "tagged, but VIP is untagged",
+            frames::arp_request(CLIENT4, VIP4, Some(7)),
+        ),
     ];
     let mut reply = req.clone();
     reply[21] = 2;
@@ -104,7 +119,11 @@ fn arp_that_is_not_a_request_for_a_live_vip_passes_untouched() {
         assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");
     }
     assert_eq!(counter(&h, Outcome::ArpAnswered), 0);
-    assert_eq!(counter(&h, Outcome::Malformed), 1, "only the group-sender request was for a VIP");
+    assert_eq!(
+        counter(&h, Outcome::Malformed),
+        1,
+        "only the group-sender request was for a VIP"
+    );
 }
 
 #[test]
@@ -123,12 +142,18 @@ fn tagged_requests_are_answered_with_the_same_tag_only_on_their_vlan() {
     let (action, out) = h.run(&req);
     assert_eq!(action, XDP_TX);
     assert_eq!(&out[12..16], &req[12..16], "same 802.1Q tag");
-    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().vlan(), Some(100));
+    assert_eq!(
+        EthernetFrame::new_checked(&out[..]).unwrap().vlan(),
+        Some(100)
+    );
 
     let ns = frames::ns_multicast(CLIENT6, VIP6, Some(100));
     let (action, out) = h.run(&ns);
     assert_eq!(action, XDP_TX);
-    assert_eq!(EthernetFrame::new_checked(&out[..]).unwrap().vlan(), Some(100));
+    assert_eq!(
+        EthernetFrame::new_checked(&out[..]).unwrap().vlan(),
+        Some(100)
+    );
 
     for other in [None, Some(101)] {
         let f = frames::arp_request(CLIENT4, VIP4, other);
@@ -145,7 +170,11 @@ fn tagged_requests_are_answered_with_the_same_tag_only_on_their_vlan() {
 fn parse_na(out: &[u8]) -> (EthernetFrame<&[u8]>, Ipv6Repr, NdiscRepr) {
     let eth = EthernetFrame::new_checked(out).unwrap();
     let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
-    assert_eq!(ip.payload().len() + 40 + eth.header_len(), out.len(), "no trailing bytes");
+    assert_eq!(
+        ip.payload().len() + 40 + eth.header_len(),
+        out.len(),
+        "no trailing bytes"
+    );
     let repr = Ipv6Repr::parse(&ip);
     let nd = NdiscPacket::new_checked(ip.payload()).unwrap();
     assert!(nd.verify_checksum(&repr.src, &repr.dst), "NA checksum");
@@ -164,7 +193,11 @@ fn neighbor_solicitation_gets_a_solicited_advertisement() {
     assert_eq!(
         na,
         NdiscRepr::NeighborAdvert {
-            flags: NaFlags { router: false, solicited: true, override_: true },
+            flags: NaFlags {
+                router: false,
+                solicited: true,
+                override_: true
+            },
             target: VIP6,
             lladdr: Some(VIP_MAC),
         }
@@ -186,14 +219,21 @@ fn unicast_ns_without_sllao_goes_to_the_frame_source() {
 fn dad_probe_is_answered_to_all_nodes_without_s() {
     let h = harness_with(&[(VIP6.into(), None)]);
     let (action, out) = h.run(&frames::ns_dad(VIP6, None));
-    assert_eq!(action, XDP_TX, "the NS grows by 8 bytes (TLLAO) with bpf_xdp_adjust_tail");
+    assert_eq!(
+        action, XDP_TX,
+        "the NS grows by 8 bytes (TLLAO) with bpf_xdp_adjust_tail"
+    );
     let (eth, ip, na) = parse_na(&out);
     assert_eq!(eth.dst(), MacAddr([0x33, 0x33, 0, 0, 0, 1]));
     assert_eq!(ip.dst, "ff02::1".parse::<Ipv6Addr>().unwrap());
     assert_eq!(
         na,
         NdiscRepr::NeighborAdvert {
-            flags: NaFlags { router: false, solicited: false, override_: true },
+            flags: NaFlags {
+                router: false,
+                solicited: false,
+                override_: true
+            },
             target: VIP6,
             lladdr: Some(VIP_MAC),
         }
@@ -219,18 +259,25 @@ fn invalid_solicitations_pass_untouched() {
     f[icmp + 25] = 0; // SLLAO length 0; checksum also breaks, so fix it up below
     cases.push(("zero-length option", refill(f)));
     cases.push(("truncated payload", good[..good.len() - 4].to_vec()));
-    cases.push(("DAD probe with SLLAO", frames::ns(
-        Ipv6Addr::UNSPECIFIED,
-        "ff02::1:ff00:5".parse().unwrap(),
-        VIP6,
-        Some(CLIENT_MAC),
-        None,
-    )));
-    cases.push(("DAD probe not to solicited-node", frames::ns(
-        Ipv6Addr::UNSPECIFIED, VIP6, VIP6, None, None,
-    )));
+    cases.push((
+        "DAD probe with SLLAO",
+        frames::ns(
+            Ipv6Addr::UNSPECIFIED,
+            "ff02::1:ff00:5".parse().unwrap(),
+            VIP6,
+            Some(CLIENT_MAC),
+            None,
+        ),
+    ));
+    cases.push((
+        "DAD probe not to solicited-node",
+        frames::ns(Ipv6Addr::UNSPECIFIED, VIP6, VIP6, None, None),
+    ));
     cases.push(("other target", frames::ns_multicast(CLIENT6, CLIENT6, None)));
-    cases.push(("to all-nodes", frames::ns(CLIENT6, "ff02::1".parse().unwrap(), VIP6, None, None)));
+    cases.push((
+        "to all-nodes",
+        frames::ns(CLIENT6, "ff02::1".parse().unwrap(), VIP6, None, None),
+    ));
     for (what, frame) in cases {
         assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");
     }
@@ -256,16 +303,27 @@ fn expired_and_deleted_vips_are_not_answered() {
     assert_eq!(h.run(&ns).0, XDP_TX);
 
     for a in [IpAddr::from(VIP4), IpAddr::from(VIP6)] {
-        h.dp.upsert(Vip::new(a, None).unwrap(), VIP_MAC, Lifetime::Ttl(Duration::ZERO)).unwrap();
+        h.dp.upsert(
+            Vip::new(a, None).unwrap(),
+            VIP_MAC,
+            Lifetime::Ttl(Duration::ZERO),
+        )
+        .unwrap();
     }
     assert_eq!(h.run(&arp), (XDP_PASS, arp.clone()));
     assert_eq!(h.run(&ns), (XDP_PASS, ns.clone()));
     assert_eq!(counter(&h, Outcome::Expired), 2);
-    assert!(h.dp.list().unwrap().iter().all(|r| !r.is_live() && r.stats.expired == 1));
+    assert!(
+        h.dp.list()
+            .unwrap()
+            .iter()
+            .all(|r| !r.is_live() && r.stats.expired == 1)
+    );
 
     // A refresh revives it; a delete ends it.
     let v4 = Vip::new(VIP4.into(), None).unwrap();
-    h.dp.upsert(v4, VIP_MAC, Lifetime::Ttl(Duration::from_secs(30))).unwrap();
+    h.dp.upsert(v4, VIP_MAC, Lifetime::Ttl(Duration::from_secs(30)))
+        .unwrap();
     assert_eq!(h.run(&arp).0, XDP_TX);
     h.dp.remove(v4).unwrap();
     assert_eq!(h.run(&arp).0, XDP_PASS);
@@ -275,9 +333,22 @@ fn expired_and_deleted_vips_are_not_answered() {
 fn other_interfaces_vips_are_not_answered() {
     let mut h = Harness::new();
     // Keyed for ifindex 1 (where test_run frames arrive) vs. a VIP written for another index.
-    h.dp.upsert(Vip::new(VIP4.into(), None).unwrap(), VIP_MAC, Lifetime::Permanent).unwrap();
+    h.dp.upsert(
+        Vip::new(VIP4.into(), None).unwrap(),
+        VIP_MAC,
+        Lifetime::Permanent,
+    )
+    .unwrap();
     assert_eq!(h.run(&frames::arp_request(CLIENT4, VIP4, None)).0, XDP_TX);
-    assert_eq!(h.run(&frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 9), None)).0, XDP_PASS);
+    assert_eq!(
+        h.run(&frames::arp_request(
+            CLIENT4,
+            Ipv4Addr::new(10, 0, 0, 9),
+            None
+        ))
+        .0,
+        XDP_PASS
+    );
 }
 
 #[test]
@@ -287,12 +358,24 @@ fn a_full_map_is_reported_as_such_and_loses_nothing() {
     h.dp.upsert(a(1), VIP_MAC, Lifetime::Permanent).unwrap();
     h.dp.upsert(a(2), VIP_MAC, Lifetime::Permanent).unwrap();
     let err = h.dp.upsert(a(3), VIP_MAC, Lifetime::Permanent).unwrap_err();
-    assert!(matches!(err, announcer::error::Error::MapFull { family: "IPv4", .. }), "{err}");
+    assert!(
+        matches!(err, announcer::error::Error::MapFull { family: "IPv4", .. }),
+        "{err}"
+    );
     assert_eq!(err.exit_code(), 73);
     // Refreshing an existing entry still works when full, and both VIPs are still answered.
-    h.dp.upsert(a(2), VIP_MAC, Lifetime::Ttl(Duration::from_secs(5))).unwrap();
+    h.dp.upsert(a(2), VIP_MAC, Lifetime::Ttl(Duration::from_secs(5)))
+        .unwrap();
     for i in [1u8, 2] {
-        assert_eq!(h.run(&frames::arp_request(CLIENT4, Ipv4Addr::new(10, 0, 0, 10 + i), None)).0, XDP_TX);
+        assert_eq!(
+            h.run(&frames::arp_request(
+                CLIENT4,
+                Ipv4Addr::new(10, 0, 0, 10 + i),
+                None
+            ))
+            .0,
+            XDP_TX
+        );
     }
 }
 
@@ -301,10 +384,22 @@ fn solicitations_that_would_be_answered_wrongly_pass() {
     let h = harness_with(&[(VIP6.into(), None)]);
     let sn: Ipv6Addr = "ff02::1:ff00:5".parse().unwrap();
     let cases = [
-        ("multicast source", frames::ns("ff02::2".parse().unwrap(), sn, VIP6, Some(CLIENT_MAC), None)),
-        ("another host using the VIP", frames::ns(VIP6, sn, VIP6, Some(CLIENT_MAC), None)),
-        ("SLLAO is a group MAC", frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::BROADCAST), None)),
-        ("SLLAO is all-zero", frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::ZERO), None)),
+        (
+            "multicast source",
+            frames::ns("ff02::2".parse().unwrap(), sn, VIP6, Some(CLIENT_MAC), None),
+        ),
+        (
+            "another host using the VIP",
+            frames::ns(VIP6, sn, VIP6, Some(CLIENT_MAC), None),
+        ),
+        (
+            "SLLAO is a group MAC",
+            frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::BROADCAST), None),
+        ),
+        (
+            "SLLAO is all-zero",
+            frames::ns(CLIENT6, sn, VIP6, Some(MacAddr::ZERO), None),
+        ),
     ];
     for (what, frame) in cases {
         assert_eq!(h.run(&frame), (XDP_PASS, frame.clone()), "{what}");

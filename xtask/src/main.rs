@@ -78,7 +78,13 @@ fn main() -> Result<()> {
             run(Command::new(&bin).args(["load", "--iface", &iface, "--mode", &mode]))?;
             for vip in &vips {
                 run(Command::new(&bin).args([
-                    "vip", "add", vip, "--iface", &iface, "--permanent", "--announce",
+                    "vip",
+                    "add",
+                    vip,
+                    "--iface",
+                    &iface,
+                    "--permanent",
+                    "--announce",
                 ]))?;
             }
             run(Command::new(&bin).args(["vip", "list", "--iface", &iface]))
@@ -97,7 +103,16 @@ fn main() -> Result<()> {
                 "xdp" => "bench-xdp",
                 other => bail!("unknown benchmark {other:?}; available: xdp"),
             };
-            let mut a = vec!["run", "--release", "--quiet", "-p", "announcer-tests", "--bin", bin, "--"];
+            let mut a = vec![
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "announcer-tests",
+                "--bin",
+                bin,
+                "--",
+            ];
             if json {
                 a.push("--json");
             }
@@ -107,14 +122,32 @@ fn main() -> Result<()> {
         Cmd::Demo => {
             require_root("the demo creates network namespaces and attaches XDP")?;
             setup::ensure()?;
-            cargo(&root, &["build", "--release", "--quiet", "-p", "announcer", "-p", "announcer-tests", "--bin", "announcer", "--bin", "demo"])?;
+            cargo(
+                &root,
+                &[
+                    "build",
+                    "--release",
+                    "--quiet",
+                    "-p",
+                    "announcer",
+                    "-p",
+                    "announcer-tests",
+                    "--bin",
+                    "announcer",
+                    "--bin",
+                    "demo",
+                ],
+            )?;
             run(&mut Command::new(root.join("target/release/demo")))
         }
     }
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
 }
 
 fn require_root(why: &str) -> Result<()> {
@@ -131,9 +164,11 @@ unsafe extern "C" {
 }
 
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {
-    run(Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(args)
-        .current_dir(root))
+    run(
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(args)
+            .current_dir(root),
+    )
 }
 
 pub(crate) fn run(cmd: &mut Command) -> Result<()> {

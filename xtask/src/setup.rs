@@ -15,8 +15,16 @@ use anyhow::{Context, Result, bail};
 use crate::run;
 
 const APT_PACKAGES: &[&str] = &[
-    "rustc-web", "rust-web-src", "cargo-web", "iproute2", "bpftool", "arping", "ndisc6",
-    "tcpdump", "ethtool", "util-linux",
+    "rustc-web",
+    "rust-web-src",
+    "cargo-web",
+    "iproute2",
+    "bpftool",
+    "arping",
+    "ndisc6",
+    "tcpdump",
+    "ethtool",
+    "util-linux",
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";
@@ -37,7 +45,11 @@ fn installed(pkg: &str) -> bool {
 }
 
 fn apt() -> Result<()> {
-    let missing: Vec<&str> = APT_PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    let missing: Vec<&str> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| !installed(p))
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
@@ -51,8 +63,14 @@ fn apt() -> Result<()> {
 }
 
 fn link_toolchain() -> Result<()> {
-    let out = Command::new("rustup").args(["toolchain", "list"]).output().context("running rustup")?;
-    if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with(TOOLCHAIN)) {
+    let out = Command::new("rustup")
+        .args(["toolchain", "list"])
+        .output()
+        .context("running rustup")?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with(TOOLCHAIN))
+    {
         return Ok(());
     }
     if !Path::new("/usr/lib/rustlib/src/rust/library/core").exists() {

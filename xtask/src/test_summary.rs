@@ -21,10 +21,14 @@ struct Totals {
 impl Totals {
     /// Adds a libtest line like `test result: ok. 14 passed; 0 failed; 1 ignored; ...`.
     fn add(&mut self, line: &str) {
-        let Some(rest) = line.trim().strip_prefix("test result: ") else { return };
+        let Some(rest) = line.trim().strip_prefix("test result: ") else {
+            return;
+        };
         for part in rest.split(';') {
             let mut words = part.split_whitespace().rev();
-            let (Some(what), Some(n)) = (words.next(), words.next()) else { continue };
+            let (Some(what), Some(n)) = (words.next(), words.next()) else {
+                continue;
+            };
             let Ok(n) = n.parse::<u64>() else { continue };
             match what {
                 "passed" => self.passed += n,
@@ -53,7 +57,11 @@ pub fn run(root: &Path, args: &[&str]) -> Result<()> {
     }
     let status = child.wait()?;
     // The closing line CI reads: "N passed, N failed" with ignored tests as "skipped".
-    writeln!(out, "\ntests: {} passed, {} failed, {} skipped", totals.passed, totals.failed, totals.ignored)?;
+    writeln!(
+        out,
+        "\ntests: {} passed, {} failed, {} skipped",
+        totals.passed, totals.failed, totals.ignored
+    )?;
     if !status.success() {
         bail!("cargo test failed ({status})");
     }

@@ -184,7 +184,10 @@ mod tests {
 
     #[test]
     fn rejects_short_and_foreign() {
-        assert_eq!(ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            ArpPacket::new_checked(&REQUEST[..27]).unwrap_err(),
+            Error::Truncated
+        );
         let mut other = REQUEST;
         other[5] = 16; // plen 16
         let p = ArpPacket::new_checked(&other[..]).unwrap();

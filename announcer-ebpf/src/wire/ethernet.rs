@@ -109,7 +109,12 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
     /// Length of the Ethernet header(s).
     pub fn header_len(&self) -> usize {
-        EthHdr::LEN + if self.vlan_hdr().is_some() { VlanHdr::LEN } else { 0 }
+        EthHdr::LEN
+            + if self.vlan_hdr().is_some() {
+                VlanHdr::LEN
+            } else {
+                0
+            }
     }
 
     /// The payload after the header(s), including any trailing padding.
@@ -134,7 +139,12 @@ pub struct EthernetRepr {
 impl EthernetRepr {
     /// Reads the header of a checked frame.
     pub fn parse<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> Self {
-        Self { src: frame.src(), dst: frame.dst(), vlan: frame.vlan(), ethertype: frame.ethertype() }
+        Self {
+            src: frame.src(),
+            dst: frame.dst(),
+            vlan: frame.vlan(),
+            ethertype: frame.ethertype(),
+        }
     }
 
     /// Bytes [`emit`](Self::emit) writes.
@@ -192,7 +202,13 @@ mod tests {
     fn truncated_tag_is_rejected() {
         let mut buf = [0u8; 16];
         buf[12] = 0x81;
-        assert_eq!(EthernetFrame::new_checked(&buf[..]).unwrap_err(), Error::Truncated);
-        assert_eq!(EthernetFrame::new_checked(&buf[..13]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            EthernetFrame::new_checked(&buf[..]).unwrap_err(),
+            Error::Truncated
+        );
+        assert_eq!(
+            EthernetFrame::new_checked(&buf[..13]).unwrap_err(),
+            Error::Truncated
+        );
     }
 }

@@ -23,7 +23,10 @@ pub const MAX_FRAME: usize = 128;
 /// # Panics
 /// If `buf` is shorter than the frame.
 pub fn arp(buf: &mut [u8], eth: &EthernetRepr, arp: &ArpRepr) -> usize {
-    let eth = EthernetRepr { ethertype: ethertype::ARP, ..*eth };
+    let eth = EthernetRepr {
+        ethertype: ethertype::ARP,
+        ..*eth
+    };
     let off = eth.emit(buf);
     arp.emit(&mut buf[off..]);
     let len = off + arp.buffer_len();
@@ -42,11 +45,20 @@ pub fn ndisc(
     dst: Ipv6Addr,
     nd: &NdiscRepr,
 ) -> usize {
-    let eth = EthernetRepr { ethertype: ethertype::IPV6, ..*eth };
+    let eth = EthernetRepr {
+        ethertype: ethertype::IPV6,
+        ..*eth
+    };
     let off = eth.emit(buf);
     let len = nd.buffer_len();
-    Ipv6Repr { src, dst, next_header: NEXT_HEADER_ICMPV6, payload_len: len as u16, hop_limit: HOP_LIMIT }
-        .emit(&mut buf[off..]);
+    Ipv6Repr {
+        src,
+        dst,
+        next_header: NEXT_HEADER_ICMPV6,
+        payload_len: len as u16,
+        hop_limit: HOP_LIMIT,
+    }
+    .emit(&mut buf[off..]);
     let icmp = off + Ipv6Hdr::LEN;
     nd.emit(&mut buf[icmp..icmp + len]);
     ndisc::fill_checksum(&mut buf[icmp..icmp + len], &src, &dst);
@@ -78,8 +90,11 @@ mod tests {
     }
 
     fn eth() -> impl Strategy<Value = EthernetRepr> {
-        (mac(), mac(), proptest::option::of(0u16..4095)).prop_map(|(src, dst, vlan)| {
-            EthernetRepr { src, dst, vlan, ethertype: 0 }
+        (mac(), mac(), proptest::option::of(0u16..4095)).prop_map(|(src, dst, vlan)| EthernetRepr {
+            src,
+            dst,
+            vlan,
+            ethertype: 0,
         })
     }
 
@@ -128,11 +143,11 @@ mod tests {
             if let Ok(f) = EthernetFrame::new_checked(&bytes[..]) {
                 let _ = f.payload();
                 if let Ok(a) = ArpPacket::new_checked(f.payload()) { let _ = ArpRepr::parse(&a); }
-                if let Ok(ip) = Ipv6Packet::new_checked(f.payload()) {
-                    if let Ok(nd) = NdiscPacket::new_checked(ip.payload()) {
-                        let _ = NdiscRepr::parse(&nd);
-                        let _ = nd.options().count();
-                    }
+                if let Ok(ip) = Ipv6Packet::new_checked(f.payload())
+                    && let Ok(nd) = NdiscPacket::new_checked(ip.payload())
+                {
+                    let _ = NdiscRepr::parse(&nd);
+                    let _ = nd.options().count();
                 }
             }
         }

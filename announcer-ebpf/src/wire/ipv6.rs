@@ -132,8 +132,14 @@ mod tests {
         let p = Ipv6Packet::new_checked(&buf[..]).unwrap();
         assert_eq!(Ipv6Repr::parse(&p), repr);
         assert_eq!(p.payload().len(), 8);
-        assert_eq!(Ipv6Packet::new_checked(&buf[..47]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Ipv6Packet::new_checked(&buf[..47]).unwrap_err(),
+            Error::Truncated
+        );
         buf[0] = 0x40;
-        assert_eq!(Ipv6Packet::new_checked(&buf[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Ipv6Packet::new_checked(&buf[..]).unwrap_err(),
+            Error::Malformed
+        );
     }
 }

@@ -179,15 +179,27 @@ mod tests {
         let m = MacAddr::from_str("02:00:5E:10:00:0a").unwrap();
         assert_eq!(m.0, [2, 0, 0x5e, 0x10, 0, 0x0a]);
         assert_eq!(std::format!("{m}"), "02:00:5e:10:00:0a");
-        for bad in ["", "02:00:5e:10:00", "02:00:5e:10:00:0a:01", "0g:00:00:00:00:00", "002:0:0:0:0:0"] {
+        for bad in [
+            "",
+            "02:00:5e:10:00",
+            "02:00:5e:10:00:0a:01",
+            "0g:00:00:00:00:00",
+            "002:0:0:0:0:0",
+        ] {
             assert!(MacAddr::from_str(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn solicited_node_matches_rfc4291() {
-        let a: [u8; 16] = "2001:db8::abcd:1234".parse::<core::net::Ipv6Addr>().unwrap().octets();
+        let a: [u8; 16] = "2001:db8::abcd:1234"
+            .parse::<core::net::Ipv6Addr>()
+            .unwrap()
+            .octets();
         let s = core::net::Ipv6Addr::from(solicited_node(&a));
-        assert_eq!(s, "ff02::1:ffcd:1234".parse::<core::net::Ipv6Addr>().unwrap());
+        assert_eq!(
+            s,
+            "ff02::1:ffcd:1234".parse::<core::net::Ipv6Addr>().unwrap()
+        );
     }
 }

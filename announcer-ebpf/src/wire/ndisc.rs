@@ -222,11 +222,15 @@ impl NdiscRepr {
     /// Bytes [`emit`](Self::emit) writes.
     pub const fn buffer_len(&self) -> usize {
         let lladdr = match self {
-            NdiscRepr::NeighborSolicit { lladdr, .. } | NdiscRepr::NeighborAdvert { lladdr, .. } => {
-                lladdr
-            }
+            NdiscRepr::NeighborSolicit { lladdr, .. }
+            | NdiscRepr::NeighborAdvert { lladdr, .. } => lladdr,
         };
-        NdiscHdr::LEN + if lladdr.is_some() { LinkLayerOpt::LEN } else { 0 }
+        NdiscHdr::LEN
+            + if lladdr.is_some() {
+                LinkLayerOpt::LEN
+            } else {
+                0
+            }
     }
 
     /// Writes the message to the start of `buf` with a zero checksum (see [`fill_checksum`]).
@@ -238,16 +242,28 @@ impl NdiscRepr {
             NdiscRepr::NeighborSolicit { target, lladdr } => {
                 (TYPE_NS, 0, target, OPT_SOURCE_LLADDR, lladdr)
             }
-            NdiscRepr::NeighborAdvert { flags, target, lladdr } => {
-                (TYPE_NA, flags.bits(), target, OPT_TARGET_LLADDR, lladdr)
-            }
+            NdiscRepr::NeighborAdvert {
+                flags,
+                target,
+                lladdr,
+            } => (TYPE_NA, flags.bits(), target, OPT_TARGET_LLADDR, lladdr),
         };
         let h = NdiscHdr::mut_from_prefix(buf).expect("buffer too short for ND");
-        *h = NdiscHdr { ty, code: 0, checksum: [0; 2], flags: [flags, 0, 0, 0], target: target.octets() };
+        *h = NdiscHdr {
+            ty,
+            code: 0,
+            checksum: [0; 2],
+            flags: [flags, 0, 0, 0],
+            target: target.octets(),
+        };
         if let Some(mac) = lladdr {
             let o = LinkLayerOpt::mut_from_prefix(&mut buf[NdiscHdr::LEN..])
                 .expect("buffer too short for ND option");
-            *o = LinkLayerOpt { ty: opt_ty, len: 1, addr: mac.0 };
+            *o = LinkLayerOpt {
+                ty: opt_ty,
+                len: 1,
+                addr: mac.0,
+            };
         }
     }
 }
@@ -259,14 +275,21 @@ mod tests {
     #[test]
     fn na_round_trip_with_checksum() {
         let repr = NdiscRepr::NeighborAdvert {
-            flags: NaFlags { router: false, solicited: true, override_: true },
+            flags: NaFlags {
+                router: false,
+                solicited: true,
+                override_: true,
+            },
             target: "2001:db8::5".parse().unwrap(),
             lladdr: Some(MacAddr([2, 0, 0, 0, 0, 9])),
         };
         let mut buf = [0u8; 32];
         assert_eq!(repr.buffer_len(), 32);
         repr.emit(&mut buf);
-        let (s, d) = ("2001:db8::5".parse().unwrap(), "2001:db8::1".parse().unwrap());
+        let (s, d) = (
+            "2001:db8::5".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+        );
         fill_checksum(&mut buf, &s, &d);
         let p = NdiscPacket::new_checked(&buf[..]).unwrap();
         assert!(p.verify_checksum(&s, &d));
@@ -279,14 +302,29 @@ mod tests {
     #[test]
     fn zero_length_and_overrunning_options_are_malformed() {
         let mut buf = [0u8; 32];
-        NdiscRepr::NeighborSolicit { target: "2001:db8::5".parse().unwrap(), lladdr: None }
-            .emit(&mut buf);
+        NdiscRepr::NeighborSolicit {
+            target: "2001:db8::5".parse().unwrap(),
+            lladdr: None,
+        }
+        .emit(&mut buf);
         buf[24] = OPT_SOURCE_LLADDR;
         buf[25] = 0;
-        assert_eq!(NdiscPacket::new_checked(&buf[..]).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            NdiscPacket::new_checked(&buf[..]).unwrap_err(),
+            Error::Malformed
+        );
         buf[25] = 2;
-        assert_eq!(NdiscPacket::new_checked(&buf[..]).unwrap_err(), Error::Malformed);
-        assert_eq!(NdiscPacket::new_checked(&buf[..25]).unwrap_err(), Error::Malformed);
-        assert_eq!(NdiscPacket::new_checked(&buf[..23]).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            NdiscPacket::new_checked(&buf[..]).unwrap_err(),
+            Error::Malformed
+        );
+        assert_eq!(
+            NdiscPacket::new_checked(&buf[..25]).unwrap_err(),
+            Error::Malformed
+        );
+        assert_eq!(
+            NdiscPacket::new_checked(&buf[..23]).unwrap_err(),
+            Error::Truncated
+        );
     }
 }

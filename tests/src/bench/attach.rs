@@ -33,7 +33,10 @@ pub struct Attached {
 impl Attached {
     /// `/sys/fs/bpf/announcer-bench-<pid>-<tag>`: unique to this process, never the agent's.
     pub fn pin_root(tag: &str) -> PathBuf {
-        PathBuf::from(format!("/sys/fs/bpf/announcer-bench-{}-{tag}", std::process::id()))
+        PathBuf::from(format!(
+            "/sys/fs/bpf/announcer-bench-{}-{tag}",
+            std::process::id()
+        ))
     }
 
     /// Every pin root this module uses.
@@ -53,10 +56,14 @@ impl Attached {
 
     fn new(ns: &Netns, mode: Mode, tag: &str, vip: Option<(Ipv4Addr, MacAddr)>) -> Result<Self> {
         // The guard exists before anything is pinned, so a failed attach cleans up too.
-        let mut me = Self { root: Self::pin_root(tag), dp: None };
+        let mut me = Self {
+            root: Self::pin_root(tag),
+            dp: None,
+        };
         let root = me.root.clone();
         let dp = ns.enter(|| -> Result<Dataplane> {
-            loader::load(&root, IFACE, mode).with_context(|| format!("attaching in {mode} mode"))?;
+            loader::load(&root, IFACE, mode)
+                .with_context(|| format!("attaching in {mode} mode"))?;
             let mut dp = Dataplane::open(&root, IFACE)?;
             if let Some((vip, mac)) = vip {
                 dp.upsert(Vip::new(vip.into(), None)?, mac, Lifetime::Permanent)?;
@@ -71,7 +78,9 @@ impl Attached {
     pub fn arp_answered(&self) -> Result<u64> {
         let dp = self.dp.as_ref().context("not attached")?;
         let c = dp.counters()?;
-        Ok(c.iter().find(|(o, _)| *o == Outcome::ArpAnswered).map_or(0, |c| c.1))
+        Ok(c.iter()
+            .find(|(o, _)| *o == Outcome::ArpAnswered)
+            .map_or(0, |c| c.1))
     }
 }
 
@@ -86,11 +95,17 @@ impl Drop for Attached {
 /// ran): `/sys/fs/bpf/announcer-bench-<pid>-*` with a dead `<pid>`. Namespaces of such runs are
 /// swept by the netns harness; their programs go with them, only the pins stay behind.
 pub fn sweep_stale() {
-    let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") else { return };
+    let Ok(entries) = std::fs::read_dir("/sys/fs/bpf") else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("announcer-bench-") else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(rest) = name.strip_prefix("announcer-bench-") else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
         if !Path::new(&format!("/proc/{pid}")).exists() {
             cleanup(&e.path());
         }
@@ -102,7 +117,10 @@ pub fn cleanup(root: &Path) {
     if root.join(IFACE).exists()
         && let Err(e) = loader::unload(root, IFACE)
     {
-        eprintln!("warning: unloading the bench responder under {}: {e}", root.display());
+        eprintln!(
+            "warning: unloading the bench responder under {}: {e}",
+            root.display()
+        );
     }
     if root.exists()
         && let Err(e) = std::fs::remove_dir(root)

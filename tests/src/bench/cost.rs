@@ -98,7 +98,10 @@ pub struct CostReport {
 impl CostReport {
     /// The result of `kind`.
     pub fn get(&self, kind: Kind) -> &KindResult {
-        self.kinds.iter().find(|k| k.kind == kind).expect("every kind is measured")
+        self.kinds
+            .iter()
+            .find(|k| k.kind == kind)
+            .expect("every kind is measured")
     }
 
     /// Median of `kind` over the floor's median.
@@ -115,7 +118,9 @@ struct Rig {
 
 impl Rig {
     fn load() -> Result<Self> {
-        let mut ebpf = EbpfLoader::new().load(OBJECT).context("loading the XDP object")?;
+        let mut ebpf = EbpfLoader::new()
+            .load(OBJECT)
+            .context("loading the XDP object")?;
         for name in [PROGRAM, REFLECTOR] {
             let prog: &mut Xdp = ebpf
                 .program_mut(name)
@@ -129,7 +134,11 @@ impl Rig {
     }
 
     fn prog(&self, name: &str) -> &Xdp {
-        self.ebpf.program(name).expect("loaded").try_into().expect("XDP")
+        self.ebpf
+            .program(name)
+            .expect("loaded")
+            .try_into()
+            .expect("XDP")
     }
 }
 
@@ -152,7 +161,12 @@ fn arp_request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
     let b = i.to_be_bytes();
     frame::arp(
         buf,
-        &EthernetRepr { src: mac, dst: MacAddr::BROADCAST, vlan: None, ethertype: 0 },
+        &EthernetRepr {
+            src: mac,
+            dst: MacAddr::BROADCAST,
+            vlan: None,
+            ethertype: 0,
+        },
         &ArpRepr {
             operation: ArpOperation::Request,
             sender_mac: mac,
@@ -169,10 +183,18 @@ fn ns_request(i: u32, target: Ipv6Addr, buf: &mut [u8]) -> usize {
     let dst = Ipv6Addr::from(solicited_node(&target.octets()));
     frame::ndisc(
         buf,
-        &EthernetRepr { src: mac, dst: MacAddr::from_ipv6_multicast(&dst.octets()), vlan: None, ethertype: 0 },
+        &EthernetRepr {
+            src: mac,
+            dst: MacAddr::from_ipv6_multicast(&dst.octets()),
+            vlan: None,
+            ethertype: 0,
+        },
         src,
         dst,
-        &NdiscRepr::NeighborSolicit { target, lladdr: Some(mac) },
+        &NdiscRepr::NeighborSolicit {
+            target,
+            lladdr: Some(mac),
+        },
     )
 }
 
@@ -215,10 +237,20 @@ fn reply_ok(kind: Kind, i: u32, out: &[u8]) -> bool {
 pub fn run(frames: u32, progress: impl Fn(&str)) -> Result<CostReport> {
     let mut rig = Rig::load()?;
     for i in 0..VIPS {
-        rig.dp.upsert(Vip::new(vip4(i).into(), None)?, VIP_MAC, Lifetime::Permanent)?;
-        rig.dp.upsert(Vip::new(vip6(i).into(), None)?, VIP_MAC, Lifetime::Permanent)?;
+        rig.dp.upsert(
+            Vip::new(vip4(i).into(), None)?,
+            VIP_MAC,
+            Lifetime::Permanent,
+        )?;
+        rig.dp.upsert(
+            Vip::new(vip6(i).into(), None)?,
+            VIP_MAC,
+            Lifetime::Permanent,
+        )?;
     }
-    progress(&format!("cost: {VIPS} IPv4 + {VIPS} IPv6 VIPs in the map; {WARMUP} warm-up rounds"));
+    progress(&format!(
+        "cost: {VIPS} IPv4 + {VIPS} IPv6 VIPs in the map; {WARMUP} warm-up rounds"
+    ));
     let announcer = rig.prog(PROGRAM);
     let reflect = rig.prog(REFLECTOR);
     let mut buf = [0u8; frame::MAX_FRAME];
@@ -238,7 +270,9 @@ pub fn run(frames: u32, progress: impl Fn(&str)) -> Result<CostReport> {
     for round in 0..WARMUP + frames {
         if round == WARMUP {
             before = Some(rig.dp.counters()?);
-            progress(&format!("cost: timing {frames} fresh requests per kind, interleaved"));
+            progress(&format!(
+                "cost: timing {frames} fresh requests per kind, interleaved"
+            ));
         }
         // Rotate which kind goes first so no kind always follows the same one.
         for k in 0..Kind::ALL.len() {
@@ -247,7 +281,11 @@ pub fn run(frames: u32, progress: impl Fn(&str)) -> Result<CostReport> {
             // Distinct frame numbers per kind and round: every request is new to the program.
             let i = round * 4 + slot as u32;
             let len = request(kind, i, &mut buf);
-            let prog = if kind == Kind::Floor { reflect } else { announcer };
+            let prog = if kind == Kind::Floor {
+                reflect
+            } else {
+                announcer
+            };
             let r = prog
                 .test_run(TestRunOptions {
                     data_in: Some(&buf[..len]),
@@ -272,12 +310,18 @@ pub fn run(frames: u32, progress: impl Fn(&str)) -> Result<CostReport> {
     }
     let after = rig.dp.counters()?;
     let before = before.context("no timed rounds (--frames 0?)")?;
-    let counters: Vec<(&'static str, u64)> =
-        after.iter().zip(before.iter()).map(|((o, a), (_, b))| (o.name(), a - b)).collect();
+    let counters: Vec<(&'static str, u64)> = after
+        .iter()
+        .zip(before.iter())
+        .map(|((o, a), (_, b))| (o.name(), a - b))
+        .collect();
     for r in &mut results {
         r.summary = summarize(&mut r.samples);
     }
-    let report = CostReport { kinds: results, counters };
+    let report = CostReport {
+        kinds: results,
+        counters,
+    };
     check(&report, frames)?;
     Ok(report)
 }
@@ -296,10 +340,18 @@ fn check(report: &CostReport, frames: u32) -> Result<()> {
             r.answered
         );
     }
-    let count = |o: Outcome| report.counters.iter().find(|(n, _)| *n == o.name()).map_or(0, |c| c.1);
+    let count = |o: Outcome| {
+        report
+            .counters
+            .iter()
+            .find(|(n, _)| *n == o.name())
+            .map_or(0, |c| c.1)
+    };
     let (arp, ns) = (count(Outcome::ArpAnswered), count(Outcome::NsAnswered));
     if arp != u64::from(frames) || ns != u64::from(frames) {
-        bail!("program counters disagree: arp_answered {arp}, ns_answered {ns}, expected {frames} each");
+        bail!(
+            "program counters disagree: arp_answered {arp}, ns_answered {ns}, expected {frames} each"
+        );
     }
     Ok(())
 }

@@ -10,8 +10,15 @@ use anyhow::{Context, Result, bail};
 /// Busy CPU seconds of the whole machine since boot (user + nice + system + irq + softirq).
 pub fn machine_busy_s() -> Result<f64> {
     let stat = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    let line = stat.lines().find(|l| l.starts_with("cpu ")).context("no `cpu` line in /proc/stat")?;
-    let f: Vec<u64> = line.split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0)).collect();
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no `cpu` line in /proc/stat")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
     if f.len() < 7 {
         bail!("short `cpu` line in /proc/stat: {line:?}");
     }
@@ -57,19 +64,27 @@ pub fn busy_cores(window: std::time::Duration) -> Result<f64> {
 /// second), telling `progress` while it waits; returns the last reading. Another process's
 /// load would be counted as the responder's, since only the machine-wide figure sees softirq
 /// work.
-pub fn wait_quiet(limit: f64, max_wait: std::time::Duration, progress: &dyn Fn(&str)) -> Result<f64> {
+pub fn wait_quiet(
+    limit: f64,
+    max_wait: std::time::Duration,
+    progress: &dyn Fn(&str),
+) -> Result<f64> {
     let start = std::time::Instant::now();
     let mut told = false;
     loop {
         let busy = busy_cores(std::time::Duration::from_millis(500))?;
         if busy < limit || start.elapsed() >= max_wait {
             if busy >= limit {
-                progress(&format!("warning: machine still busy ({busy:.2} cores) after {max_wait:?}; measuring anyway"));
+                progress(&format!(
+                    "warning: machine still busy ({busy:.2} cores) after {max_wait:?}; measuring anyway"
+                ));
             }
             return Ok(busy);
         }
         if !told {
-            progress(&format!("waiting for the machine to go quiet ({busy:.2} cores busy elsewhere)"));
+            progress(&format!(
+                "waiting for the machine to go quiet ({busy:.2} cores busy elsewhere)"
+            ));
             told = true;
         }
     }
@@ -81,16 +96,28 @@ fn others_ticks() -> std::collections::HashMap<u32, u64> {
     const PF_KTHREAD: u64 = 0x0020_0000;
     let me = std::process::id();
     let mut out = std::collections::HashMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
         if pid == me {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         // Fields after the command name (which may contain spaces): state is field 3.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        let f: Vec<u64> = rest.split_whitespace().skip(1).map(|v| v.parse().unwrap_or(0)).collect();
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .skip(1)
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
         // flags = field 9, utime = 14, stime = 15 (f[0] is field 4).
         if f.len() > 11 && f[5] & PF_KTHREAD == 0 {
             out.insert(pid, f[10] + f[11]);
@@ -126,14 +153,22 @@ impl Snapshot {
     /// Now.
     pub fn take() -> Result<Self> {
         let others = others_ticks();
-        Ok(Self { machine: machine_busy_s()?, process: process_s(), others, at: std::time::Instant::now() })
+        Ok(Self {
+            machine: machine_busy_s()?,
+            process: process_s(),
+            others,
+            at: std::time::Instant::now(),
+        })
     }
 
     /// CPU used since `self`.
     pub fn since(&self) -> Result<Used> {
         let now = Self::take()?;
-        let others: u64 =
-            now.others.iter().map(|(pid, t)| t.saturating_sub(self.others.get(pid).copied().unwrap_or(0))).sum();
+        let others: u64 = now
+            .others
+            .iter()
+            .map(|(pid, t)| t.saturating_sub(self.others.get(pid).copied().unwrap_or(0)))
+            .sum();
         Ok(Used {
             machine_s: now.machine - self.machine,
             process_s: now.process - self.process,

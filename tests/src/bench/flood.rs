@@ -148,7 +148,10 @@ pub struct Row {
 impl Row {
     /// Answers per second of flood.
     pub fn answers_per_s(&self) -> Option<f64> {
-        self.run.as_ref().ok().map(|r| r.answers as f64 / r.send_s.max(1e-9))
+        self.run
+            .as_ref()
+            .ok()
+            .map(|r| r.answers as f64 / r.send_s.max(1e-9))
     }
 
     /// CPU ns attributed to the responder per request sent.
@@ -159,7 +162,11 @@ impl Row {
 
     /// CPU ns attributed to the responder per answer.
     pub fn cpu_ns_per_answer(&self) -> Option<f64> {
-        let r = self.run.as_ref().ok().filter(|r| self.who.answers() && r.answers > 0)?;
+        let r = self
+            .run
+            .as_ref()
+            .ok()
+            .filter(|r| self.who.answers() && r.answers > 0)?;
         Some(self.net_cpu_s? * 1e9 / r.answers as f64)
     }
 
@@ -193,7 +200,12 @@ fn request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
     let mac = FLOOD_MAC;
     frame::arp(
         buf,
-        &EthernetRepr { src: mac, dst: MacAddr::BROADCAST, vlan: None, ethertype: 0 },
+        &EthernetRepr {
+            src: mac,
+            dst: MacAddr::BROADCAST,
+            vlan: None,
+            ethertype: 0,
+        },
         &ArpRepr {
             operation: ArpOperation::Request,
             sender_mac: mac,
@@ -235,12 +247,19 @@ fn send_flood(client: &Netns, target: Ipv4Addr, dur: Duration) -> Result<(u64, u
 fn packets(ns: &Netns, dir: &str) -> Result<u64> {
     let text = ns.ip(&["-s", "-j", "link", "show", "eth0"]);
     let v: serde_json::Value = serde_json::from_str(&text).context("parsing `ip -s -j link`")?;
-    v[0]["stats64"][dir]["packets"].as_u64().ok_or_else(|| anyhow!("no stats64.{dir}.packets in {text}"))
+    v[0]["stats64"][dir]["packets"]
+        .as_u64()
+        .ok_or_else(|| anyhow!("no stats64.{dir}.packets in {text}"))
 }
 
 /// Runs one flood with whatever responder is in place; `count` reads the responder's own
 /// answer counter (if it has one that can be read while it runs).
-fn measure(pair: &Pair, target: Ipv4Addr, dur: Duration, count: &dyn Fn() -> Result<Option<u64>>) -> Result<Run> {
+fn measure(
+    pair: &Pair,
+    target: Ipv4Addr,
+    dur: Duration,
+    count: &dyn Fn() -> Result<Option<u64>>,
+) -> Result<Run> {
     let (rx0, c0) = (packets(&pair.client, "rx")?, count()?);
     let snap = Snapshot::take()?;
     let (sent, send_errors, send_s) = send_flood(&pair.client, target, dur)?;
@@ -249,7 +268,15 @@ fn measure(pair: &Pair, target: Ipv4Addr, dur: Duration, count: &dyn Fn() -> Res
     let cpu = snap.since()?;
     let (rx1, c1) = (packets(&pair.client, "rx")?, count()?);
     let responder_count = c0.zip(c1).map(|(a, b)| b - a);
-    Ok(Run { sent, send_errors, send_s, answers: rx1 - rx0, responder_count, cpu, ..Run::default() })
+    Ok(Run {
+        sent,
+        send_errors,
+        send_s,
+        answers: rx1 - rx0,
+        responder_count,
+        cpu,
+        ..Run::default()
+    })
 }
 
 fn none() -> Result<Option<u64>> {
@@ -258,7 +285,11 @@ fn none() -> Result<Option<u64>> {
 
 fn run_xdp(pair: &Pair, mode: Mode, dur: Duration) -> Result<Run> {
     // Native XDP_TX on veth is delivered only if the peer runs XDP too (see `attach`).
-    let _peer = if mode == Mode::Native { Some(Attached::pass(&pair.client)?) } else { None };
+    let _peer = if mode == Mode::Native {
+        Some(Attached::pass(&pair.client)?)
+    } else {
+        None
+    };
     let xdp = Attached::responder(&pair.node, mode, VIP, MacAddr(NODE_MAC))?;
     measure(pair, VIP, dur, &|| xdp.arp_answered().map(Some))
 }
@@ -306,7 +337,9 @@ fn run_userspace(pair: &Pair, dur: Duration) -> Result<Run> {
             Err(_) => Err(anyhow!("the userspace responder thread died")),
         };
         drop(guard);
-        let served = server.join().map_err(|_| anyhow!("the userspace responder panicked"))??;
+        let served = server
+            .join()
+            .map_err(|_| anyhow!("the userspace responder panicked"))??;
         let mut run = run?;
         run.responder_count = Some(served.answered);
         run.thread_cpu_s = Some(served.thread_cpu_s);
@@ -335,7 +368,11 @@ fn run_undisturbed(pair: &Pair, who: Who, dur: Duration, progress: &dyn Fn(&str)
     let mut attempt = 1;
     loop {
         let background = cpu::wait_quiet(0.15, Duration::from_secs(60), progress)?;
-        progress(&format!("flood: {} for {} s", who.name(), dur.as_secs_f64()));
+        progress(&format!(
+            "flood: {} for {} s",
+            who.name(),
+            dur.as_secs_f64()
+        ));
         let run = match who {
             Who::Baseline => run_discard(pair, dur),
             Who::KernelIgnores => measure(pair, NOBODY, dur, &none),
@@ -344,16 +381,23 @@ fn run_undisturbed(pair: &Pair, who: Who, dur: Duration, progress: &dyn Fn(&str)
             Who::Kernel => run_kernel(pair, dur),
             Who::Userspace => run_userspace(pair, dur),
         }?;
-        let run = Run { background_busy_cores: background, ..run };
+        let run = Run {
+            background_busy_cores: background,
+            ..run
+        };
         let (outside, others) = (run.outside_process_cores(), run.others_cores());
-        let what = format!("{outside:.2} cores outside this process, {others:.2} in other processes");
+        let what =
+            format!("{outside:.2} cores outside this process, {others:.2} in other processes");
         if !run.disturbed() || attempt == ATTEMPTS {
             if run.disturbed() {
                 progress(&format!("warning: {} still disturbed ({what})", who.name()));
             }
             return Ok(run);
         }
-        progress(&format!("flood: {} disturbed by other load ({what}); again", who.name()));
+        progress(&format!(
+            "flood: {} disturbed by other load ({what}); again",
+            who.name()
+        ));
         attempt += 1;
     }
 }
@@ -377,12 +421,20 @@ pub fn run(seconds: f64, progress: impl Fn(&str)) -> Result<FloodReport> {
         if let Err(e) = &run {
             progress(&format!("flood: {} failed: {e:#}", who.name()));
         }
-        rows.push(Row { who, run: run.map_err(|e| format!("{e:#}")), net_cpu_s: None });
+        rows.push(Row {
+            who,
+            run: run.map_err(|e| format!("{e:#}")),
+            net_cpu_s: None,
+        });
     }
     let base: Vec<f64> = rows
         .iter()
         .filter(|r| r.who == Who::Baseline)
-        .map(|r| r.run.as_ref().map(|b| b.cpu.machine_s / b.sent.max(1) as f64))
+        .map(|r| {
+            r.run
+                .as_ref()
+                .map(|b| b.cpu.machine_s / b.sent.max(1) as f64)
+        })
         .collect::<Result<_, _>>()
         .map_err(|e| anyhow!("baseline run failed: {e}"))?;
     let base_cpu_per_request_s = base.iter().sum::<f64>() / base.len() as f64;
@@ -391,5 +443,9 @@ pub fn run(seconds: f64, progress: impl Fn(&str)) -> Result<FloodReport> {
             row.net_cpu_s = Some(r.cpu.machine_s - r.sent as f64 * base_cpu_per_request_s);
         }
     }
-    Ok(FloodReport { rows, base_cpu_per_request_s, base_runs: [base[0], base[1]] })
+    Ok(FloodReport {
+        rows,
+        base_cpu_per_request_s,
+        base_runs: [base[0], base[1]],
+    })
 }

@@ -48,7 +48,13 @@ impl PacketSocket {
     pub fn open(ifname: &str, protocol: u16) -> Result<Self> {
         let ifindex = ifindex(ifname)?;
         // SAFETY: plain socket(2); the fd is owned below.
-        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, i32::from(protocol.to_be())) };
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                i32::from(protocol.to_be()),
+            )
+        };
         if raw < 0 {
             return Err(io::Error::last_os_error()).context("socket(AF_PACKET, SOCK_RAW)");
         }
@@ -71,13 +77,18 @@ impl PacketSocket {
 
     /// Makes `recv` give up after `timeout` (so a loop can check a stop flag).
     pub fn set_recv_timeout(&self, timeout: Duration) -> Result<()> {
-        let tv = libc::timeval { tv_sec: timeout.as_secs() as _, tv_usec: timeout.subsec_micros() as _ };
-        self.setsockopt(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv).context("SO_RCVTIMEO")
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as _,
+            tv_usec: timeout.subsec_micros() as _,
+        };
+        self.setsockopt(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
+            .context("SO_RCVTIMEO")
     }
 
     /// Sends without the qdisc layer (`PACKET_QDISC_BYPASS`), as a flood tool does.
     pub fn bypass_qdisc(&self) -> Result<()> {
-        self.setsockopt(libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32).context("PACKET_QDISC_BYPASS")
+        self.setsockopt(libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, &1i32)
+            .context("PACKET_QDISC_BYPASS")
     }
 
     fn setsockopt<T>(&self, level: i32, name: i32, value: &T) -> io::Result<()> {
@@ -91,7 +102,11 @@ impl PacketSocket {
                 std::mem::size_of::<T>() as libc::socklen_t,
             )
         };
-        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     /// Sends one whole frame out of the bound interface (as EtherType `protocol`).
@@ -108,7 +123,11 @@ impl PacketSocket {
                 std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
             )
         };
-        if n < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
     }
 
     /// Receives one frame into `buf`; `Ok(None)` on timeout.
@@ -120,7 +139,9 @@ impl PacketSocket {
         }
         let e = io::Error::last_os_error();
         match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => Ok(None),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted => {
+                Ok(None)
+            }
             _ => Err(e),
         }
     }

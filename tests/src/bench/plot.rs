@@ -18,7 +18,12 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let lo = report.kinds.iter().map(|k| k.summary.min).min().unwrap_or(0);
+    let lo = report
+        .kinds
+        .iter()
+        .map(|k| k.summary.min)
+        .min()
+        .unwrap_or(0);
     let hi = report
         .kinds
         .iter()
@@ -43,7 +48,9 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc(format!("ns per run (incl. fixed test_run overhead; clipped at p{CLIP_PERCENTILE})"))
+        .x_desc(format!(
+            "ns per run (incl. fixed test_run overhead; clipped at p{CLIP_PERCENTILE})"
+        ))
         .y_desc("fraction of runs ≤ x")
         .draw()
         .map_err(|e| err(&e))?;
@@ -61,7 +68,9 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
     }
     chart
         .configure_series_labels()

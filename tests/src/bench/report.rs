@@ -32,7 +32,13 @@ pub struct Target {
 impl Target {
     /// Met?
     pub fn pass(&self) -> bool {
-        self.value.is_some_and(|v| if self.at_most { v <= self.limit } else { v >= self.limit })
+        self.value.is_some_and(|v| {
+            if self.at_most {
+                v <= self.limit
+            } else {
+                v >= self.limit
+            }
+        })
     }
 }
 
@@ -83,25 +89,57 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 /// The human-readable report.
 pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &str) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "Part 1: cost per frame (BPF_PROG_TEST_RUN, repeat=1, a fresh request per run, kinds interleaved)");
-    let _ = writeln!(s, "{:<15} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9}", "kind", "runs", "answered", "min_ns", "med_ns", "p90_ns", "p99_ns", "med/floor");
+    let _ = writeln!(
+        s,
+        "Part 1: cost per frame (BPF_PROG_TEST_RUN, repeat=1, a fresh request per run, kinds interleaved)"
+    );
+    let _ = writeln!(
+        s,
+        "{:<15} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9}",
+        "kind", "runs", "answered", "min_ns", "med_ns", "p90_ns", "p99_ns", "med/floor"
+    );
     for k in &cost.kinds {
         let m = &k.summary;
         let _ = writeln!(
             s,
             "{:<15} {:>8} {:>9} {:>7} {:>7} {:>7} {:>7} {:>9.2}",
-            k.kind.name(), k.runs, k.answered, m.min, m.median, m.p90, m.p99, cost.ratio_to_floor(k.kind)
+            k.kind.name(),
+            k.runs,
+            k.answered,
+            m.min,
+            m.median,
+            m.p90,
+            m.p99,
+            cost.ratio_to_floor(k.kind)
         );
     }
-    let _ = writeln!(s, "ns include the kernel's fixed per-run test_run overhead (timer reads, run loop), the same");
-    let _ = writeln!(s, "for every kind; hence the comparison with the reflect floor measured the same way.");
+    let _ = writeln!(
+        s,
+        "ns include the kernel's fixed per-run test_run overhead (timer reads, run loop), the same"
+    );
+    let _ = writeln!(
+        s,
+        "for every kind; hence the comparison with the reflect floor measured the same way."
+    );
     let _ = writeln!(s, "plot: {plot}");
     let _ = writeln!(s);
-    let _ = writeln!(s, "Part 2: ARP flood, client -> node veth, one responder at a time");
+    let _ = writeln!(
+        s,
+        "Part 2: ARP flood, client -> node veth, one responder at a time"
+    );
     let _ = writeln!(
         s,
         "{:<26} {:>9} {:>9} {:>9} {:>10} {:>7} {:>7} {:>8} {:>13} {:>9}",
-        "responder", "sent", "answered", "sent/s", "answered/s", "busy_s", "cpu_s", "ns/req", "answers/cpu_s", "ns/answer"
+        "responder",
+        "sent",
+        "answered",
+        "sent/s",
+        "answered/s",
+        "busy_s",
+        "cpu_s",
+        "ns/req",
+        "answers/cpu_s",
+        "ns/answer"
     );
     for row in &flood.rows {
         flood_line(&mut s, row);
@@ -113,22 +151,58 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
         flood.base_runs[0] * 1e9,
         flood.base_runs[1] * 1e9
     );
-    if let Some(t) = flood.get(Who::Userspace).and_then(|r| r.run.as_ref().ok()?.thread_cpu_s) {
-        let _ = writeln!(s, "userspace responder thread's own CPU: {t:.3} s (included in its cpu_s)");
+    if let Some(t) = flood
+        .get(Who::Userspace)
+        .and_then(|r| r.run.as_ref().ok()?.thread_cpu_s)
+    {
+        let _ = writeln!(
+            s,
+            "userspace responder thread's own CPU: {t:.3} s (included in its cpu_s)"
+        );
     }
-    let disturbed = flood.rows.iter().filter_map(|r| r.run.as_ref().ok()).any(|r| r.disturbed());
+    let disturbed = flood
+        .rows
+        .iter()
+        .filter_map(|r| r.run.as_ref().ok())
+        .any(|r| r.disturbed());
     if disturbed {
-        let _ = writeln!(s, "(!) = other load ran during the run even after {ATTEMPTS} attempts: its cpu_s is not trustworthy");
+        let _ = writeln!(
+            s,
+            "(!) = other load ran during the run even after {ATTEMPTS} attempts: its cpu_s is not trustworthy"
+        );
     }
-    let _ = writeln!(s, "flood_kernel_ignores: the kernel processing requests for an address nobody has (reference,");
-    let _ = writeln!(s, "  not subtracted). flood_xdp_native: the client veth runs the program without VIPs, since veth");
-    let _ = writeln!(s, "  delivers native XDP_TX only to a peer running XDP; on veth, native mode also converts each");
-    let _ = writeln!(s, "  skb to an xdp_buff and back, so it costs more than generic mode here (unlike on a real NIC).");
+    let _ = writeln!(
+        s,
+        "flood_kernel_ignores: the kernel processing requests for an address nobody has (reference,"
+    );
+    let _ = writeln!(
+        s,
+        "  not subtracted). flood_xdp_native: the client veth runs the program without VIPs, since veth"
+    );
+    let _ = writeln!(
+        s,
+        "  delivers native XDP_TX only to a peer running XDP; on veth, native mode also converts each"
+    );
+    let _ = writeln!(
+        s,
+        "  skb to an xdp_buff and back, so it costs more than generic mode here (unlike on a real NIC)."
+    );
     let _ = writeln!(s);
     let _ = writeln!(s, "Targets");
     for t in targets {
-        let verdict = if t.value.is_none() { "N/A " } else if t.pass() { "PASS" } else { "FAIL" };
-        let _ = writeln!(s, "  {verdict}  {:<56} measured {}", t.text, opt(t.value, 2));
+        let verdict = if t.value.is_none() {
+            "N/A "
+        } else if t.pass() {
+            "PASS"
+        } else {
+            "FAIL"
+        };
+        let _ = writeln!(
+            s,
+            "  {verdict}  {:<56} measured {}",
+            t.text,
+            opt(t.value, 2)
+        );
     }
     s
 }
@@ -213,7 +287,10 @@ pub fn json(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &s
         .iter()
         .map(|t| {
             let bound = if t.at_most { "max" } else { "min" };
-            (t.name.to_owned(), json!({ "value": t.value, bound: t.limit, "pass": t.pass() }))
+            (
+                t.name.to_owned(),
+                json!({ "value": t.value, bound: t.limit, "pass": t.pass() }),
+            )
         })
         .collect();
     json!({

@@ -9,7 +9,10 @@ use std::{
     time::Duration,
 };
 
-use announcer_ebpf::wire::{ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, MacAddr, ethernet::ethertype, frame};
+use announcer_ebpf::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, MacAddr, ethernet::ethertype,
+    frame,
+};
 use anyhow::Result;
 
 use super::{
@@ -52,9 +55,13 @@ impl Responder {
         let mut buf = [0u8; 2048];
         let mut out = [0u8; frame::MAX_FRAME];
         while !stop.load(Ordering::Relaxed) {
-            let Some(n) = self.sock.recv(&mut buf)? else { continue };
+            let Some(n) = self.sock.recv(&mut buf)? else {
+                continue;
+            };
             s.received += 1;
-            let Some(len) = reply(&buf[..n], self.vip, self.mac, &mut out) else { continue };
+            let Some(len) = reply(&buf[..n], self.vip, self.mac, &mut out) else {
+                continue;
+            };
             match self.sock.send(&out[..len], ETH_P_ARP) {
                 Ok(()) => s.answered += 1,
                 Err(_) => s.send_errors += 1,
@@ -63,7 +70,6 @@ impl Responder {
         s.thread_cpu_s = cpu::thread_s() - start_cpu;
         Ok(s)
     }
-
 }
 
 /// Builds the reply to `req` into `out` if it is an ARP request for `vip` (not an announcement
@@ -74,12 +80,20 @@ pub fn reply(req: &[u8], vip: Ipv4Addr, mac: MacAddr, out: &mut [u8]) -> Option<
         return None;
     }
     let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()?;
-    if arp.operation != ArpOperation::Request || arp.target_ip != vip || arp.sender_ip == arp.target_ip {
+    if arp.operation != ArpOperation::Request
+        || arp.target_ip != vip
+        || arp.sender_ip == arp.target_ip
+    {
         return None;
     }
     let len = frame::arp(
         out,
-        &EthernetRepr { src: mac, dst: arp.sender_mac, vlan: None, ethertype: 0 },
+        &EthernetRepr {
+            src: mac,
+            dst: arp.sender_mac,
+            vlan: None,
+            ethertype: 0,
+        },
         &ArpRepr {
             operation: ArpOperation::Reply,
             sender_mac: mac,
@@ -108,7 +122,11 @@ mod unit {
         assert_eq!(arp.operation, ArpOperation::Reply);
         assert_eq!((arp.sender_mac, arp.sender_ip), (mac, vip));
         assert_eq!(arp.target_ip, Ipv4Addr::new(10, 77, 0, 2));
-        let other = crate::frames::arp_request(Ipv4Addr::new(10, 77, 0, 2), Ipv4Addr::new(10, 77, 0, 9), None);
+        let other = crate::frames::arp_request(
+            Ipv4Addr::new(10, 77, 0, 2),
+            Ipv4Addr::new(10, 77, 0, 9),
+            None,
+        );
         assert!(reply(&other, vip, mac, &mut out).is_none());
         let announcement = crate::frames::arp_request(vip, vip, None);
         assert!(reply(&announcement, vip, mac, &mut out).is_none());

@@ -7,7 +7,10 @@
 
 use std::path::PathBuf;
 
-use announcer_tests::bench::{attach::{self, Attached}, cost, flood, plot, report};
+use announcer_tests::bench::{
+    attach::{self, Attached},
+    cost, flood, plot, report,
+};
 use anyhow::{Context, Result, ensure};
 use clap::Parser;
 
@@ -44,8 +47,12 @@ fn main() -> Result<()> {
     attach::sweep_stale();
     progress("cost: loading announcer + reflect for BPF_PROG_TEST_RUN");
     let cost = cost::run(args.frames, progress)?;
-    plot::write_cdf(&cost, &args.plot).with_context(|| format!("writing {}", args.plot.display()))?;
-    let plot_path = std::fs::canonicalize(&args.plot).unwrap_or(args.plot.clone()).display().to_string();
+    plot::write_cdf(&cost, &args.plot)
+        .with_context(|| format!("writing {}", args.plot.display()))?;
+    let plot_path = std::fs::canonicalize(&args.plot)
+        .unwrap_or(args.plot.clone())
+        .display()
+        .to_string();
     progress(&format!("cost: done; plot written to {plot_path}"));
 
     let flood = flood::run(args.seconds, progress);

@@ -35,44 +35,109 @@ fn main() {
     // Ctrl-C: unwind through the guards instead of dying with namespaces left behind.
     ctrlc_unwind();
     let total = 7;
-    step(1, total, "two network namespaces joined by a veth: a node (10.77.0.1, fd77::1) and a client");
+    step(
+        1,
+        total,
+        "two network namespaces joined by a veth: a node (10.77.0.1, fd77::1) and a client",
+    );
     let pair = Pair::new("demo");
     println!("    node   {} eth0 {}", pair.node.name(), fmt_mac(NODE_MAC));
     println!("    client {} eth0", pair.client.name());
 
-    step(2, total, "load the XDP responder on the node's eth0 (pinned: it outlives this command)");
+    step(
+        2,
+        total,
+        "load the XDP responder on the node's eth0 (pinned: it outlives this command)",
+    );
     let cli = Cli::new(&pair.node);
     show(&cli.ok(&["load", "--iface", NODE_IF]));
     // A veth delivers native-mode XDP_TX frames only if its peer runs XDP too; the responder
     // with no VIPs passes everything, so it serves as that on the client end.
     let peer = Cli::new(&pair.client);
     peer.ok(&["load", "--iface", CLIENT_IF]);
-    println!("    (and on the client's end of the veth, with no VIPs: veth needs XDP on both ends for native XDP_TX)");
+    println!(
+        "    (and on the client's end of the veth, with no VIPs: veth needs XDP on both ends for native XDP_TX)"
+    );
 
-    step(3, total, "the node takes over two VIPs: one map write each, then the announcement burst");
+    step(
+        3,
+        total,
+        "the node takes over two VIPs: one map write each, then the announcement burst",
+    );
     let mut capture = Command::new("ip")
-        .args(["netns", "exec", pair.client.name(), "tcpdump", "-n", "-l", "-e", "-c", "3", "-i", CLIENT_IF, "arp or icmp6"])
+        .args([
+            "netns",
+            "exec",
+            pair.client.name(),
+            "tcpdump",
+            "-n",
+            "-l",
+            "-e",
+            "-c",
+            "3",
+            "-i",
+            CLIENT_IF,
+            "arp or icmp6",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("tcpdump");
     std::thread::sleep(Duration::from_millis(500));
-    show(&cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent", "--announce", "--count", "1"]));
-    show(&cli.ok(&["vip", "add", &VIP6.to_string(), "--iface", NODE_IF, "--permanent", "--announce", "--count", "1"]));
+    show(&cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+        "--announce",
+        "--count",
+        "1",
+    ]));
+    show(&cli.ok(&[
+        "vip",
+        "add",
+        &VIP6.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+        "--announce",
+        "--count",
+        "1",
+    ]));
     std::thread::sleep(Duration::from_millis(300));
     let _ = capture.kill();
-    let seen = capture.wait_with_output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let seen = capture
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
     println!("    the client saw (tcpdump):");
     show(&seen);
 
-    step(4, total, "the client resolves the VIPs: answered by XDP, the kernel never sees the requests");
+    step(
+        4,
+        total,
+        "the client resolves the VIPs: answered by XDP, the kernel never sees the requests",
+    );
     neigh_flush(&pair.client, CLIENT_IF);
     let r = arping(&pair.client, CLIENT_IF, VIP4, 3, T);
-    println!("    arping {VIP4}: {} of 3 answered, by {:?}", r.replies, r.unique_macs().into_iter().map(fmt_mac).collect::<Vec<_>>());
+    println!(
+        "    arping {VIP4}: {} of 3 answered, by {:?}",
+        r.replies,
+        r.unique_macs().into_iter().map(fmt_mac).collect::<Vec<_>>()
+    );
     let m = ndisc6(&pair.client, VIP6, CLIENT_IF, T);
-    println!("    ndisc6 {VIP6}: {}", m.map(fmt_mac).unwrap_or_else(|| "no answer".into()));
+    println!(
+        "    ndisc6 {VIP6}: {}",
+        m.map(fmt_mac).unwrap_or_else(|| "no answer".into())
+    );
 
-    step(5, total, "what the node shows: announcer status, and bpftool on the pinned map");
+    step(
+        5,
+        total,
+        "what the node shows: announcer status, and bpftool on the pinned map",
+    );
     show(&cli.ok(&["status"]));
     let dump = Command::new("bpftool")
         .args(["map", "dump", "pinned"])
@@ -80,16 +145,27 @@ fn main() {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_else(|e| format!("(bpftool: {e})"));
-    println!("    $ bpftool map dump pinned {}/eth0/VIPS_V4", cli.root().display());
+    println!(
+        "    $ bpftool map dump pinned {}/eth0/VIPS_V4",
+        cli.root().display()
+    );
     show(&dump);
 
-    step(6, total, "the node lets go of the IPv4 VIP: answers stop at once");
+    step(
+        6,
+        total,
+        "the node lets go of the IPv4 VIP: answers stop at once",
+    );
     show(&cli.ok(&["vip", "del", &VIP4.to_string(), "--iface", NODE_IF]));
     neigh_flush(&pair.client, CLIENT_IF);
     let r = arping(&pair.client, CLIENT_IF, VIP4, 2, T);
     println!("    arping {VIP4}: {} of 2 answered", r.replies);
 
-    step(7, total, "clean up: unload (detaches, removes exactly its pins), delete the namespaces");
+    step(
+        7,
+        total,
+        "clean up: unload (detaches, removes exactly its pins), delete the namespaces",
+    );
     show(&cli.ok(&["unload", "--iface", NODE_IF]));
     drop(cli);
     drop(peer);
@@ -111,7 +187,11 @@ fn ctrlc_unwind() {
             .status();
         std::process::exit(130);
     }
-    let act = SigAction::new(SigHandler::Handler(on_signal), SaFlags::empty(), SigSet::empty());
+    let act = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::empty(),
+        SigSet::empty(),
+    );
     // SAFETY: installing a handler; it only spawns a cleanup command and exits.
     unsafe {
         let _ = sigaction(Signal::SIGINT, &act);
