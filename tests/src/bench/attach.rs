@@ -6,6 +6,10 @@
 //! the peer veth only if the *peer* runs an XDP program too (`veth_xdp_flush` kicks the peer's
 //! NAPI only then; GRO alone enables the ring but nothing drains it). The peer gets the same
 //! program with no VIPs, which passes every frame.
+//!
+//! [`Reflector`] attaches the `reflect` floor (swap MACs, `XDP_TX`) the same way, without pins:
+//! its only reference is the link this process holds, so dropping it (or the namespace going
+//! away) detaches it.
 
 use std::{
     net::Ipv4Addr,
@@ -14,10 +18,17 @@ use std::{
 
 use announcer::{
     dataplane::{Dataplane, Lifetime, Vip},
-    loader::{self, Mode},
+    loader::{self, Mode, OBJECT},
 };
-use announcer_ebpf::{maps::Outcome, wire::MacAddr};
-use anyhow::{Context, Result};
+use announcer_ebpf::{
+    maps::{Outcome, REFLECTOR},
+    wire::MacAddr,
+};
+use anyhow::{Context, Result, anyhow};
+use aya::{
+    Ebpf, EbpfLoader,
+    programs::{Xdp, XdpMode},
+};
 
 use crate::netns::Netns;
 
@@ -28,6 +39,7 @@ const IFACE: &str = "eth0";
 pub struct Attached {
     root: PathBuf,
     dp: Option<Dataplane>,
+    program_id: u32,
 }
 
 impl Attached {
@@ -59,19 +71,26 @@ impl Attached {
         let mut me = Self {
             root: Self::pin_root(tag),
             dp: None,
+            program_id: 0,
         };
         let root = me.root.clone();
-        let dp = ns.enter(|| -> Result<Dataplane> {
-            loader::load(&root, IFACE, mode)
+        let (dp, id) = ns.enter(|| -> Result<(Dataplane, u32)> {
+            let report = loader::load(&root, IFACE, mode)
                 .with_context(|| format!("attaching in {mode} mode"))?;
             let mut dp = Dataplane::open(&root, IFACE)?;
             if let Some((vip, mac)) = vip {
                 dp.upsert(Vip::new(vip.into(), None)?, mac, Lifetime::Permanent)?;
             }
-            Ok(dp)
+            Ok((dp, report.program_id))
         })?;
         me.dp = Some(dp);
+        me.program_id = id;
         Ok(me)
+    }
+
+    /// Kernel id of the attached program (for its run-time statistics).
+    pub fn program_id(&self) -> u32 {
+        self.program_id
     }
 
     /// ARP requests answered so far (the program's own counter).
@@ -88,6 +107,49 @@ impl Drop for Attached {
     fn drop(&mut self) {
         self.dp = None;
         cleanup(&self.root);
+    }
+}
+
+/// The `reflect` program attached to `eth0` in a namespace, no pins: detached on drop (closing
+/// the `bpf_link`).
+pub struct Reflector {
+    // Holds the program and its link.
+    _ebpf: Ebpf,
+    program_id: u32,
+}
+
+impl Reflector {
+    /// Loads `reflect` from the same object the loader uses and attaches it in `mode`
+    /// (`Native` = driver mode, anything else = generic/skb mode) to `eth0` in `ns`.
+    pub fn attach(ns: &Netns, mode: Mode) -> Result<Self> {
+        ns.enter(|| -> Result<Self> {
+            let mut ebpf = EbpfLoader::new()
+                .load(OBJECT)
+                .context("loading the XDP object")?;
+            let prog: &mut Xdp = ebpf
+                .program_mut(REFLECTOR)
+                .ok_or_else(|| anyhow!("no program {REFLECTOR} in the object"))?
+                .try_into()
+                .context("reflect is not XDP")?;
+            prog.load().context("verifying reflect")?;
+            let flags = if mode == Mode::Native {
+                XdpMode::Driver
+            } else {
+                XdpMode::Skb
+            };
+            prog.attach(IFACE, flags)
+                .with_context(|| format!("attaching reflect in {mode} mode"))?;
+            let program_id = prog.info().context("reading reflect's program info")?.id();
+            Ok(Self {
+                _ebpf: ebpf,
+                program_id,
+            })
+        })
+    }
+
+    /// Kernel id of the attached program (for its run-time statistics).
+    pub fn program_id(&self) -> u32 {
+        self.program_id
     }
 }
 

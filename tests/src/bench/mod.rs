@@ -3,11 +3,14 @@
 //!
 //! * [`cost`]: nanoseconds per frame with `BPF_PROG_TEST_RUN`, against the `reflect` floor.
 //! * [`plot`]: the per-kind latency CDFs as an SVG.
-//! * [`flood`]: an ARP flood across a namespace pair, one responder at a time.
+//! * [`flood`]: an ARP flood across a namespace pair, one responder at a time (the `reflect`
+//!   floor among them), each run several times; the median trial is reported.
 //! * [`report`]: targets, the table and the JSON document.
-//! * [`attach`], [`packet`], [`userspace`], [`cpu`], [`stats`]: the pieces those are built from.
+//! * [`attach`], [`packet`], [`userspace`], [`cpu`], [`bpfstats`], [`stats`]: the pieces those
+//!   are built from.
 
 pub mod attach;
+pub mod bpfstats;
 pub mod cost;
 pub mod cpu;
 pub mod flood;

@@ -14,11 +14,70 @@ pub const MAX_VS_FLOOR: f64 = 1.2;
 /// Least the XDP responder must answer per CPU second, in userspace-responder multiples.
 pub const MIN_VS_USERSPACE: f64 = 10.0;
 
+/// How a target was measured (its heading in the table, its `interpretation` in the JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// Target 1, `BPF_PROG_TEST_RUN` medians: the isolated cost of one run.
+    TestRun,
+    /// Target 1, machine CPU per frame under the ARP flood, net of the baseline.
+    FloodCpu,
+    /// Target 1, the program's own run time under the flood (kernel `bpf_stats`).
+    FloodProgram,
+    /// Target 2, machine busy CPU net of the baseline.
+    MachineCpu,
+    /// Target 2, the XDP program's own CPU against the userspace responder thread's own CPU.
+    ProgramVsThread,
+}
+
+impl Reading {
+    /// Which target of the issue this reads.
+    pub fn target(self) -> u8 {
+        match self {
+            Reading::TestRun | Reading::FloodCpu | Reading::FloodProgram => 1,
+            Reading::MachineCpu | Reading::ProgramVsThread => 2,
+        }
+    }
+
+    /// Short key (JSON).
+    pub fn key(self) -> &'static str {
+        match self {
+            Reading::TestRun => "test_run",
+            Reading::FloodCpu => "flood_machine_cpu",
+            Reading::FloodProgram => "flood_program_bpf_stats",
+            Reading::MachineCpu => "flood_machine_cpu",
+            Reading::ProgramVsThread => "program_cpu_vs_responder_thread_cpu",
+        }
+    }
+
+    /// Heading.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reading::TestRun => {
+                "[test_run] isolated cost of one run: BPF_PROG_TEST_RUN medians, repeat=1, fresh frames"
+            }
+            Reading::FloodCpu => {
+                "[flood] machine CPU per frame under the ARP flood, net of the baseline (median trials)"
+            }
+            Reading::FloodProgram => {
+                "[flood, bpf_stats] the program's own run time per frame under the flood (median trials)"
+            }
+            Reading::MachineCpu => {
+                "[machine CPU] answers per busy CPU second net of the baseline (median trials)"
+            }
+            Reading::ProgramVsThread => {
+                "[program CPU vs responder CPU] 1e9/prog_ns_per_run vs answered/responder_thread_cpu_s"
+            }
+        }
+    }
+}
+
 /// One judged target.
 #[derive(Clone, Debug)]
 pub struct Target {
     /// Key in the JSON `targets` object.
     pub name: &'static str,
+    /// How it was measured.
+    pub reading: Reading,
     /// What it says.
     pub text: &'static str,
     /// Measured value (`None`: could not be measured).
@@ -48,37 +107,107 @@ fn per_cpu_ratio(flood: &FloodReport, who: Who) -> Option<f64> {
     (u > 0.0).then(|| x / u)
 }
 
-/// The targets, judged.
+/// The responder's CPU per answer over the reflector's per frame, same accounting.
+fn flood_vs_reflector(flood: &FloodReport, who: Who, reflector: Who) -> Option<f64> {
+    let x = flood.get(who)?.cpu_ns_per_answer()?;
+    let f = flood.get(reflector)?.cpu_ns_per_answer()?;
+    (f > 0.0).then(|| x / f)
+}
+
+/// The responder program's own ns per run over the reflector program's (kernel statistics).
+fn program_vs_reflector(flood: &FloodReport, who: Who, reflector: Who) -> Option<f64> {
+    let x = flood.get(who)?.prog_ns_per_run()?;
+    let f = flood.get(reflector)?.prog_ns_per_run()?;
+    (f > 0.0).then(|| x / f)
+}
+
+/// The XDP program's answers per CPU second of itself over the userspace thread's per CPU
+/// second of itself.
+fn program_vs_thread(flood: &FloodReport, who: Who) -> Option<f64> {
+    let x = flood.get(who)?.prog_answers_per_cpu_s()?;
+    let u = flood.get(Who::Userspace)?.thread_answers_per_cpu_s()?;
+    (u > 0.0).then(|| x / u)
+}
+
+/// The targets, judged, grouped by [`Reading`] in report order.
 pub fn targets(cost: &CostReport, flood: &FloodReport) -> Vec<Target> {
+    let at_most = |name, reading, text, value| Target {
+        name,
+        reading,
+        text,
+        value,
+        limit: MAX_VS_FLOOR,
+        at_most: true,
+    };
+    let at_least = |name, reading, text, value| Target {
+        name,
+        reading,
+        text,
+        value,
+        limit: MIN_VS_USERSPACE,
+        at_most: false,
+    };
     vec![
-        Target {
-            name: "arp_median_vs_floor",
-            text: "ARP answer median <= 1.2x reflect floor",
-            value: Some(cost.ratio_to_floor(Kind::Arp)),
-            limit: MAX_VS_FLOOR,
-            at_most: true,
-        },
-        Target {
-            name: "na_median_vs_floor",
-            text: "NA answer median <= 1.2x reflect floor",
-            value: Some(cost.ratio_to_floor(Kind::Na)),
-            limit: MAX_VS_FLOOR,
-            at_most: true,
-        },
-        Target {
-            name: "xdp_generic_vs_userspace_answers_per_cpu_s",
-            text: "XDP (generic) answers/CPU-s >= 10x userspace AF_PACKET",
-            value: per_cpu_ratio(flood, Who::XdpGeneric),
-            limit: MIN_VS_USERSPACE,
-            at_most: false,
-        },
-        Target {
-            name: "xdp_native_vs_userspace_answers_per_cpu_s",
-            text: "XDP (native) answers/CPU-s >= 10x userspace AF_PACKET",
-            value: per_cpu_ratio(flood, Who::XdpNative),
-            limit: MIN_VS_USERSPACE,
-            at_most: false,
-        },
+        at_most(
+            "arp_median_vs_floor",
+            Reading::TestRun,
+            "ARP answer median <= 1.2x reflect floor",
+            Some(cost.ratio_to_floor(Kind::Arp)),
+        ),
+        at_most(
+            "na_median_vs_floor",
+            Reading::TestRun,
+            "NA answer median <= 1.2x reflect floor",
+            Some(cost.ratio_to_floor(Kind::Na)),
+        ),
+        at_most(
+            "arp_flood_generic_vs_reflector",
+            Reading::FloodCpu,
+            "ARP answer <= 1.2x reflector, per frame under flood (generic)",
+            flood_vs_reflector(flood, Who::XdpGeneric, Who::ReflectGeneric),
+        ),
+        at_most(
+            "arp_flood_native_vs_reflector",
+            Reading::FloodCpu,
+            "ARP answer <= 1.2x reflector, per frame under flood (native)",
+            flood_vs_reflector(flood, Who::XdpNative, Who::ReflectNative),
+        ),
+        at_most(
+            "arp_prog_generic_vs_reflector",
+            Reading::FloodProgram,
+            "ARP answer program ns/run <= 1.2x reflect's, under flood (generic)",
+            program_vs_reflector(flood, Who::XdpGeneric, Who::ReflectGeneric),
+        ),
+        at_most(
+            "arp_prog_native_vs_reflector",
+            Reading::FloodProgram,
+            "ARP answer program ns/run <= 1.2x reflect's, under flood (native)",
+            program_vs_reflector(flood, Who::XdpNative, Who::ReflectNative),
+        ),
+        at_least(
+            "xdp_generic_vs_userspace_answers_per_cpu_s",
+            Reading::MachineCpu,
+            "XDP (generic) answers/CPU-s >= 10x userspace AF_PACKET",
+            per_cpu_ratio(flood, Who::XdpGeneric),
+        ),
+        at_least(
+            "xdp_native_vs_userspace_answers_per_cpu_s",
+            Reading::MachineCpu,
+            "XDP (native) answers/CPU-s >= 10x userspace AF_PACKET",
+            per_cpu_ratio(flood, Who::XdpNative),
+        ),
+        at_least(
+            "xdp_generic_prog_vs_userspace_thread_answers_per_cpu_s",
+            Reading::ProgramVsThread,
+            "XDP program (generic) answers/CPU-s >= 10x userspace thread",
+            program_vs_thread(flood, Who::XdpGeneric),
+        ),
+        at_least(
+            "xdp_native_prog_vs_userspace_thread_answers_per_cpu_s",
+            Reading::ProgramVsThread,
+            "XDP program (native) answers/CPU-s >= 10x userspace thread",
+            program_vs_thread(flood, Who::XdpNative),
+        ),
     ]
 }
 
@@ -125,11 +254,13 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "Part 2: ARP flood, client -> node veth, one responder at a time"
+        "Part 2: ARP flood, client -> node veth, one responder at a time; each row is the median of {} trials",
+        flood.trials
     );
+    let _ = writeln!(s, "(by ns/answer; ns/request for the references)");
     let _ = writeln!(
         s,
-        "{:<26} {:>9} {:>9} {:>9} {:>10} {:>7} {:>7} {:>8} {:>13} {:>9}",
+        "{:<26} {:>9} {:>9} {:>9} {:>10} {:>7} {:>7} {:>8} {:>13} {:>9} {:>11} {:>14}",
         "responder",
         "sent",
         "answered",
@@ -139,7 +270,9 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
         "cpu_s",
         "ns/req",
         "answers/cpu_s",
-        "ns/answer"
+        "ns/answer",
+        "prog_ns/run",
+        "prog_ans/cpu_s"
     );
     for row in &flood.rows {
         flood_line(&mut s, row);
@@ -151,14 +284,85 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
         flood.base_runs[0] * 1e9,
         flood.base_runs[1] * 1e9
     );
-    if let Some(t) = flood
-        .get(Who::Userspace)
-        .and_then(|r| r.run.as_ref().ok()?.thread_cpu_s)
+    if let Some(u) = flood.get(Who::Userspace)
+        && let Ok(r) = &u.run
+        && let Some(t) = r.thread_cpu_s
     {
         let _ = writeln!(
             s,
-            "userspace responder thread's own CPU: {t:.3} s (included in its cpu_s)"
+            "userspace responder thread's own CPU: {t:.3} s for {} replies = {} ns/answer, {} answers/thread-cpu_s",
+            r.responder_count.unwrap_or(0),
+            opt(u.thread_cpu_ns_per_answer(), 0),
+            opt(u.thread_answers_per_cpu_s(), 0)
         );
+        let _ = writeln!(s, "  (included in its cpu_s)");
+    }
+    let _ = writeln!(
+        s,
+        "flood_xdp_reflect_*: the reflect floor (swap MACs, XDP_TX) answering every request; its"
+    );
+    let _ = writeln!(
+        s,
+        "  ns/answer is ns per reflected frame, the same accounting as the other rows."
+    );
+    let _ = writeln!(
+        s,
+        "prog_ns/run: the node program's run_time_ns / run_cnt from the kernel (bpf_stats_enabled=1 during"
+    );
+    let _ = writeln!(
+        s,
+        "  the XDP runs only); prog_ans/cpu_s = 1e9 / prog_ns/run. Counts the program alone (plus about one"
+    );
+    let _ = writeln!(
+        s,
+        "  clock read), not the driver, skb or veth work around it."
+    );
+    match flood.bpf_stats_overhead_ns {
+        Some(ns) => {
+            let _ = writeln!(
+                s,
+                "  bpf_stats itself costs ~{ns:.0} ns per program run (test_run of reflect, stats on - off); the XDP rows'"
+            );
+            let _ = writeln!(
+                s,
+                "  busy_s/cpu_s include it (native rows twice per answer: node and peer program)."
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  bpf_stats' own cost per program run was not measured; the XDP rows' cpu_s include it."
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "per-trial ns/answer (ns/request for the references; * = reported median; prog = prog_ns/run):"
+    );
+    for row in &flood.rows {
+        if row.trials.is_empty() {
+            continue;
+        }
+        let vals: Vec<String> = row
+            .trials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let prog = t
+                    .run
+                    .prog
+                    .and_then(|p| p.ns_per_run())
+                    .map_or(String::new(), |p| format!(" (prog {p:.1})"));
+                let star = if i == row.chosen { "*" } else { "" };
+                format!("{:.0}{star}{prog}", t.key_ns(row.who))
+            })
+            .collect();
+        let failed = if row.failed_trials.is_empty() {
+            String::new()
+        } else {
+            format!("  ({} failed)", row.failed_trials.len())
+        };
+        let _ = writeln!(s, "  {:<26} {}{failed}", row.who.name(), vals.join(", "));
     }
     let disturbed = flood
         .rows
@@ -189,7 +393,24 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
     );
     let _ = writeln!(s);
     let _ = writeln!(s, "Targets");
+    let mut last: Option<Reading> = None;
     for t in targets {
+        if last.map(Reading::target) != Some(t.reading.target()) {
+            let _ = writeln!(
+                s,
+                "  Target {}: {}",
+                t.reading.target(),
+                if t.reading.target() == 1 {
+                    "each answer costs at most 1.2x the bare XDP_TX reflector (floor)"
+                } else {
+                    "XDP answers >= 10x the userspace AF_PACKET responder per CPU second"
+                }
+            );
+        }
+        if last != Some(t.reading) {
+            let _ = writeln!(s, "   {}", t.reading.label());
+            last = Some(t.reading);
+        }
         let verdict = if t.value.is_none() {
             "N/A "
         } else if t.pass() {
@@ -199,7 +420,7 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
         };
         let _ = writeln!(
             s,
-            "  {verdict}  {:<56} measured {}",
+            "    {verdict}  {:<62} measured {}",
             t.text,
             opt(t.value, 2)
         );
@@ -213,7 +434,7 @@ fn flood_line(s: &mut String, row: &Row) {
             let disturbed = if r.disturbed() { " (!)" } else { "" };
             let _ = writeln!(
                 s,
-                "{:<26} {:>9} {:>9} {:>9.0} {:>10.0} {:>7.2} {:>7} {:>8} {:>13} {:>9}{disturbed}",
+                "{:<26} {:>9} {:>9} {:>9.0} {:>10.0} {:>7.2} {:>7} {:>8} {:>13} {:>9} {:>11} {:>14}{disturbed}",
                 row.who.name(),
                 r.sent,
                 r.answers,
@@ -223,7 +444,9 @@ fn flood_line(s: &mut String, row: &Row) {
                 opt(row.net_cpu_s, 3),
                 opt(row.cpu_ns_per_request(), 0),
                 opt(row.answers_per_cpu_s(), 0),
-                opt(row.cpu_ns_per_answer(), 0)
+                opt(row.cpu_ns_per_answer(), 0),
+                opt(row.prog_ns_per_run(), 1),
+                opt(row.prog_answers_per_cpu_s(), 0)
             );
         }
         Err(e) => {
@@ -255,6 +478,19 @@ fn flood_json(row: &Row) -> Value {
             "other_processes_cores": r.others_cores(),
             "disturbed": r.disturbed(),
             "responder_thread_cpu_s": r.thread_cpu_s,
+            "responder_thread_cpu_ns_per_answer": row.thread_cpu_ns_per_answer(),
+            "responder_thread_answers_per_cpu_s": row.thread_answers_per_cpu_s(),
+            "prog_run_count": r.prog.map(|p| p.runs),
+            "prog_run_time_ns": r.prog.map(|p| p.run_time_ns),
+            "prog_ns_per_run": row.prog_ns_per_run(),
+            "prog_answers_per_cpu_s": row.prog_answers_per_cpu_s(),
+            "peer_prog_run_count": r.peer_prog.map(|p| p.runs),
+            "peer_prog_ns_per_run": r.peer_prog.and_then(|p| p.ns_per_run()),
+            "trials": row.trials.len(),
+            "trial_chosen": row.chosen,
+            "trial_cpu_ns_per_answer": row.trials.iter().map(|t| t.key_ns(row.who)).collect::<Vec<_>>(),
+            "trial_prog_ns_per_run": row.trials.iter().map(|t| t.run.prog.and_then(|p| p.ns_per_run())).collect::<Vec<_>>(),
+            "failed_trials": row.failed_trials,
         }),
         Err(e) => json!({ "part": "flood", "name": row.who.name(), "error": e }),
     }
@@ -289,7 +525,14 @@ pub fn json(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &s
             let bound = if t.at_most { "max" } else { "min" };
             (
                 t.name.to_owned(),
-                json!({ "value": t.value, bound: t.limit, "pass": t.pass() }),
+                json!({
+                    "value": t.value,
+                    bound: t.limit,
+                    "pass": t.pass(),
+                    "target": t.reading.target(),
+                    "interpretation": t.reading.key(),
+                    "text": t.text,
+                }),
             )
         })
         .collect();
@@ -300,10 +543,15 @@ pub fn json(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &s
         "plot": plot,
         "program_counters": cost.counters.iter().map(|(n, v)| (n.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "flood_base_cpu_ns_per_request": flood.base_cpu_per_request_s * 1e9,
+        "flood_trials": flood.trials,
+        "bpf_stats_overhead_ns_per_run": flood.bpf_stats_overhead_ns,
         "notes": [
             "cost ns are BPF_PROG_TEST_RUN durations with repeat=1: they include a fixed per-run overhead, equal for all kinds; compare against reflect_floor",
             "flood cpu_s = machine busy CPU (user+nice+system+irq+softirq) minus requests_sent x the busy CPU per request of the baseline (same flood, node eth0 NOARP so requests are discarded on arrival)",
             "flood answers are addressed to a MAC behind the client, which the client discards on arrival: its cost of receiving them is not counted",
+            "flood rows report the median of flood_trials trials (by cpu ns per answer; per request for the references); trial_* list every trial, trial_chosen indexes the median",
+            "flood_xdp_reflect_*: the reflect program (swap MACs, XDP_TX) as responder; its flood frames' Ethernet source is the same discarded MAC, so reflected frames are discarded by the client like answers; cpu_ns_per_answer is ns per reflected frame",
+            "prog_* are the kernel's run_time_ns/run_cnt of the node program (kernel.bpf_stats_enabled=1 during XDP runs only, restored afterwards); prog_answers_per_cpu_s = 1e9/prog_ns_per_run; XDP rows' machine CPU includes bpf_stats' own cost (bpf_stats_overhead_ns_per_run per program run)",
         ],
     })
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask bench xdp`: the XDP responder's cost per frame against the `reflect` floor
-//! (BPF_PROG_TEST_RUN), and an ARP flood answered by XDP, the kernel and a userspace AF_PACKET
-//! responder in a namespace pair. Progress on stderr, a table on stdout and, with `--json`, one
+//! (BPF_PROG_TEST_RUN), and an ARP flood answered by XDP, the `reflect` floor, the kernel and a
+//! userspace AF_PACKET responder in a namespace pair, each run `--flood-trials` times (median
+//! reported), with the kernel's per-program run-time statistics for the XDP rows. Progress on stderr, a table on stdout and, with `--json`, one
 //! JSON document as the last stdout line. Missed targets print FAIL but do not fail the run; a
 //! measurement that cannot be trusted (an answer kind that did not answer every timed frame)
 //! does.
@@ -26,6 +27,9 @@ struct Args {
     /// Duration of each flood run, in seconds.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Flood runs per responder; the median trial is reported.
+    #[arg(long, default_value_t = 3)]
+    flood_trials: u32,
     /// Where to write the latency CDF plot (SVG).
     #[arg(long, default_value = "target/bench/xdp-cost.svg")]
     plot: PathBuf,
@@ -39,6 +43,7 @@ fn main() -> Result<()> {
     let args = Args::parse();
     ensure!(args.frames > 0, "--frames must be at least 1");
     ensure!(args.seconds > 0.0, "--seconds must be positive");
+    ensure!(args.flood_trials > 0, "--flood-trials must be at least 1");
     ensure!(
         nix::unistd::geteuid().is_root(),
         "run as root: the benchmark loads BPF programs and creates network namespaces"
@@ -55,7 +60,7 @@ fn main() -> Result<()> {
         .to_string();
     progress(&format!("cost: done; plot written to {plot_path}"));
 
-    let flood = flood::run(args.seconds, progress);
+    let flood = flood::run(args.seconds, args.flood_trials, progress);
     // Pins are removed by the responder's guard; make sure, also after a failure.
     for root in Attached::pin_roots() {
         attach::cleanup(&root);
