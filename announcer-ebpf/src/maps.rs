@@ -92,8 +92,9 @@ pub struct VipEntry {
     pub mac: [u8; 6],
     /// Reserved for flags; always zero today.
     pub flags: u16,
-    /// Deadline on the kernel's monotonic clock (`bpf_ktime_get_ns`, i.e. `CLOCK_MONOTONIC`),
-    /// after which the entry is not answered. [`NEVER_EXPIRES`] for static entries.
+    /// Deadline on the kernel's coarse monotonic clock (`bpf_ktime_get_coarse_ns`, i.e.
+    /// `CLOCK_MONOTONIC_COARSE`: one timer tick of resolution, read without touching the clock
+    /// source), after which the entry is not answered. [`NEVER_EXPIRES`] for static entries.
     ///
     /// The agent refreshes this well before it passes. An agent that dies therefore stops being
     /// answered for within one grace period, while a restart inside it goes unnoticed by clients.

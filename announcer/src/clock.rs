@@ -1,14 +1,15 @@
 //! The clock the XDP program judges expiry on.
 //!
-//! `bpf_ktime_get_ns()` reads `CLOCK_MONOTONIC`, so entries are written with deadlines on that
-//! clock; wall-clock jumps (NTP, an operator's `date -s`) can neither expire nor revive a VIP.
+//! The program reads `bpf_ktime_get_coarse_ns()`, which is `CLOCK_MONOTONIC_COARSE`, so deadlines
+//! are written on that same clock: wall-clock jumps (NTP, an operator's `date -s`) can neither
+//! expire nor revive a VIP, and both sides agree to the tick.
 
 use std::time::Duration;
 
-/// Now on `CLOCK_MONOTONIC`, in nanoseconds.
+/// Now on `CLOCK_MONOTONIC_COARSE`, in nanoseconds.
 pub fn monotonic_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .expect("CLOCK_MONOTONIC is always available on Linux");
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE)
+        .expect("CLOCK_MONOTONIC_COARSE is always available on Linux");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
