@@ -160,26 +160,8 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
         stale = Some(attached_to);
     }
 
-    let mut loader = EbpfLoader::new();
-    let map_paths: Vec<(&str, PathBuf)> = PINNED_MAPS.iter().map(|m| (*m, pins.map(m))).collect();
-    for (name, path) in &map_paths {
-        loader.map_pin_path(name, path.as_path());
-    }
-    let mut ebpf = loader
-        .load(OBJECT)
-        .map_err(|e| Error::bpf("loading the XDP object", e))?;
-    let program: &mut Xdp = ebpf
-        .program_mut(PROGRAM)
-        .expect("the object defines the program")
-        .try_into()
-        .expect("the program is XDP");
-    program
-        .load()
-        .map_err(|e| Error::bpf("verifying the XDP program", e))?;
-    let program_id = program
-        .info()
-        .map_err(|e| Error::bpf("reading program info", e))?
-        .id();
+    let (mut ebpf, program_id) = load_object(&pins)?;
+    let program = xdp(&mut ebpf);
 
     let (link_id, used, fallback_reason) = match mode {
         Mode::Native => (attach(program, iface, Mode::Native)?, Mode::Native, None),
@@ -216,6 +198,60 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
         stale_ifindex: stale,
         program_id,
     })
+}
+
+/// Loads and verifies the object with its maps opened from (or created at) the pins.
+fn load_object(pins: &PinLayout) -> Result<(aya::Ebpf, u32)> {
+    let mut loader = EbpfLoader::new();
+    let map_paths: Vec<(&str, PathBuf)> = PINNED_MAPS.iter().map(|m| (*m, pins.map(m))).collect();
+    for (name, path) in &map_paths {
+        loader.map_pin_path(name, path.as_path());
+    }
+    let mut ebpf = loader
+        .load(OBJECT)
+        .map_err(|e| Error::bpf("loading the XDP object", e))?;
+    let program = xdp(&mut ebpf);
+    program
+        .load()
+        .map_err(|e| Error::bpf("verifying the XDP program", e))?;
+    let program_id = program
+        .info()
+        .map_err(|e| Error::bpf("reading program info", e))?
+        .id();
+    Ok((ebpf, program_id))
+}
+
+fn xdp(ebpf: &mut aya::Ebpf) -> &mut Xdp {
+    ebpf.program_mut(PROGRAM)
+        .expect("the object defines the program")
+        .try_into()
+        .expect("the program is XDP")
+}
+
+/// Swaps the running program for this build's, atomically (`bpf_link_update`): the link, its
+/// pin and the maps stay, so no request goes unanswered during an upgrade. Returns the new
+/// program id.
+pub fn replace(root: &Path, iface: &str) -> Result<u32> {
+    let ifindex = netif::ifindex(iface)?;
+    let pins = PinLayout::new(root, iface);
+    if !pins.is_loaded()
+        || crate::linkinfo::xdp_link_ifindex(&pins.link())
+            .map_err(|e| Error::bpf(format!("reading {}", pins.link().display()), e))?
+            != ifindex
+    {
+        return Err(Error::NotLoaded(iface.to_owned()));
+    }
+    let (mut ebpf, program_id) = load_object(&pins)?;
+    let link = PinnedLink::from_pin(pins.link())
+        .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
+    let link = aya::programs::xdp::XdpLink::try_from(FdLink::from(link))
+        .map_err(|e| Error::bpf("opening the XDP link", e))?;
+    xdp(&mut ebpf)
+        .attach_to_link(link)
+        .map_err(|e| Error::bpf("replacing the program (bpf_link_update)", e))?;
+    // Dropping `ebpf` closes our fds only: the pinned link now holds the new program.
+    tracing::info!(%iface, program_id, "XDP responder replaced in place");
+    Ok(program_id)
 }
 
 fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::xdp::XdpLinkId> {

@@ -63,6 +63,10 @@ enum Cmd {
         /// Attach mode.
         #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
         mode: ModeArg,
+        /// If already attached, swap in this build's program atomically (upgrade without a gap;
+        /// link, pins and VIPs stay).
+        #[arg(long)]
+        replace: bool,
     },
     /// Detach the responder from an interface and remove exactly its pins.
     Unload {
@@ -207,7 +211,20 @@ fn init_tracing(format: LogFormat) {
 fn run(cli: Cli) -> Result<(), Error> {
     let root = cli.pin_root.as_path();
     match cli.cmd {
-        Cmd::Load { iface, mode } => {
+        Cmd::Load { iface, mode, replace } => {
+            if replace && loader::PinLayout::new(root, &iface).is_loaded() {
+                match loader::replace(root, &iface) {
+                    Ok(id) => {
+                        println!(
+                            "replaced the program on {iface} in place: program id {id}; link, pins and VIPs kept"
+                        );
+                        return Ok(());
+                    }
+                    // A stale pin (interface recreated): the plain load below re-attaches.
+                    Err(Error::NotLoaded(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let mode = match mode {
                 ModeArg::Auto => Mode::Auto,
                 ModeArg::Native => Mode::Native,
