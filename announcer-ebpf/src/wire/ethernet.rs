@@ -155,7 +155,7 @@ impl EthernetRepr {
     /// Writes the header to the start of `buf`; returns its length.
     ///
     /// # Panics
-    /// If `buf` is shorter than [`header_len`](Self::header_len) or the VLAN id exceeds 4094.
+    /// If `buf` is shorter than [`header_len`](Self::header_len) or the VLAN id exceeds 12 bits.
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         let eth = EthHdr::mut_from_prefix(buf).expect("buffer too short for Ethernet header");
         eth.dst = self.dst.0;
@@ -166,7 +166,9 @@ impl EthernetRepr {
                 EthHdr::LEN
             }
             Some(vid) => {
-                assert!(vid < 4095, "VLAN id {vid} out of range");
+                // Any 12-bit id round-trips (4095 is reserved but can be on the wire); which ids
+                // are usable is policy for the callers.
+                assert!(vid <= 0x0fff, "VLAN id {vid} does not fit 12 bits");
                 eth.ethertype = ethertype::VLAN.to_be_bytes();
                 let tag = VlanHdr::mut_from_prefix(&mut buf[EthHdr::LEN..])
                     .expect("buffer too short for 802.1Q tag");
