@@ -211,7 +211,11 @@ fn init_tracing(format: LogFormat) {
 fn run(cli: Cli) -> Result<(), Error> {
     let root = cli.pin_root.as_path();
     match cli.cmd {
-        Cmd::Load { iface, mode, replace } => {
+        Cmd::Load {
+            iface,
+            mode,
+            replace,
+        } => {
             if replace && loader::PinLayout::new(root, &iface).is_loaded() {
                 match loader::replace(root, &iface) {
                     Ok(id) => {

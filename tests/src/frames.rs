@@ -23,18 +23,35 @@ fn eth(dst: MacAddr, vlan: Option<u16>) -> EthernetRepr {
 /// A broadcast ARP request from `sender` for `target`.
 pub fn arp_request(sender: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
     let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::arp(
-        &mut buf,
-        &eth(MacAddr::BROADCAST, vlan),
+    let n = write_arp_request(&mut buf, CLIENT_MAC, sender, target, vlan);
+    buf[..n].to_vec()
+}
+
+/// Writes a broadcast ARP request from `mac`/`sender` for `target` into `buf` (at least
+/// [`frame::MAX_FRAME`] bytes); returns its length. For loops that must not allocate.
+pub fn write_arp_request(
+    buf: &mut [u8],
+    mac: MacAddr,
+    sender: Ipv4Addr,
+    target: Ipv4Addr,
+    vlan: Option<u16>,
+) -> usize {
+    frame::arp(
+        buf,
+        &EthernetRepr {
+            src: mac,
+            dst: MacAddr::BROADCAST,
+            vlan,
+            ethertype: 0,
+        },
         &ArpRepr {
             operation: ArpOperation::Request,
-            sender_mac: CLIENT_MAC,
+            sender_mac: mac,
             sender_ip: sender,
             target_mac: MacAddr::ZERO,
             target_ip: target,
         },
-    );
-    buf[..n].to_vec()
+    )
 }
 
 /// An NS for `target` from `src` to the solicited-node address, with a Source Link-Layer

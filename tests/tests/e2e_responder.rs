@@ -169,10 +169,20 @@ fn reload_and_in_place_upgrade_leave_no_gap() {
     let pair = Pair::new("reload");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&["vip", "add", &VIP4.to_string(), "--iface", NODE_IF, "--permanent"]);
+    cli.ok(&[
+        "vip",
+        "add",
+        &VIP4.to_string(),
+        "--iface",
+        NODE_IF,
+        "--permanent",
+    ]);
     let prog_id = || {
         let out = pair.node.ip(&["-d", "link", "show", NODE_IF]);
-        out.split("prog/xdp id ").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned)
+        out.split("prog/xdp id ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .map(str::to_owned)
             .unwrap_or_else(|| panic!("no XDP program id in: {out}"))
     };
     let first = prog_id();
@@ -180,8 +190,15 @@ fn reload_and_in_place_upgrade_leave_no_gap() {
     // 60 requests over 1.5 s while the loader runs again, swaps the program in place, and runs
     // again.
     let r = thread::scope(|s| {
-        let probe =
-            s.spawn(|| arping(&pair.client, CLIENT_IF, VIP4, 60, Duration::from_millis(1500)));
+        let probe = s.spawn(|| {
+            arping(
+                &pair.client,
+                CLIENT_IF,
+                VIP4,
+                60,
+                Duration::from_millis(1500),
+            )
+        });
         let out = cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
         assert!(out.contains("already attached"), "{out}");
         thread::sleep(Duration::from_millis(300));
@@ -192,10 +209,14 @@ fn reload_and_in_place_upgrade_leave_no_gap() {
         assert!(out.contains("already attached"), "{out}");
         probe.join().unwrap()
     });
-    assert_eq!(r.replies, 60, "a request went unanswered during reloads: {r:?}");
+    assert_eq!(
+        r.replies, 60,
+        "a request went unanswered during reloads: {r:?}"
+    );
     assert_ne!(prog_id(), first, "--replace swapped the program");
     // The VIP survived (maps reused) and so did its counters.
-    let list: serde_json::Value = serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
+    let list: serde_json::Value =
+        serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
     assert_eq!(list[0]["vip"], VIP4.to_string());
     assert!(list[0]["answered"].as_u64().unwrap() >= 60, "{list}");
 }

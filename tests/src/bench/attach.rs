@@ -118,20 +118,31 @@ pub struct Reflector {
     program_id: u32,
 }
 
+/// The object, unpinned, with the `reflect` program loaded (verified) but not attached.
+pub fn load_reflect() -> Result<aya::Ebpf> {
+    let mut ebpf = EbpfLoader::new()
+        .load(OBJECT)
+        .context("loading the XDP object")?;
+    let prog: &mut Xdp = ebpf
+        .program_mut(REFLECTOR)
+        .ok_or_else(|| anyhow!("no program {REFLECTOR} in the object"))?
+        .try_into()
+        .context("reflect is not XDP")?;
+    prog.load().context("verifying reflect")?;
+    Ok(ebpf)
+}
+
 impl Reflector {
     /// Loads `reflect` from the same object the loader uses and attaches it in `mode`
     /// (`Native` = driver mode, anything else = generic/skb mode) to `eth0` in `ns`.
     pub fn attach(ns: &Netns, mode: Mode) -> Result<Self> {
         ns.enter(|| -> Result<Self> {
-            let mut ebpf = EbpfLoader::new()
-                .load(OBJECT)
-                .context("loading the XDP object")?;
+            let mut ebpf = load_reflect()?;
             let prog: &mut Xdp = ebpf
                 .program_mut(REFLECTOR)
-                .ok_or_else(|| anyhow!("no program {REFLECTOR} in the object"))?
+                .expect("loaded by load_reflect")
                 .try_into()
-                .context("reflect is not XDP")?;
-            prog.load().context("verifying reflect")?;
+                .expect("XDP");
             let flags = if mode == Mode::Native {
                 XdpMode::Driver
             } else {

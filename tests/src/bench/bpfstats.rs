@@ -9,16 +9,12 @@
 
 use std::time::Duration;
 
-use announcer::loader::OBJECT;
 use announcer_ebpf::{
     maps::REFLECTOR,
-    wire::{ArpOperation, ArpRepr, EthernetRepr, MacAddr, frame},
+    wire::{MacAddr, frame},
 };
-use anyhow::{Context, Result, anyhow, bail};
-use aya::{
-    EbpfLoader,
-    programs::{TestRun, TestRunOptions, Xdp, loaded_programs},
-};
+use anyhow::{Context, Result, bail};
+use aya::programs::{TestRun, TestRunOptions, Xdp, loaded_programs};
 
 use super::stats::percentile;
 
@@ -112,15 +108,7 @@ pub fn overhead_ns(runs_per_block: u32, blocks: u32) -> Result<Option<f64>> {
     if read_sysctl()? == "1" {
         return Ok(None);
     }
-    let mut ebpf = EbpfLoader::new()
-        .load(OBJECT)
-        .context("loading the XDP object")?;
-    let prog: &mut Xdp = ebpf
-        .program_mut(REFLECTOR)
-        .ok_or_else(|| anyhow!("no program {REFLECTOR} in the object"))?
-        .try_into()
-        .context("reflect is not XDP")?;
-    prog.load().context("verifying reflect")?;
+    let ebpf = super::attach::load_reflect()?;
     let prog: &Xdp = ebpf
         .program(REFLECTOR)
         .expect("loaded")
@@ -128,21 +116,12 @@ pub fn overhead_ns(runs_per_block: u32, blocks: u32) -> Result<Option<f64>> {
         .expect("XDP");
     let mut req = [0u8; frame::MAX_FRAME];
     let mac = MacAddr([0x02, 0, 0, 0, 0, 0x99]);
-    let len = frame::arp(
+    let len = crate::frames::write_arp_request(
         &mut req,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::BROADCAST,
-            vlan: None,
-            ethertype: 0,
-        },
-        &ArpRepr {
-            operation: ArpOperation::Request,
-            sender_mac: mac,
-            sender_ip: [10, 77, 0, 10].into(),
-            target_mac: MacAddr::ZERO,
-            target_ip: [10, 77, 0, 100].into(),
-        },
+        mac,
+        [10, 77, 0, 10].into(),
+        [10, 77, 0, 100].into(),
+        None,
     );
     let mut out = [0u8; 512];
     let mut time = |n: u32, into: &mut Vec<u64>| -> Result<()> {

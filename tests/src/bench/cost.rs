@@ -19,7 +19,7 @@ use announcer::{
 };
 use announcer_ebpf::{
     maps::{Outcome, PROGRAM, REFLECTOR},
-    wire::{ArpOperation, ArpRepr, EthernetRepr, MacAddr, NdiscRepr, frame, solicited_node},
+    wire::{EthernetRepr, MacAddr, NdiscRepr, frame, solicited_node},
 };
 use anyhow::{Context, Result, bail, ensure};
 use aya::{
@@ -157,24 +157,9 @@ fn sender_mac(i: u32) -> MacAddr {
 }
 
 fn arp_request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
-    let mac = sender_mac(i);
     let b = i.to_be_bytes();
-    frame::arp(
-        buf,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::BROADCAST,
-            vlan: None,
-            ethertype: 0,
-        },
-        &ArpRepr {
-            operation: ArpOperation::Request,
-            sender_mac: mac,
-            sender_ip: Ipv4Addr::new(10, 1 + b[1] % 8, b[2], b[3]),
-            target_mac: MacAddr::ZERO,
-            target_ip: target,
-        },
-    )
+    let sender = Ipv4Addr::new(10, 1 + b[1] % 8, b[2], b[3]);
+    crate::frames::write_arp_request(buf, sender_mac(i), sender, target, None)
 }
 
 fn ns_request(i: u32, target: Ipv6Addr, buf: &mut [u8]) -> usize {

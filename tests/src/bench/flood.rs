@@ -46,7 +46,7 @@ use std::{
 };
 
 use announcer::loader::Mode;
-use announcer_ebpf::wire::{ArpOperation, ArpRepr, EthernetRepr, MacAddr, frame};
+use announcer_ebpf::wire::{MacAddr, frame};
 use anyhow::{Context, Result, anyhow};
 
 use super::{
@@ -294,23 +294,8 @@ impl FloodReport {
 
 /// The `i`-th request of the flood for `target`.
 fn request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
-    let mac = FLOOD_MAC;
-    frame::arp(
-        buf,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::BROADCAST,
-            vlan: None,
-            ethertype: 0,
-        },
-        &ArpRepr {
-            operation: ArpOperation::Request,
-            sender_mac: mac,
-            sender_ip: Ipv4Addr::new(10, 77, 0, 10 + (i % u32::from(SENDERS)) as u8),
-            target_mac: MacAddr::ZERO,
-            target_ip: target,
-        },
-    )
+    let sender = Ipv4Addr::new(10, 77, 0, 10 + (i % u32::from(SENDERS)) as u8);
+    crate::frames::write_arp_request(buf, FLOOD_MAC, sender, target, None)
 }
 
 /// Floods `target` from the client's eth0 for `dur`; returns (sent, errors, seconds).
