@@ -76,6 +76,17 @@ impl PinLayout {
     pub fn is_loaded(&self) -> bool {
         self.link().exists()
     }
+
+    /// Kernel id of the program the pinned link runs.
+    pub fn program_id(&self) -> Result<u32> {
+        let link = PinnedLink::from_pin(self.link())
+            .map_err(|e| Error::bpf(format!("opening {}", self.link().display()), e))?;
+        // Dropping the FdLink closes our fd only; the pin keeps the link.
+        Ok(FdLink::from(link)
+            .info()
+            .map_err(|e| Error::bpf("reading link info", e))?
+            .program_id())
+    }
 }
 
 /// How to attach.
@@ -136,13 +147,7 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
         let attached_to = crate::linkinfo::xdp_link_ifindex(&pins.link())
             .map_err(|e| Error::bpf(format!("reading {}", pins.link().display()), e))?;
         if attached_to == ifindex {
-            let link = PinnedLink::from_pin(pins.link())
-                .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
-            let program_id = FdLink::from(link)
-                .info()
-                .map_err(|e| Error::bpf("reading link info", e))?
-                .program_id();
-            // Dropping the FdLink closes our fd only; the pin keeps the link.
+            let program_id = pins.program_id()?;
             return Ok(LoadReport {
                 iface: iface.to_owned(),
                 ifindex,

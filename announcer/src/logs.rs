@@ -8,7 +8,6 @@
 
 use std::{os::fd::AsFd, path::Path, time::Duration};
 
-use aya::programs::links::{FdLink, PinnedLink};
 use aya_log::EbpfLogger;
 
 use crate::{
@@ -25,12 +24,7 @@ pub fn attach(root: &Path, iface: &str) -> Result<ProgramLog> {
     if !pins.is_loaded() {
         return Err(Error::NotLoaded(iface.to_owned()));
     }
-    let link = PinnedLink::from_pin(pins.link())
-        .map_err(|e| Error::bpf(format!("opening {}", pins.link().display()), e))?;
-    let program_id = FdLink::from(link)
-        .info()
-        .map_err(|e| Error::bpf("reading link info", e))?
-        .program_id();
+    let program_id = pins.program_id()?;
     EbpfLogger::init_from_id(program_id).map_err(|e| Error::bpf("attaching to the program log", e))
 }
 

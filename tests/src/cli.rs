@@ -77,6 +77,19 @@ impl<'a> Cli<'a> {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
+    /// `load --iface IFACE --mode MODE`.
+    pub fn load(&self, iface: &str, mode: &str) -> String {
+        self.ok(&["load", "--iface", iface, "--mode", mode])
+    }
+
+    /// `vip add VIP --iface IFACE EXTRA...`.
+    pub fn add_vip(&self, vip: impl std::fmt::Display, iface: &str, extra: &[&str]) -> String {
+        let vip = vip.to_string();
+        let mut args = vec!["vip", "add", &vip, "--iface", iface];
+        args.extend_from_slice(extra);
+        self.ok(&args)
+    }
+
     /// `status --json` parsed.
     pub fn status(&self) -> serde_json::Value {
         serde_json::from_str(&self.ok(&["status", "--json"])).expect("status --json is JSON")

@@ -32,30 +32,16 @@ fn answers_in_mode(mode: &str) {
     let pair = Pair::new(&format!("resp-{mode}"));
     let cli = Cli::new(&pair.node);
     let peer = Cli::new(&pair.client);
-    let out = cli.ok(&["load", "--iface", NODE_IF, "--mode", mode]);
+    let out = cli.load(NODE_IF, mode);
     assert!(out.contains(&format!("in {mode} mode")), "{out}");
     if mode == "native" {
         // veth delivers native-mode XDP_TX only if the peer runs XDP too: the responder with no
         // VIPs passes everything, so load it on the client end.
-        peer.ok(&["load", "--iface", CLIENT_IF, "--mode", "native"]);
+        peer.load(CLIENT_IF, "native");
     }
     assert_eq!(xdp_mode(&pair), mode);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP6.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
+    cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
+    cli.add_vip(VIP6, NODE_IF, &["--permanent"]);
 
     let r = arping(&pair.client, CLIENT_IF, VIP4, 3, T);
     assert_eq!(
@@ -103,25 +89,9 @@ fn answers_arping_and_ndisc6_in_native_mode() {
 fn expired_and_deleted_vips_go_unanswered() {
     let pair = Pair::new("expiry");
     let cli = Cli::new(&pair.node);
-    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--ttl",
-        "1s",
-    ]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP6.to_string(),
-        "--iface",
-        NODE_IF,
-        "--ttl",
-        "1s",
-    ]);
+    cli.load(NODE_IF, "generic");
+    cli.add_vip(VIP4, NODE_IF, &["--ttl", "1s"]);
+    cli.add_vip(VIP6, NODE_IF, &["--ttl", "1s"]);
     assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 1, T).replies, 1);
     assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, T), Some(NODE_MAC));
 
@@ -147,14 +117,7 @@ fn expired_and_deleted_vips_go_unanswered() {
     assert!(cli.counter(NODE_IF, "expired") >= 3);
 
     // A refresh revives it; a delete ends it at once.
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
+    cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
     assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 1, T).replies, 1);
     cli.ok(&["vip", "del", &VIP4.to_string(), "--iface", NODE_IF]);
     assert_eq!(
@@ -168,15 +131,8 @@ fn expired_and_deleted_vips_go_unanswered() {
 fn reload_and_in_place_upgrade_leave_no_gap() {
     let pair = Pair::new("reload");
     let cli = Cli::new(&pair.node);
-    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
+    cli.load(NODE_IF, "generic");
+    cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
     let prog_id = || {
         let out = pair.node.ip(&["-d", "link", "show", NODE_IF]);
         out.split("prog/xdp id ")
@@ -199,13 +155,13 @@ fn reload_and_in_place_upgrade_leave_no_gap() {
                 Duration::from_millis(1500),
             )
         });
-        let out = cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+        let out = cli.load(NODE_IF, "generic");
         assert!(out.contains("already attached"), "{out}");
         thread::sleep(Duration::from_millis(300));
         let out = cli.ok(&["load", "--iface", NODE_IF, "--replace"]);
         assert!(out.contains("replaced the program"), "{out}");
         thread::sleep(Duration::from_millis(300));
-        let out = cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+        let out = cli.load(NODE_IF, "generic");
         assert!(out.contains("already attached"), "{out}");
         probe.join().unwrap()
     });
@@ -226,14 +182,7 @@ fn unload_detaches_and_removes_exactly_its_pins() {
     let pair = Pair::new("unload");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
+    cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
     let dir = cli.root().join(NODE_IF);
     let mut pins: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -310,7 +259,7 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
 
     // Full map: a tiny map cannot be made from the CLI, so fill the real one partly and check
     // the error type through the library instead (tests/tests/xdp_rules.rs covers the rest).
-    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    cli.load(NODE_IF, "generic");
     let o = cli.output(&[
         "vip",
         "add",
@@ -332,15 +281,8 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
 fn program_events_reach_the_log() {
     let pair = Pair::new("logs");
     let cli = Cli::new(&pair.node);
-    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-    ]);
+    cli.load(NODE_IF, "generic");
+    cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
     // Another host announces our VIP (gratuitous ARP): not answered, and logged as a conflict.
     let other = Cli::new(&pair.client);
     let before = cli.counter(NODE_IF, "arp_answered");
@@ -379,7 +321,7 @@ fn native_mode_failure_is_explained_and_auto_falls_back() {
         err.contains("native mode") && err.contains("--mode generic"),
         "{err}"
     );
-    let out = cli.ok(&["load", "--iface", "lo", "--mode", "auto"]);
+    let out = cli.load("lo", "auto");
     assert!(
         out.contains("in generic mode") && out.contains("native failed"),
         "{out}"
@@ -416,7 +358,7 @@ fn missing_privileges_are_named() {
 fn takeover_burst_moves_existing_neighbor_entries() {
     let pair = Pair::new("burst");
     let cli = Cli::new(&pair.node);
-    cli.ok(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    cli.load(NODE_IF, "generic");
     // The client believes the VIPs live at an old owner's MAC.
     for vip in [VIP4.to_string(), VIP6.to_string()] {
         pair.client.ip(&[
@@ -467,15 +409,8 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
         pair.node.ip(&["link", "set", "dum0", "up"]);
     };
     make();
-    cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
-    cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        "dum0",
-        "--permanent",
-    ]);
+    cli.load("dum0", "generic");
+    cli.add_vip(VIP4, "dum0", &["--permanent"]);
     let before = cli.status()[0]["ifindex"].as_u64().unwrap();
 
     pair.node.ip(&["link", "del", "dum0"]);
@@ -487,7 +422,7 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
             .contains("xdpgeneric")
     );
 
-    let out = cli.ok(&["load", "--iface", "dum0", "--mode", "generic"]);
+    let out = cli.load("dum0", "generic");
     assert!(out.contains("replaced a stale attachment"), "{out}");
     assert!(
         pair.node
@@ -521,20 +456,11 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
         let pair = Pair::new(&format!("vlan-{mode}"));
         let cli = Cli::new(&pair.node);
         let peer = Cli::new(&pair.client);
-        cli.ok(&["load", "--iface", NODE_IF, "--mode", mode]);
+        cli.load(NODE_IF, mode);
         if mode == "native" {
-            peer.ok(&["load", "--iface", CLIENT_IF, "--mode", "native"]);
+            peer.load(CLIENT_IF, "native");
         }
-        cli.ok(&[
-            "vip",
-            "add",
-            &VIP4.to_string(),
-            "--iface",
-            NODE_IF,
-            "--vlan",
-            "100",
-            "--permanent",
-        ]);
+        cli.add_vip(VIP4, NODE_IF, &["--vlan", "100", "--permanent"]);
         let mut capture = pair
             .client
             .nsenter_cmd("tcpdump")
