@@ -451,8 +451,8 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     }
 
     // §7.1.1: all options have length > 0 and fit; remember the Source Link-Layer Address.
-    // Offset of the (first Ethernet-sized) SLLAO within the message, 0 if none; read again
-    // when answering. `saw_sllao` notes any Source Link-Layer Address option, whatever its size.
+    // Offset of the first SLLAO within the message (0 if none), read again when answering; it
+    // must be 8 bytes (Ethernet). `saw_sllao` notes that one was seen.
     let mut sllao_off = 0usize;
     let mut saw_sllao = false;
     let mut off = NdiscHdr::LEN;
