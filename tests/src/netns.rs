@@ -257,6 +257,24 @@ pub fn sweep_stale(prefix: &str) -> Vec<String> {
             }
         }
     }
+    // Pin roots of the CLI driver (`/sys/fs/bpf/anntest-<pid>-<n>`, see `crate::cli`) of dead
+    // processes: their links died with the namespaces, but pinned maps would stay.
+    for entry in std::fs::read_dir("/sys/fs/bpf")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix(NS_PREFIX)
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid
+            && owner_gone(pid, None)
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
     removed
 }
 

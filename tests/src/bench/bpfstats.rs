@@ -4,8 +4,9 @@
 //! With statistics on, the kernel brackets every run of every BPF program with two
 //! `sched_clock()` reads and a per-CPU counter update, so `run_time_ns / run_cnt` is the exact
 //! CPU time spent inside the program, plus about one clock read. That bracketing is itself a
-//! cost paid on the packet path while statistics are on; [`overhead_ns`] measures it so the
-//! report can say how much of the flood's XDP rows it is.
+//! cost paid on the packet path while statistics are on; [`overhead_ns`] measures it. The flood
+//! therefore measures machine CPU only with statistics off and reads the program statistics in
+//! separate trials (see `flood`).
 
 use std::time::Duration;
 
@@ -31,26 +32,52 @@ fn write_sysctl(value: &str) -> Result<()> {
     std::fs::write(SYSCTL, value).with_context(|| format!("writing {value} to {SYSCTL}"))
 }
 
-/// `kernel.bpf_stats_enabled = 1` while alive; the previous value is written back on drop (also
-/// while a panic unwinds).
-pub struct StatsEnabled {
-    previous: String,
+/// The current `kernel.bpf_stats_enabled` setting (`"0"` or `"1"`).
+pub fn setting() -> Result<String> {
+    read_sysctl()
 }
 
-impl StatsEnabled {
-    /// Turns statistics on, remembering the current setting.
-    pub fn enable() -> Result<Self> {
+/// Writes `value` back to `kernel.bpf_stats_enabled` if it differs (the benchmark's last line of
+/// defence, after the guards below have run).
+pub fn restore(value: &str) -> Result<()> {
+    if read_sysctl()? != value {
+        write_sysctl(value)?;
+    }
+    Ok(())
+}
+
+/// `kernel.bpf_stats_enabled` held at one value while alive; the previous value is written back
+/// on drop (also while a panic unwinds).
+pub struct StatsSetting {
+    previous: String,
+    value: &'static str,
+}
+
+impl StatsSetting {
+    /// Sets statistics on (`true`) or off, remembering the current setting.
+    pub fn set(on: bool) -> Result<Self> {
+        let value = if on { "1" } else { "0" };
         let previous = read_sysctl()?;
-        if previous != "1" {
-            write_sysctl("1")?;
+        if previous != value {
+            write_sysctl(value)?;
         }
-        Ok(Self { previous })
+        Ok(Self { previous, value })
+    }
+
+    /// Turns statistics on.
+    pub fn enable() -> Result<Self> {
+        Self::set(true)
+    }
+
+    /// Turns statistics off (the kernel's default).
+    pub fn disable() -> Result<Self> {
+        Self::set(false)
     }
 }
 
-impl Drop for StatsEnabled {
+impl Drop for StatsSetting {
     fn drop(&mut self) {
-        if self.previous != "1"
+        if self.previous != self.value
             && let Err(e) = write_sysctl(&self.previous)
         {
             eprintln!(
@@ -141,7 +168,7 @@ pub fn overhead_ns(runs_per_block: u32, blocks: u32) -> Result<Option<f64>> {
     time(runs_per_block, &mut Vec::new())?; // warm-up
     for _ in 0..blocks {
         time(runs_per_block, &mut off)?;
-        let guard = StatsEnabled::enable()?;
+        let guard = StatsSetting::enable()?;
         // Flipping the static key patches code on every CPU; let that settle.
         std::thread::sleep(Duration::from_millis(5));
         time(runs_per_block, &mut on)?;

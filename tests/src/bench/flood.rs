@@ -28,13 +28,20 @@
 //! client discards on arrival; the ratio of the responder's CPU per answer to the reflector's
 //! per frame is the flood's reading of "an answer costs at most 1.2x the floor".
 //!
-//! During the XDP runs `kernel.bpf_stats_enabled` is 1 ([`StatsEnabled`]), so the kernel also
-//! reports the node program's own run time and run count: the program's exact CPU per run,
-//! without the veth, skb and sender costs around it. Statistics add two clock reads per program
-//! run, to the XDP rows only; [`bpfstats::overhead_ns`] measures how much.
+//! Program statistics: with `kernel.bpf_stats_enabled` = 1 the kernel also reports the node
+//! program's own run time and run count: the program's exact CPU per run, without the veth, skb
+//! and sender costs around it. But statistics cost two clock reads per program run
+//! ([`bpfstats::overhead_ns`] measures how much), paid by the XDP rows only, twice per answer in
+//! native mode (node and peer program). So the two are measured in separate runs
+//! ([`Measure`]): every run the machine-CPU figures come from, of every row, has statistics off
+//! ([`Measure::MachineCpu`], held off by a [`StatsSetting`] guard); and each round runs every XDP
+//! row once more with statistics on ([`Measure::ProgStats`]), right after the machine-CPU runs
+//! of the same mode. Those runs give the `prog_*` figures only; their machine CPU is kept for
+//! comparison but never used for the machine-CPU figures.
 //!
-//! Noise: the rounds (every row once, in [`ORDER`]) are repeated `trials` times, and each row
-//! reports its median trial by CPU per answer (per request for the references).
+//! Noise: the rounds (every step once, in [`ORDER`]) are repeated `trials` times; each row
+//! reports its median machine-CPU trial by CPU per answer (per request for the references), and
+//! its median statistics trial by the program's ns per run.
 
 use std::{
     net::Ipv4Addr,
@@ -51,7 +58,7 @@ use anyhow::{Context, Result, anyhow};
 
 use super::{
     attach::{Attached, Reflector},
-    bpfstats::{self, ProgStats, StatsEnabled},
+    bpfstats::{self, ProgStats, StatsSetting},
     cpu::{self, Snapshot, Used},
     packet::{ETH_P_ARP, PacketSocket},
     userspace::Responder,
@@ -129,6 +136,23 @@ impl Who {
     }
 }
 
+/// What a run is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// Machine CPU, with `kernel.bpf_stats_enabled` off: the row's busy/cpu figures (every row).
+    MachineCpu,
+    /// The program's run-time statistics, with `kernel.bpf_stats_enabled` on (XDP rows only):
+    /// the row's `prog_*` figures; the run's machine CPU is not used for the row's.
+    ProgStats,
+}
+
+impl Measure {
+    /// Whether `kernel.bpf_stats_enabled` is on during the run.
+    pub fn stats_on(self) -> bool {
+        self == Measure::ProgStats
+    }
+}
+
 /// One flood run.
 #[derive(Clone, Debug, Default)]
 pub struct Run {
@@ -140,8 +164,8 @@ pub struct Run {
     pub send_s: f64,
     /// Frames that arrived at the client (the answers).
     pub answers: u64,
-    /// Answers by the responder's own count (`None` for the baseline; for the reflector, its
-    /// program's run count).
+    /// Answers by the responder's own count (`None` for the references; for the reflector, its
+    /// program's run count in statistics runs, the node's eth0 `tx_packets` otherwise).
     pub responder_count: Option<u64>,
     /// CPU used during the run (sender start to 100 ms after it stopped).
     pub cpu: Used,
@@ -149,9 +173,10 @@ pub struct Run {
     pub thread_cpu_s: Option<f64>,
     /// Busy cores of the machine just before the run (should be about 0).
     pub background_busy_cores: f64,
-    /// For XDP rows: the node program's kernel run-time statistics over the run.
+    /// For XDP statistics runs ([`Measure::ProgStats`]): the node program's kernel run-time
+    /// statistics over the run (`None` in machine-CPU runs, which have statistics off).
     pub prog: Option<ProgStats>,
-    /// For native XDP rows: those of the client veth's pass-through program.
+    /// For native XDP statistics runs: those of the client veth's pass-through program.
     pub peer_prog: Option<ProgStats>,
 }
 
@@ -200,22 +225,45 @@ impl Trial {
 pub struct Row {
     /// Who answered.
     pub who: Who,
-    /// The median trial's run, or the error that prevented every trial.
+    /// The median machine-CPU trial's run (statistics off), or the error that prevented every
+    /// trial.
     pub run: Result<Run, String>,
     /// CPU seconds attributed to answering (see the module docs); `None` for the baseline.
     pub net_cpu_s: Option<f64>,
-    /// Every trial that ran, in order.
+    /// Every machine-CPU trial that ran, in order.
     pub trials: Vec<Trial>,
     /// Index of the reported (median) trial in `trials`.
     pub chosen: usize,
-    /// Errors of trials that failed (their rows use the remaining trials).
+    /// Errors of machine-CPU trials that failed (their rows use the remaining trials).
     pub failed_trials: Vec<String>,
+    /// XDP rows: every statistics trial ([`Measure::ProgStats`]) that ran, in order. Only their
+    /// program statistics are reported; their CPU figures are for comparison only.
+    pub stats_trials: Vec<Trial>,
+    /// Index of the reported (median by program ns per run) trial in `stats_trials`.
+    pub stats_chosen: Option<usize>,
+    /// Errors of statistics trials that failed.
+    pub stats_failed: Vec<String>,
 }
 
 impl Row {
-    /// Kernel-counted ns per run of the node's XDP program.
+    /// The median statistics trial's run (XDP rows).
+    pub fn stats_run(&self) -> Option<&Run> {
+        Some(&self.stats_trials.get(self.stats_chosen?)?.run)
+    }
+
+    /// The node program's statistics over the median statistics trial.
+    pub fn prog(&self) -> Option<ProgStats> {
+        self.stats_run()?.prog
+    }
+
+    /// The peer's pass-through program's statistics over the median statistics trial.
+    pub fn peer_prog(&self) -> Option<ProgStats> {
+        self.stats_run()?.peer_prog
+    }
+
+    /// Kernel-counted ns per run of the node's XDP program (median statistics trial).
     pub fn prog_ns_per_run(&self) -> Option<f64> {
-        self.run.as_ref().ok()?.prog?.ns_per_run()
+        self.prog()?.ns_per_run()
     }
 
     /// Runs of the node's XDP program per CPU second of the program alone (each run answers).
@@ -336,7 +384,7 @@ fn packets(ns: &Netns, dir: &str) -> Result<u64> {
 
 /// Runs one flood with whatever responder is in place; `count` reads the responder's own
 /// answer counter (if it has one that can be read while it runs).
-fn measure(
+fn measure_run(
     pair: &Pair,
     target: Ipv4Addr,
     dur: Duration,
@@ -365,8 +413,9 @@ fn none() -> Result<Option<u64>> {
     Ok(None)
 }
 
-/// The XDP responder or the reflector, with kernel statistics on for the run.
-fn run_xdp(pair: &Pair, who: Who, dur: Duration) -> Result<Run> {
+/// The XDP responder or the reflector; kernel statistics on for [`Measure::ProgStats`], off
+/// (whatever the setting was) for [`Measure::MachineCpu`].
+fn run_xdp(pair: &Pair, who: Who, measure: Measure, dur: Duration) -> Result<Run> {
     let mode = if matches!(who, Who::XdpNative | Who::ReflectNative) {
         Mode::Native
     } else {
@@ -379,21 +428,30 @@ fn run_xdp(pair: &Pair, who: Who, dur: Duration) -> Result<Run> {
         None
     };
     let peer_id = peer.as_ref().map(Attached::program_id);
-    let _stats = StatsEnabled::enable().context("enabling kernel.bpf_stats_enabled")?;
+    let _stats = StatsSetting::set(measure.stats_on())
+        .context("setting kernel.bpf_stats_enabled for the run")?;
+    let node_tx = || packets(&pair.node, "tx").map(Some);
     if who.is_reflector() {
         let reflector = Reflector::attach(&pair.node, mode)?;
-        let mut run = timed_xdp(pair, reflector.program_id(), peer_id, dur, &none)?;
-        run.responder_count = run.prog.map(|p| p.runs);
-        Ok(run)
+        if measure.stats_on() {
+            let mut run = timed_xdp(pair, reflector.program_id(), peer_id, dur, &none)?;
+            run.responder_count = run.prog.map(|p| p.runs);
+            Ok(run)
+        } else {
+            measure_run(pair, VIP, dur, &node_tx)
+        }
     } else {
         let xdp = Attached::responder(&pair.node, mode, VIP, MacAddr(NODE_MAC))?;
-        timed_xdp(pair, xdp.program_id(), peer_id, dur, &|| {
-            xdp.arp_answered().map(Some)
-        })
+        let count = || xdp.arp_answered().map(Some);
+        if measure.stats_on() {
+            timed_xdp(pair, xdp.program_id(), peer_id, dur, &count)
+        } else {
+            measure_run(pair, VIP, dur, &count)
+        }
     }
 }
 
-/// [`measure`], bracketed by the programs' run-time statistics.
+/// [`measure_run`], bracketed by the programs' run-time statistics.
 fn timed_xdp(
     pair: &Pair,
     id: u32,
@@ -403,7 +461,7 @@ fn timed_xdp(
 ) -> Result<Run> {
     let p0 = ProgStats::of(id)?;
     let q0 = peer.map(ProgStats::of).transpose()?;
-    let mut run = measure(pair, VIP, dur, count)?;
+    let mut run = measure_run(pair, VIP, dur, count)?;
     run.prog = Some(ProgStats::of(id)?.since(p0));
     if let (Some(id), Some(q0)) = (peer, q0) {
         run.peer_prog = Some(ProgStats::of(id)?.since(q0));
@@ -414,7 +472,7 @@ fn timed_xdp(
 fn run_kernel(pair: &Pair, dur: Duration) -> Result<Run> {
     let addr = format!("{VIP}/32");
     pair.node.ip(&["addr", "add", &addr, "dev", "eth0"]);
-    let result = measure(pair, VIP, dur, &|| packets(&pair.node, "tx").map(Some));
+    let result = measure_run(pair, VIP, dur, &|| packets(&pair.node, "tx").map(Some));
     pair.node.ip(&["addr", "del", &addr, "dev", "eth0"]);
     result
 }
@@ -449,7 +507,7 @@ fn run_userspace(pair: &Pair, dur: Duration) -> Result<Run> {
         });
         let guard = StopOnDrop(&stop);
         let run = match ready_rx.recv() {
-            Ok(Ok(())) => measure(pair, VIP, dur, &none),
+            Ok(Ok(())) => measure_run(pair, VIP, dur, &none),
             Ok(Err(e)) => Err(anyhow!("starting the userspace responder: {e}")),
             Err(_) => Err(anyhow!("the userspace responder thread died")),
         };
@@ -466,7 +524,7 @@ fn run_userspace(pair: &Pair, dur: Duration) -> Result<Run> {
 
 fn run_discard(pair: &Pair, dur: Duration) -> Result<Run> {
     pair.node.ip(&["link", "set", "eth0", "arp", "off"]);
-    let result = measure(pair, NOBODY, dur, &none);
+    let result = measure_run(pair, NOBODY, dur, &none);
     pair.node.ip(&["link", "set", "eth0", "arp", "on"]);
     result
 }
@@ -481,23 +539,32 @@ pub const ATTEMPTS: u32 = 3;
 
 /// One responder's run, repeated (up to [`ATTEMPTS`]) while other processes' load disturbs it:
 /// the machine-wide CPU figure would count that load as the responder's.
-fn run_undisturbed(pair: &Pair, who: Who, dur: Duration, progress: &dyn Fn(&str)) -> Result<Run> {
+fn run_undisturbed(
+    pair: &Pair,
+    who: Who,
+    measure: Measure,
+    dur: Duration,
+    progress: &dyn Fn(&str),
+) -> Result<Run> {
+    let label = match measure {
+        Measure::MachineCpu => who.name().to_owned(),
+        Measure::ProgStats => format!("{} (bpf_stats on)", who.name()),
+    };
     let mut attempt = 1;
     loop {
         let background = cpu::wait_quiet(0.15, Duration::from_secs(60), progress)?;
-        progress(&format!(
-            "flood: {} for {} s",
-            who.name(),
-            dur.as_secs_f64()
-        ));
-        let run = match who {
-            Who::Baseline => run_discard(pair, dur),
-            Who::KernelIgnores => measure(pair, NOBODY, dur, &none),
-            Who::XdpGeneric | Who::XdpNative | Who::ReflectGeneric | Who::ReflectNative => {
-                run_xdp(pair, who, dur)
+        progress(&format!("flood: {label} for {} s", dur.as_secs_f64()));
+        // Machine-CPU runs of every row with statistics off, whatever the setting was.
+        let run = if who.is_xdp() {
+            run_xdp(pair, who, measure, dur)
+        } else {
+            let _off = StatsSetting::disable().context("turning kernel.bpf_stats_enabled off")?;
+            match who {
+                Who::Baseline => run_discard(pair, dur),
+                Who::KernelIgnores => measure_run(pair, NOBODY, dur, &none),
+                Who::Kernel => run_kernel(pair, dur),
+                _ => run_userspace(pair, dur),
             }
-            Who::Kernel => run_kernel(pair, dur),
-            Who::Userspace => run_userspace(pair, dur),
         }?;
         let run = Run {
             background_busy_cores: background,
@@ -508,30 +575,35 @@ fn run_undisturbed(pair: &Pair, who: Who, dur: Duration, progress: &dyn Fn(&str)
             format!("{outside:.2} cores outside this process, {others:.2} in other processes");
         if !run.disturbed() || attempt == ATTEMPTS {
             if run.disturbed() {
-                progress(&format!("warning: {} still disturbed ({what})", who.name()));
+                progress(&format!("warning: {label} still disturbed ({what})"));
             }
             return Ok(run);
         }
         progress(&format!(
-            "flood: {} disturbed by other load ({what}); again",
-            who.name()
+            "flood: {label} disturbed by other load ({what}); again"
         ));
         attempt += 1;
     }
 }
 
-/// One round: the baseline, every responder, and the baseline again. Each reflector right after
-/// the responder in the same mode, so drift hits the pair alike.
-pub const ORDER: [Who; 9] = [
-    Who::Baseline,
-    Who::KernelIgnores,
-    Who::XdpGeneric,
-    Who::ReflectGeneric,
-    Who::XdpNative,
-    Who::ReflectNative,
-    Who::Kernel,
-    Who::Userspace,
-    Who::Baseline,
+/// One round: the baseline, every responder, and the baseline again, all with statistics off;
+/// each reflector right after the responder in the same mode, so drift hits the pair alike.
+/// After the machine-CPU runs of each XDP mode, the statistics runs of the same pair, in the same
+/// order.
+pub const ORDER: [(Who, Measure); 13] = [
+    (Who::Baseline, Measure::MachineCpu),
+    (Who::KernelIgnores, Measure::MachineCpu),
+    (Who::XdpGeneric, Measure::MachineCpu),
+    (Who::ReflectGeneric, Measure::MachineCpu),
+    (Who::XdpGeneric, Measure::ProgStats),
+    (Who::ReflectGeneric, Measure::ProgStats),
+    (Who::XdpNative, Measure::MachineCpu),
+    (Who::ReflectNative, Measure::MachineCpu),
+    (Who::XdpNative, Measure::ProgStats),
+    (Who::ReflectNative, Measure::ProgStats),
+    (Who::Kernel, Measure::MachineCpu),
+    (Who::Userspace, Measure::MachineCpu),
+    (Who::Baseline, Measure::MachineCpu),
 ];
 
 /// Index of the median of `keys` (the lower one for an even count): always a measured trial.
@@ -567,13 +639,13 @@ pub fn run(seconds: f64, trials: u32, progress: impl Fn(&str)) -> Result<FloodRe
         ORDER.iter().map(|_| (Vec::new(), Vec::new())).collect();
     for t in 1..=trials {
         let say = |line: &str| progress(&format!("[trial {t}/{trials}] {line}"));
-        for (slot, &who) in ORDER.iter().enumerate() {
+        for (slot, &(who, measure)) in ORDER.iter().enumerate() {
             let (ok, failed) = &mut runs[slot];
             // A responder that failed without ever running would fail again: skip it.
             if ok.is_empty() && !failed.is_empty() {
                 continue;
             }
-            match run_undisturbed(&pair, who, dur, &say) {
+            match run_undisturbed(&pair, who, measure, dur, &say) {
                 Ok(r) => {
                     if who.is_xdp() && r.answers < r.sent / 100 * 99 {
                         say(&format!(
@@ -592,27 +664,43 @@ pub fn run(seconds: f64, trials: u32, progress: impl Fn(&str)) -> Result<FloodRe
             }
         }
     }
-    let mut rows: Vec<Row> = ORDER
-        .iter()
-        .zip(runs)
-        .map(|(&who, (ok, failed))| Row {
-            who,
-            run: Err(failed
-                .first()
-                .cloned()
-                .unwrap_or_else(|| "no trials".to_owned())),
-            net_cpu_s: None,
-            trials: ok
-                .into_iter()
-                .map(|run| Trial {
-                    run,
-                    net_cpu_s: None,
-                })
-                .collect(),
-            chosen: 0,
-            failed_trials: failed,
-        })
-        .collect();
+    let trials_of = |ok: Vec<Run>| -> Vec<Trial> {
+        ok.into_iter()
+            .map(|run| Trial {
+                run,
+                net_cpu_s: None,
+            })
+            .collect()
+    };
+    let mut rows = Vec::new();
+    let mut stats = Vec::new();
+    for (&(who, measure), (ok, failed)) in ORDER.iter().zip(runs) {
+        match measure {
+            Measure::MachineCpu => rows.push(Row {
+                who,
+                run: Err(failed
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| "no trials".to_owned())),
+                net_cpu_s: None,
+                trials: trials_of(ok),
+                chosen: 0,
+                failed_trials: failed,
+                stats_trials: Vec::new(),
+                stats_chosen: None,
+                stats_failed: Vec::new(),
+            }),
+            Measure::ProgStats => stats.push((who, trials_of(ok), failed)),
+        }
+    }
+    for (who, trials, failed) in stats {
+        let row = rows
+            .iter_mut()
+            .find(|r| r.who == who)
+            .expect("every statistics step has a machine-CPU step of the same row");
+        row.stats_trials = trials;
+        row.stats_failed = failed;
+    }
     // The baselines first: each one's median trial gives its busy CPU per request.
     let mut base = Vec::new();
     for row in rows.iter_mut().filter(|r| r.who == Who::Baseline) {
@@ -635,6 +723,23 @@ pub fn run(seconds: f64, trials: u32, progress: impl Fn(&str)) -> Result<FloodRe
             t.net_cpu_s = Some(t.run.cpu.machine_s - t.run.sent as f64 * base_cpu_per_request_s);
         }
         choose(row);
+    }
+    for row in rows.iter_mut().filter(|r| !r.stats_trials.is_empty()) {
+        // For comparison only: what the same accounting gives with statistics on.
+        for t in &mut row.stats_trials {
+            t.net_cpu_s = Some(t.run.cpu.machine_s - t.run.sent as f64 * base_cpu_per_request_s);
+        }
+        let keys: Vec<f64> = row
+            .stats_trials
+            .iter()
+            .map(|t| {
+                t.run
+                    .prog
+                    .and_then(|p| p.ns_per_run())
+                    .unwrap_or(f64::INFINITY)
+            })
+            .collect();
+        row.stats_chosen = Some(median_index(&keys));
     }
     Ok(FloodReport {
         rows,

@@ -59,7 +59,7 @@ impl Reading {
                 "[flood] machine CPU per frame under the ARP flood, net of the baseline (median trials)"
             }
             Reading::FloodProgram => {
-                "[flood, bpf_stats] the program's own run time per frame under the flood (median trials)"
+                "[flood, bpf_stats] the program's own run time per frame under the flood (median bpf_stats trials)"
             }
             Reading::MachineCpu => {
                 "[machine CPU] answers per busy CPU second net of the baseline (median trials)"
@@ -307,40 +307,59 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
     );
     let _ = writeln!(
         s,
-        "prog_ns/run: the node program's run_time_ns / run_cnt from the kernel (bpf_stats_enabled=1 during"
+        "Two kinds of trials, interleaved in every round: machine-CPU trials of every row with"
     );
     let _ = writeln!(
         s,
-        "  the XDP runs only); prog_ans/cpu_s = 1e9 / prog_ns/run. Counts the program alone (plus about one"
+        "  kernel.bpf_stats_enabled=0, which give all of busy_s, cpu_s, ns/req, answers/cpu_s and ns/answer;"
     );
     let _ = writeln!(
         s,
-        "  clock read), not the driver, skb or veth work around it."
+        "  and separate bpf_stats trials of the XDP rows (bpf_stats_enabled=1, same length, right after the"
     );
+    let _ = writeln!(
+        s,
+        "  machine-CPU trials of the same mode), which give only prog_ns/run and prog_ans/cpu_s (their median"
+    );
+    let _ = writeln!(
+        s,
+        "  by prog_ns/run); their machine CPU is listed below for comparison and used for nothing else."
+    );
+    let _ = writeln!(
+        s,
+        "prog_ns/run: the node program's run_time_ns / run_cnt from the kernel; prog_ans/cpu_s = 1e9 /"
+    );
+    let _ = writeln!(
+        s,
+        "  prog_ns/run. Counts the program alone (plus about one clock read), not the driver, skb or veth"
+    );
+    let _ = writeln!(s, "  work around it.");
     match flood.bpf_stats_overhead_ns {
         Some(ns) => {
             let _ = writeln!(
                 s,
-                "  bpf_stats itself costs ~{ns:.0} ns per program run (test_run of reflect, stats on - off); the XDP rows'"
+                "  bpf_stats itself costs ~{ns:.0} ns per program run (test_run of reflect, stats on - off); no"
             );
-            let _ = writeln!(
-                s,
-                "  busy_s/cpu_s include it (native rows twice per answer: node and peer program)."
-            );
+            let _ = writeln!(s, "  machine-CPU figure above includes it.");
         }
         None => {
             let _ = writeln!(
                 s,
-                "  bpf_stats' own cost per program run was not measured; the XDP rows' cpu_s include it."
+                "  bpf_stats' own cost per program run was not measured (it was already on); it was turned off for"
             );
+            let _ = writeln!(s, "  the machine-CPU trials and restored afterwards.");
         }
     }
     let _ = writeln!(
         s,
-        "per-trial ns/answer (ns/request for the references; * = reported median; prog = prog_ns/run):"
+        "per-trial ns/answer (ns/request for the references; * = reported median); XDP rows' bpf_stats trials:"
+    );
+    let _ = writeln!(
+        s,
+        "  prog_ns/run, and in brackets the ns/answer those trials would give (stats on; not used):"
     );
     for row in &flood.rows {
-        if row.trials.is_empty() {
+        if row.trials.is_empty() && row.stats_trials.is_empty() {
             continue;
         }
         let vals: Vec<String> = row
@@ -348,13 +367,8 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let prog = t
-                    .run
-                    .prog
-                    .and_then(|p| p.ns_per_run())
-                    .map_or(String::new(), |p| format!(" (prog {p:.1})"));
                 let star = if i == row.chosen { "*" } else { "" };
-                format!("{:.0}{star}{prog}", t.key_ns(row.who))
+                format!("{:.0}{star}", t.key_ns(row.who))
             })
             .collect();
         let failed = if row.failed_trials.is_empty() {
@@ -363,6 +377,34 @@ pub fn table(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &
             format!("  ({} failed)", row.failed_trials.len())
         };
         let _ = writeln!(s, "  {:<26} {}{failed}", row.who.name(), vals.join(", "));
+        if row.stats_trials.is_empty() && row.stats_failed.is_empty() {
+            continue;
+        }
+        let vals: Vec<String> = row
+            .stats_trials
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let star = if Some(i) == row.stats_chosen { "*" } else { "" };
+                let mark = if t.run.disturbed() { "!" } else { "" };
+                format!(
+                    "{}{star}{mark} ({:.0})",
+                    opt(t.run.prog.and_then(|p| p.ns_per_run()), 1),
+                    t.key_ns(row.who)
+                )
+            })
+            .collect();
+        let failed = if row.stats_failed.is_empty() {
+            String::new()
+        } else {
+            format!("  ({} failed)", row.stats_failed.len())
+        };
+        let _ = writeln!(
+            s,
+            "  {:<26} {}{failed}",
+            "  bpf_stats trials:",
+            vals.join(", ")
+        );
     }
     let disturbed = flood
         .rows
@@ -480,17 +522,23 @@ fn flood_json(row: &Row) -> Value {
             "responder_thread_cpu_s": r.thread_cpu_s,
             "responder_thread_cpu_ns_per_answer": row.thread_cpu_ns_per_answer(),
             "responder_thread_answers_per_cpu_s": row.thread_answers_per_cpu_s(),
-            "prog_run_count": r.prog.map(|p| p.runs),
-            "prog_run_time_ns": r.prog.map(|p| p.run_time_ns),
+            "prog_run_count": row.prog().map(|p| p.runs),
+            "prog_run_time_ns": row.prog().map(|p| p.run_time_ns),
             "prog_ns_per_run": row.prog_ns_per_run(),
             "prog_answers_per_cpu_s": row.prog_answers_per_cpu_s(),
-            "peer_prog_run_count": r.peer_prog.map(|p| p.runs),
-            "peer_prog_ns_per_run": r.peer_prog.and_then(|p| p.ns_per_run()),
+            "peer_prog_run_count": row.peer_prog().map(|p| p.runs),
+            "peer_prog_ns_per_run": row.peer_prog().and_then(|p| p.ns_per_run()),
             "trials": row.trials.len(),
             "trial_chosen": row.chosen,
             "trial_cpu_ns_per_answer": row.trials.iter().map(|t| t.key_ns(row.who)).collect::<Vec<_>>(),
-            "trial_prog_ns_per_run": row.trials.iter().map(|t| t.run.prog.and_then(|p| p.ns_per_run())).collect::<Vec<_>>(),
+            "trial_prog_ns_per_run": row.stats_trials.iter().map(|t| t.run.prog.and_then(|p| p.ns_per_run())).collect::<Vec<_>>(),
             "failed_trials": row.failed_trials,
+            "prog_trials": row.stats_trials.len(),
+            "prog_trial_chosen": row.stats_chosen,
+            "prog_trial_cpu_ns_per_answer_stats_on": row.stats_trials.iter().map(|t| t.key_ns(row.who)).collect::<Vec<_>>(),
+            "prog_trial_machine_busy_cpu_s_stats_on": row.stats_trials.iter().map(|t| t.run.cpu.machine_s).collect::<Vec<_>>(),
+            "prog_trial_disturbed": row.stats_trials.iter().map(|t| t.run.disturbed()).collect::<Vec<_>>(),
+            "failed_prog_trials": row.stats_failed,
         }),
         Err(e) => json!({ "part": "flood", "name": row.who.name(), "error": e }),
     }
@@ -551,7 +599,10 @@ pub fn json(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &s
             "flood answers are addressed to a MAC behind the client, which the client discards on arrival: its cost of receiving them is not counted",
             "flood rows report the median of flood_trials trials (by cpu ns per answer; per request for the references); trial_* list every trial, trial_chosen indexes the median",
             "flood_xdp_reflect_*: the reflect program (swap MACs, XDP_TX) as responder; its flood frames' Ethernet source is the same discarded MAC, so reflected frames are discarded by the client like answers; cpu_ns_per_answer is ns per reflected frame",
-            "prog_* are the kernel's run_time_ns/run_cnt of the node program (kernel.bpf_stats_enabled=1 during XDP runs only, restored afterwards); prog_answers_per_cpu_s = 1e9/prog_ns_per_run; XDP rows' machine CPU includes bpf_stats' own cost (bpf_stats_overhead_ns_per_run per program run)",
+            "prog_* are the kernel's run_time_ns/run_cnt of the node program (peer_prog_*: the native rows' client-side pass-through program); prog_answers_per_cpu_s = 1e9/prog_ns_per_run",
+            "two kinds of flood trials, interleaved in every round: machine-CPU trials of every row with kernel.bpf_stats_enabled=0, the only source of machine_busy_cpu_s, process_cpu_s, cpu_s, answers_per_cpu_s, cpu_ns_per_request, cpu_ns_per_answer and trial_cpu_ns_per_answer; and separate bpf_stats trials of the XDP rows (kernel.bpf_stats_enabled=1, same duration, one per round right after the machine-CPU trials of the same mode, restored to its previous value afterwards), the only source of prog_* and peer_prog_*: trial_prog_ns_per_run lists those trials (prog_trials of them, prog_trial_chosen indexes their median by prog_ns_per_run); their machine CPU (prog_trial_*_stats_on) includes bpf_stats' own cost (bpf_stats_overhead_ns_per_run per program run, twice per answer in native mode) and is not used for any machine-CPU figure",
+            "responder_count of flood_xdp_reflect_* is the node eth0's tx_packets (the reflect program has no counter, and its run count needs bpf_stats)",
         ],
+        "bpf_stats_note": "machine-CPU figures of all flood rows come from trials with kernel.bpf_stats_enabled=0; prog_* figures come from separate bpf_stats-on trials of the XDP rows whose machine CPU is not used",
     })
 }

@@ -1,8 +1,9 @@
 //! `cargo xtask bench xdp`: the XDP responder's cost per frame against the `reflect` floor
 //! (BPF_PROG_TEST_RUN), and an ARP flood answered by XDP, the `reflect` floor, the kernel and a
 //! userspace AF_PACKET responder in a namespace pair, each run `--flood-trials` times (median
-//! reported), with the kernel's per-program run-time statistics for the XDP rows. Progress on stderr, a table on stdout and, with `--json`, one
-//! JSON document as the last stdout line. Missed targets print FAIL but do not fail the run; a
+//! reported) with `kernel.bpf_stats_enabled` off, plus as many separate runs of the XDP rows with
+//! it on for the kernel's per-program run-time statistics. Progress on stderr, a table on stdout
+//! and, with `--json`, one JSON document as the last stdout line. Missed targets print FAIL but do not fail the run; a
 //! measurement that cannot be trusted (an answer kind that did not answer every timed frame)
 //! does.
 
@@ -10,7 +11,7 @@ use std::path::PathBuf;
 
 use announcer_tests::bench::{
     attach::{self, Attached},
-    cost, flood, plot, report,
+    bpfstats, cost, flood, plot, report,
 };
 use anyhow::{Context, Result, ensure};
 use clap::Parser;
@@ -60,10 +61,17 @@ fn main() -> Result<()> {
         .to_string();
     progress(&format!("cost: done; plot written to {plot_path}"));
 
+    let stats_setting = bpfstats::setting().context("reading kernel.bpf_stats_enabled")?;
     let flood = flood::run(args.seconds, args.flood_trials, progress);
     // Pins are removed by the responder's guard; make sure, also after a failure.
     for root in Attached::pin_roots() {
         attach::cleanup(&root);
+    }
+    // The flood's guards restore kernel.bpf_stats_enabled; make sure, also after a failure.
+    if let Err(e) = bpfstats::restore(&stats_setting) {
+        progress(&format!(
+            "warning: restoring kernel.bpf_stats_enabled={stats_setting}: {e:#}"
+        ));
     }
     let flood = flood?;
 
