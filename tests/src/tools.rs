@@ -317,6 +317,46 @@ pub fn neigh_flush(ns: &Netns, iface: &str) {
     ns.ip(&["neigh", "flush", "dev", iface]);
 }
 
+/// A `tcpdump` running in a namespace, started by [`capture`].
+pub struct Capture {
+    child: std::process::Child,
+}
+
+/// Starts `tcpdump -n -e -l -c COUNT -i IFACE FILTER` in `ns` and waits until it listens.
+pub fn capture(ns: &Netns, iface: &str, count: u32, filter: &str) -> Capture {
+    require_program("tcpdump", "tcpdump");
+    let child = ns
+        .nsenter_cmd("tcpdump")
+        .args([
+            "-n",
+            "-e",
+            "-l",
+            "-c",
+            &count.to_string(),
+            "-i",
+            iface,
+            filter,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn tcpdump");
+    std::thread::sleep(Duration::from_millis(400));
+    Capture { child }
+}
+
+impl Capture {
+    /// Stops the capture (after a moment for late frames) and returns what it printed.
+    pub fn finish(mut self) -> String {
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = self.child.kill();
+        self.child
+            .wait_with_output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;

@@ -10,7 +10,7 @@ use std::{
 use announcer_tests::{
     cli::Cli,
     netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, NODE_V6, Pair},
-    tools::{arping, arping_probe, ndisc6, neigh_flush},
+    tools::{arping, arping_probe, capture, ndisc6, neigh_flush},
 };
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -461,24 +461,7 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
             peer.load(CLIENT_IF, "native");
         }
         cli.add_vip(VIP4, NODE_IF, &["--vlan", "100", "--permanent"]);
-        let mut capture = pair
-            .client
-            .nsenter_cmd("tcpdump")
-            .args([
-                "-n",
-                "-e",
-                "-l",
-                "-c",
-                "1",
-                "-i",
-                CLIENT_IF,
-                "vlan 100 and arp[6:2] = 2",
-            ])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        thread::sleep(Duration::from_millis(400));
+        let capture = capture(&pair.client, CLIENT_IF, 1, "vlan 100 and arp[6:2] = 2");
         // No 802.1Q module here: the tagged request is written raw, as a switch would deliver it.
         pair.client.enter(|| {
             let ifindex = announcer::netif::ifindex(CLIENT_IF).unwrap();
@@ -488,10 +471,7 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
             req[26..32].copy_from_slice(&announcer_tests::netns::CLIENT_MAC); // ar$sha, after the tag
             sock.send(&req).unwrap();
         });
-        thread::sleep(Duration::from_millis(300));
-        let _ = capture.kill();
-        let seen =
-            String::from_utf8_lossy(&capture.wait_with_output().unwrap().stdout).into_owned();
+        let seen = capture.finish();
         let list: serde_json::Value =
             serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).unwrap();
         assert_eq!(

@@ -13,7 +13,7 @@ use std::{
 use announcer_tests::{
     cli::Cli,
     netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
-    tools::{arping, ndisc6, neigh_flush},
+    tools::{arping, capture, ndisc6, neigh_flush},
 };
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -64,54 +64,15 @@ fn main() {
         total,
         "the node takes over two VIPs: one map write each, then the announcement burst",
     );
-    let mut capture = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            pair.client.name(),
-            "tcpdump",
-            "-n",
-            "-l",
-            "-e",
-            "-c",
-            "3",
-            "-i",
-            CLIENT_IF,
-            "arp or icmp6",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tcpdump");
-    std::thread::sleep(Duration::from_millis(500));
-    show(&cli.ok(&[
-        "vip",
-        "add",
-        &VIP4.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-        "--announce",
-        "--count",
-        "1",
-    ]));
-    show(&cli.ok(&[
-        "vip",
-        "add",
-        &VIP6.to_string(),
-        "--iface",
-        NODE_IF,
-        "--permanent",
-        "--announce",
-        "--count",
-        "1",
-    ]));
-    std::thread::sleep(Duration::from_millis(300));
-    let _ = capture.kill();
-    let seen = capture
-        .wait_with_output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
+    let capture = capture(&pair.client, CLIENT_IF, 3, "arp or icmp6");
+    for vip in [VIP4.to_string(), VIP6.to_string()] {
+        show(&cli.add_vip(
+            &vip,
+            NODE_IF,
+            &["--permanent", "--announce", "--count", "1"],
+        ));
+    }
+    let seen = capture.finish();
     println!("    the client saw (tcpdump):");
     show(&seen);
 
