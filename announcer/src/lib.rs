@@ -17,3 +17,6 @@ pub mod logs;
 pub mod netif;
 
 pub use announcer_ebpf::{maps, wire};
+pub mod agent;
+pub mod election;
+pub mod heartbeat;

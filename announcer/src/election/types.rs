@@ -1,0 +1,300 @@
+//! The vocabulary of the election core: its configuration, inputs and outputs.
+
+use std::{collections::BTreeSet, fmt, net::IpAddr, sync::Arc, time::Duration};
+
+use announcer_ebpf::wire::MacAddr;
+
+/// A Kubernetes node name. Cheap to clone; ordered so that sets of nodes iterate the same way
+/// on every agent.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeName(Arc<str>);
+
+impl NodeName {
+    /// The name as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for NodeName {
+    fn from(s: &str) -> Self {
+        NodeName(Arc::from(s))
+    }
+}
+
+impl From<String> for NodeName {
+    fn from(s: String) -> Self {
+        NodeName(Arc::from(s))
+    }
+}
+
+impl fmt::Display for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+/// A Service, by namespace and name: where Events about its VIPs are recorded.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceRef {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl fmt::Display for ServiceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A local interface the agent can announce on, as chosen by the shell for a VIP. The core
+/// only passes it back in [`Output`]s; the shell maps it to an ifindex, VLAN and MAC.
+pub type IfaceName = Arc<str>;
+
+/// One VIP the cluster wants announced, with what the watches say about it.
+///
+/// Every agent computes the same `eligible` set from the same watch data (Service, its
+/// EndpointSlices, Nodes), so every agent ranks the same candidates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipSpec {
+    /// The address (`status.loadBalancer.ingress[].ip`).
+    pub vip: IpAddr,
+    /// The Service it belongs to (for Events).
+    pub service: ServiceRef,
+    /// Nodes that may announce it: Ready, not excluded, matching the node selector, and with
+    /// a ready local endpoint under `externalTrafficPolicy: Local`. Empty: announce nowhere.
+    pub eligible: BTreeSet<NodeName>,
+    /// The interface this node would announce it on; `None` if this node has none that fits
+    /// (the core then never takes it, and reports why once).
+    pub local: Option<IfaceName>,
+}
+
+/// What the agent knows of one node's Lease (`coordination.k8s.io/v1`), as last listed or
+/// watched.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseView {
+    /// The node whose Lease this is (`spec.holderIdentity`).
+    pub node: NodeName,
+    /// `metadata.resourceVersion`: every write must carry the one last seen.
+    pub resource_version: String,
+    /// `spec.renewTime`, verbatim. Only compared for change: expiry is judged on the local
+    /// monotonic clock from when the Lease was last seen to change, never on the remote clock.
+    pub renew_time: Option<String>,
+    /// `spec.leaseDurationSeconds`.
+    pub duration: Duration,
+    /// Set by a node that is leaving for good (SIGTERM handover done): do not wait for expiry.
+    pub released: bool,
+}
+
+/// How a Lease write the core asked for ([`Output::WriteLease`]) ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeaseWriteResult {
+    /// Written; the new `resourceVersion`.
+    Written {
+        /// `metadata.resourceVersion` of the stored object.
+        resource_version: String,
+    },
+    /// 409 Conflict: someone wrote since we read (or it already exists, for a create). The
+    /// shell re-reads and delivers the fresh [`Input::LeaseSeen`] before or with this.
+    Conflict,
+    /// Anything else (timeout, 5xx, refused): the API server is unreachable from here.
+    Failed,
+}
+
+/// A verified heartbeat from a peer (authentication and replay checks happen before the core
+/// sees it, in [`crate::heartbeat`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Beat {
+    /// Sender.
+    pub node: NodeName,
+    /// Sender's incarnation: grows on every agent start. A new incarnation means the agent
+    /// restarted (its data plane may have kept answering meanwhile).
+    pub incarnation: u64,
+    /// The MAC of the interface the sender sends heartbeats from: where to probe its data plane.
+    pub mac: MacAddr,
+    /// The sender is shutting down and hands its VIPs over (SIGTERM).
+    pub leaving: bool,
+    /// The sender can reach the API server (its last Lease write or watch succeeded recently).
+    pub api_ok: bool,
+    /// The sender has finished its startup warm-up and takes VIPs.
+    pub ready: bool,
+    /// Leaving nodes whose VIPs the sender has taken over and announced (handover acks).
+    pub acks: Vec<NodeName>,
+}
+
+/// Events fed to [`Core::handle`]. Time is passed alongside.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Nothing happened but time passed (a timer from [`Core::poll_timeout`] fired).
+    Tick,
+    /// The full set of VIPs the cluster wants, recomputed after any watch change.
+    Vips(Vec<VipSpec>),
+    /// A node Lease was listed, added or modified.
+    LeaseSeen(LeaseView),
+    /// A node Lease was deleted.
+    LeaseGone(NodeName),
+    /// The result of the last [`Output::WriteLease`].
+    LeaseWrite(LeaseWriteResult),
+    /// Whether the watches are healthy (connected and not erroring).
+    WatchHealth(bool),
+    /// A verified peer heartbeat.
+    Heartbeat(Beat),
+    /// A peer's data plane answered our unicast probe ([`Output::Probe`]) for this VIP.
+    ProbeAnswered {
+        /// The VIP probed.
+        vip: IpAddr,
+        /// The MAC that answered.
+        mac: MacAddr,
+    },
+    /// An announcing interface went down or came up.
+    Link {
+        /// The interface.
+        iface: IfaceName,
+        /// Operational state.
+        up: bool,
+    },
+    /// Entries found in the data plane at start (pinned maps survive agent restarts): the
+    /// core keeps them answering through its warm-up instead of dropping and re-announcing.
+    Existing(Vec<(IpAddr, IfaceName)>),
+    /// SIGTERM: hand every VIP over, then emit [`Output::Exit`].
+    Shutdown,
+}
+
+/// Why the core raised an Event (the shell turns these into Kubernetes Events and logs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// This node now announces the VIP (Normal, reason `Announcing`).
+    Announcing,
+    /// This node stopped announcing the VIP (Normal, reason `Released`).
+    Released,
+    /// No eligible node; the VIP is not announced (Warning, `NoEligibleNode`).
+    NoEligibleNode,
+    /// This node is the owner but has no interface for it (Warning, `NoInterface`).
+    NoInterface,
+    /// Two nodes answered the VIP at once: a partition between them (Warning, `Overlap`).
+    Overlap,
+}
+
+/// Actions the core asks of the shell, drained with [`Core::poll_output`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Create (`resource_version: None`) or update (carrying the last seen
+    /// `resourceVersion`) this node's Lease with `renewTime = now`. `release: true` marks the
+    /// Lease released (handover complete). Answer with [`Input::LeaseWrite`].
+    WriteLease {
+        /// `None`: create. `Some`: replace with this precondition (409 if stale).
+        resource_version: Option<String>,
+        /// Mark the Lease released (graceful leave).
+        release: bool,
+    },
+    /// Send one heartbeat to every peer.
+    SendHeartbeat(Beat),
+    /// Write the map entry (vip → this node's MAC on `iface`) expiring after `ttl`. Also used
+    /// to refresh an entry before it expires.
+    Install {
+        /// The VIP.
+        vip: IpAddr,
+        /// The interface.
+        iface: IfaceName,
+        /// Data-plane lifetime from now.
+        ttl: Duration,
+    },
+    /// Delete the map entry.
+    Remove {
+        /// The VIP.
+        vip: IpAddr,
+        /// The interface.
+        iface: IfaceName,
+    },
+    /// Send the gratuitous ARP / unsolicited NA burst for the VIP (after its Install).
+    Announce {
+        /// The VIP.
+        vip: IpAddr,
+        /// The interface.
+        iface: IfaceName,
+    },
+    /// Send a unicast ARP request / NS for `vip` to `mac` on `iface`; deliver an answer as
+    /// [`Input::ProbeAnswered`]. Silence until the core's probe timeout means nobody answers.
+    Probe {
+        /// The VIP.
+        vip: IpAddr,
+        /// Our interface to send on.
+        iface: IfaceName,
+        /// The old owner's MAC.
+        mac: MacAddr,
+    },
+    /// Record an Event on the Service and log it.
+    Event {
+        /// The Service.
+        service: ServiceRef,
+        /// The VIP.
+        vip: IpAddr,
+        /// Kind (maps to reason and type).
+        kind: EventKind,
+        /// Human-readable message.
+        message: String,
+    },
+    /// Shutdown handover complete: the shell may exit.
+    Exit,
+}
+
+/// Timings of the node-lease election. The defaults meet the targets: crash failover
+/// within about `heartbeat_interval * (heartbeat_misses + 1) + probe_timeout` = 0.5 s, and
+/// `1 / lease_renew` = 0.33 Lease writes per second per node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// This node.
+    pub node: NodeName,
+    /// Heartbeat period.
+    pub heartbeat_interval: Duration,
+    /// A peer is dead after this many periods without a heartbeat.
+    pub heartbeat_misses: u32,
+    /// `leaseDurationSeconds` written in our Lease, and the default for peers'.
+    pub lease_duration: Duration,
+    /// How often we renew our Lease.
+    pub lease_renew: Duration,
+    /// Lifetime of data-plane entries: how long a node keeps answering after its agent dies.
+    pub grace: Duration,
+    /// How long to wait for an answer to a probe of the old owner's data plane.
+    pub probe_timeout: Duration,
+    /// After start, how long to listen for peers before taking or dropping VIPs.
+    pub warmup: Duration,
+    /// On shutdown, the longest to wait for successors' acks before leaving anyway.
+    pub handover_timeout: Duration,
+}
+
+impl Config {
+    /// Defaults for `node`.
+    pub fn new(node: impl Into<NodeName>) -> Self {
+        Config {
+            node: node.into(),
+            heartbeat_interval: Duration::from_millis(100),
+            heartbeat_misses: 3,
+            lease_duration: Duration::from_secs(10),
+            lease_renew: Duration::from_secs(3),
+            grace: Duration::from_secs(5),
+            probe_timeout: Duration::from_millis(100),
+            warmup: Duration::from_millis(500),
+            handover_timeout: Duration::from_secs(2),
+        }
+    }
+
+    /// How long after its last heartbeat a peer counts as dead.
+    pub fn dead_after(&self) -> Duration {
+        self.heartbeat_interval * self.heartbeat_misses
+    }
+
+    /// How often owned entries are rewritten: three times per grace, so one slow tick never
+    /// lets an entry lapse.
+    pub fn refresh_interval(&self) -> Duration {
+        self.grace / 3
+    }
+}

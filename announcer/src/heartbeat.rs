@@ -1,0 +1,1 @@
+//! Heartbeat wire format, authentication and replay protection (being written).
