@@ -1,8 +1,72 @@
-//! The node-lease election core. (Being written; the public API below is fixed.)
+//! The node-lease election core.
+//!
+//! # How a VIP gets its owner
+//! The owner of a VIP is the top of its rendezvous ranking ([`super::rendezvous`]) among its
+//! eligible nodes that are *candidates*:
+//!
+//! * this node, once its warm-up is over, unless it is shutting down, one of its announcing
+//!   links is down, or it is fenced (see below);
+//! * a peer whose Lease makes it a member ([`Peer::member`]) and whose heartbeats arrive, and
+//!   that did not say it is leaving.
+//!
+//! Nobody writes anything per VIP: every agent sees the same Leases, heartbeats and
+//! eligibility, so every agent computes the same owner.
+//!
+//! # Taking over
+//! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
+//! previous owner's *data plane* still answers. A peer ranked above us that is still a member
+//! but whose heartbeats stopped is a *suspect*: its agent may have died (SIGKILL, OOM) while its
+//! XDP entries keep answering and its node keeps serving traffic. We send a unicast ARP request
+//! or NS for the VIP to its MAC ([`Output::Probe`]):
+//!
+//! * silence for `probe_timeout`: the node is gone (crash, link down, partition): take over now,
+//!   one map write ([`Output::Install`]) then the burst ([`Output::Announce`]);
+//! * an answer: only the agent died, clients are still served. Probe again every
+//!   [`Config::reprobe_interval`] until the entries lapse (at most `grace` after its last
+//!   refresh), its agent returns, or its Lease expires. Taking over at once would make two
+//!   nodes answer for the whole grace period.
+//!
+//! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
+//!
+//! # Keeping and giving up
+//! Owned entries are rewritten every `grace / 3` with a lifetime of `grace`, so a dead agent's
+//! entries stop answering `grace` after its last refresh. A VIP whose owner is now another node
+//! is removed once that node's heartbeats say it is ready (make before break: a joining node
+//! first finishes its warm-up and announces, then we let go).
+//!
+//! # Restarts, shutdowns, outages, partitions
+//! * Restart: [`Input::Existing`] hands over the entries still in the pinned map; through the
+//!   warm-up they are kept and refreshed, nothing is taken or announced, and then the node
+//!   reconciles. Peers saw our heartbeats stop, probed our data plane, got answers and waited.
+//! * SIGTERM ([`Input::Shutdown`]): our heartbeats say `leaving`; peers drop us from the ranking,
+//!   take our VIPs without probing, announce them and ack us in their heartbeats. When every
+//!   live peer acked (or `handover_timeout` passed) we remove our entries, release our Lease and
+//!   [`Output::Exit`]. Clients never see a VIP unanswered.
+//! * API outage: Lease writes fail and watches break. While the API cannot be trusted
+//!   (watches unhealthy, or our own renewals failing), known Leases do not expire: membership
+//!   freezes, heartbeats alone decide, so nothing flaps and a crash still fails over. When
+//!   trust returns, peers get a full Lease duration to renew before their Leases can expire.
+//! * Fencing: if our own Lease has not been renewed for a Lease duration while a live peer
+//!   reports it reaches the API, the others see our Lease expired and take our VIPs; we stop
+//!   being a candidate so that the cluster converges.
+//! * Partition between nodes: each side sees the other's heartbeats stop and its probes go
+//!   unanswered, so a VIP can have an owner on both sides. When a peer we took a VIP from comes
+//!   back with the *same* incarnation, it never stopped answering: we count an overlap, raise
+//!   an Event and give the VIP back; the owner, seeing a peer return, re-announces the VIPs
+//!   that peer could have claimed, so clients converge on one owner.
 
-use std::{net::IpAddr, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    net::IpAddr,
+    time::Duration,
+};
 
-use super::{Config, IfaceName, Input, Instant, NodeName, Output};
+use announcer_ebpf::wire::MacAddr;
+
+use super::{
+    Beat, Config, EventKind, IfaceName, Input, Instant, LeaseView, LeaseWriteResult, NodeName,
+    Output, VipSpec, lease::Observed, peer::Peer, rendezvous,
+};
 
 /// One peer as this node sees it (for `announcer status` and the simulator).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,55 +104,266 @@ pub struct Stats {
     pub lease_failures: u64,
 }
 
+/// A takeover waiting on a probe of the previous owner's data plane.
+#[derive(Clone, Debug)]
+struct Probe {
+    target: NodeName,
+    mac: MacAddr,
+    /// Silence until then means take over.
+    deadline: Instant,
+    /// The last probe was answered; probe again at `deadline`.
+    answered: bool,
+}
+
+/// Per-VIP state.
+#[derive(Clone, Debug)]
+struct Vip {
+    spec: VipSpec,
+    /// Eligible nodes, best first (rendezvous order), computed once per spec.
+    ranking: Vec<NodeName>,
+    /// The interface our entry is on, if we have one installed.
+    installed: Option<IfaceName>,
+    probe: Option<Probe>,
+    /// We took it while this peer (incarnation) was still a member: if it comes back with the
+    /// same incarnation, both of us answered.
+    took_from: Option<(NodeName, u64, Instant)>,
+    /// The last problem reported, so each is reported once.
+    reported: Option<EventKind>,
+    /// Listed in the last [`Input::Vips`]; false for entries only found at start.
+    wanted: bool,
+}
+
+/// The state of a shutdown handover.
+#[derive(Clone, Copy, Debug)]
+struct Leaving {
+    deadline: Instant,
+    done: bool,
+}
+
 /// The election state machine. See the module docs.
 #[derive(Debug)]
 pub struct Core {
     config: Config,
     incarnation: u64,
+    started: Instant,
+    ready: bool,
+    synced: bool,
+    vips_known: bool,
+    peers: BTreeMap<NodeName, Peer>,
+    vips: BTreeMap<IpAddr, Vip>,
+    out: VecDeque<Output>,
+    // Our Lease.
+    own_rv: Option<String>,
+    own_seen: bool,
+    write_in_flight: bool,
+    next_write: Instant,
+    last_write_ok: Option<Instant>,
+    watch_ok: bool,
+    trusted_since: Option<Instant>,
+    // Timers.
+    next_beat: Instant,
+    next_refresh: Instant,
+    links_down: BTreeSet<IfaceName>,
+    leaving: Option<Leaving>,
+    /// Fingerprint of the candidate set at the last reconcile.
+    last_view: Vec<(NodeName, bool, bool, bool)>,
+    last_tick: Instant,
+    stats: Stats,
 }
 
 impl Core {
     /// A core for `config`, started at `now`. `incarnation` must grow across restarts of the
     /// agent on this node (the shell uses the wall-clock start time in nanoseconds).
     pub fn new(config: Config, now: Instant, incarnation: u64) -> Self {
-        let _ = now;
-        Core { config, incarnation }
+        Core {
+            incarnation,
+            started: now,
+            ready: false,
+            synced: false,
+            vips_known: false,
+            peers: BTreeMap::new(),
+            vips: BTreeMap::new(),
+            out: VecDeque::new(),
+            own_rv: None,
+            own_seen: false,
+            write_in_flight: false,
+            next_write: now,
+            last_write_ok: None,
+            watch_ok: false,
+            trusted_since: None,
+            next_beat: now,
+            next_refresh: now + config.refresh_interval(),
+            links_down: BTreeSet::new(),
+            leaving: None,
+            last_view: Vec::new(),
+            last_tick: now,
+            stats: Stats::default(),
+            config,
+        }
     }
 
     /// Feed one event at `now`.
     pub fn handle(&mut self, now: Instant, input: Input) {
-        let _ = (now, input);
+        if self.leaving.is_some_and(|l| l.done) {
+            return;
+        }
+        let mut force = false;
+        match input {
+            Input::Tick => {}
+            Input::Vips(specs) => {
+                self.set_vips(specs);
+                self.vips_known = true;
+                force = true;
+            }
+            Input::LeaseSeen(view) => self.lease_seen(now, view),
+            Input::LeaseGone(node) => {
+                if node == self.config.node {
+                    self.own_rv = None;
+                    self.own_seen = true;
+                } else if let Some(p) = self.peers.get_mut(&node) {
+                    p.lease = None;
+                }
+            }
+            Input::LeaseWrite(result) => self.lease_written(now, result),
+            Input::WatchHealth(ok) => {
+                self.watch_ok = ok;
+                if ok {
+                    self.synced = true;
+                }
+            }
+            Input::Heartbeat(beat) => self.heartbeat(now, beat),
+            Input::ProbeAnswered { vip, mac } => {
+                if let Some(p) = self.vips.get_mut(&vip).and_then(|v| v.probe.as_mut())
+                    && p.mac == mac
+                    && !p.answered
+                {
+                    p.answered = true;
+                    p.deadline = now + self.config.reprobe_interval();
+                    self.stats.probes_answered += 1;
+                }
+            }
+            Input::Link { iface, up } => {
+                if up {
+                    self.links_down.remove(&iface);
+                } else {
+                    self.links_down.insert(iface);
+                }
+                force = true;
+            }
+            Input::Existing(entries) => {
+                for (vip, iface) in entries {
+                    let v = self
+                        .vips
+                        .entry(vip)
+                        .or_insert_with(|| Vip::placeholder(vip));
+                    v.installed = Some(iface);
+                }
+            }
+            Input::Shutdown => {
+                if self.leaving.is_none() {
+                    self.leaving = Some(Leaving {
+                        deadline: now + self.config.handover_timeout,
+                        done: false,
+                    });
+                    self.next_beat = now;
+                    force = true;
+                }
+            }
+        }
+        self.tick(now, force);
     }
 
     /// The next action, if any.
     pub fn poll_output(&mut self) -> Option<Output> {
-        None
+        self.out.pop_front()
     }
 
     /// When to call [`handle`](Self::handle) with [`Input::Tick`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        if self.leaving.is_some_and(|l| l.done) {
+            return None;
+        }
+        let dead_after = self.config.dead_after();
+        let mut t = self.next_beat;
+        let last = self.last_tick;
+        // Anything due at or before the last tick was handled then (or waits for an input).
+        let mut at = |x: Instant| {
+            if x > last {
+                t = t.min(x)
+            }
+        };
+        if !self.write_in_flight {
+            at(self.next_write);
+        }
+        if self.vips.values().any(|v| v.installed.is_some()) {
+            at(self.next_refresh);
+        }
+        if !self.ready {
+            at(self.started + self.config.warmup);
+        }
+        if let Some(l) = self.leaving {
+            at(l.deadline);
+        }
+        for p in self.peers.values() {
+            if let Some(d) = p.beat_deadline(dead_after) {
+                at(d);
+            }
+            if let Some(d) = p.lease_deadline(self.trusted_since) {
+                at(d);
+            }
+        }
+        if let Some(ok) = self.last_write_ok {
+            at(ok + self.config.lease_duration);
+        }
+        for v in self.vips.values() {
+            if let Some(p) = &v.probe {
+                at(p.deadline);
+            }
+        }
+        Some(t)
     }
 
     /// The VIPs this node has installed in its data plane, with their interface.
     pub fn owned(&self) -> Vec<(IpAddr, IfaceName)> {
-        Vec::new()
+        self.vips
+            .iter()
+            .filter_map(|(ip, v)| Some((*ip, v.installed.clone()?)))
+            .collect()
     }
 
     /// Peers as seen from here.
     pub fn peers(&self, now: Instant) -> Vec<PeerStatus> {
-        let _ = now;
-        Vec::new()
+        self.peers
+            .iter()
+            .map(|(n, p)| PeerStatus {
+                node: n.clone(),
+                alive: self.candidate(n, now),
+                heartbeat_age: p.last_beat.map(|t| now.saturating_duration_since(t)),
+                lease_valid: p.member(now, self.trusted_since),
+                leaving: p.leaving,
+            })
+            .collect()
     }
 
     /// Counters.
     pub fn stats(&self) -> Stats {
-        Stats::default()
+        self.stats.clone()
     }
 
     /// Whether the warm-up is over (the readiness probe).
     pub fn is_ready(&self) -> bool {
-        false
+        self.ready
+    }
+
+    /// Whether this node should report cluster-wide problems about `key` (a VIP, a Service):
+    /// the rendezvous top of the live nodes, so that one node reports each, not all of them.
+    pub fn is_reporter(&self, key: &str, now: Instant) -> bool {
+        let live = self
+            .peers
+            .keys()
+            .filter(|n| self.candidate(n, now))
+            .chain([&self.config.node]);
+        rendezvous::owner_of_key(key.as_bytes(), live) == Some(&self.config.node)
     }
 
     /// This node's configuration.
@@ -99,5 +374,548 @@ impl Core {
     /// This agent's incarnation.
     pub fn incarnation(&self) -> u64 {
         self.incarnation
+    }
+
+    // ---- inputs ----
+
+    fn set_vips(&mut self, specs: Vec<VipSpec>) {
+        let mut next = BTreeMap::new();
+        for spec in specs {
+            let ranking = rendezvous::ranking(spec.vip, &spec.eligible)
+                .into_iter()
+                .cloned()
+                .collect();
+            let old = self.vips.remove(&spec.vip);
+            let v = match old {
+                Some(mut v) => {
+                    if v.spec.eligible != spec.eligible || v.spec.local != spec.local {
+                        v.reported = None;
+                    }
+                    v.spec = spec;
+                    v.ranking = ranking;
+                    v
+                }
+                None => Vip {
+                    spec,
+                    ranking,
+                    installed: None,
+                    probe: None,
+                    took_from: None,
+                    reported: None,
+                    wanted: true,
+                },
+            };
+            let mut v = v;
+            v.wanted = true;
+            next.insert(v.spec.vip, v);
+        }
+        // VIPs no longer wanted: drop their entries.
+        for (ip, v) in std::mem::take(&mut self.vips) {
+            if let Some(iface) = v.installed {
+                self.out.push_back(Output::Remove { vip: ip, iface });
+                self.stats.releases += 1;
+            }
+        }
+        self.vips = next;
+    }
+
+    fn lease_seen(&mut self, now: Instant, view: LeaseView) {
+        if view.node == self.config.node {
+            self.own_rv = Some(view.resource_version);
+            self.own_seen = true;
+            return;
+        }
+        let p = self
+            .peers
+            .entry(view.node.clone())
+            .or_insert_with(Peer::new);
+        p.released = view.released;
+        match &mut p.lease {
+            Some(o) => {
+                o.update(view.resource_version, view.renew_time, view.duration, now);
+            }
+            None => {
+                p.lease = Some(Observed::new(
+                    view.resource_version,
+                    view.renew_time,
+                    view.duration,
+                    now,
+                ))
+            }
+        }
+    }
+
+    fn lease_written(&mut self, now: Instant, result: LeaseWriteResult) {
+        self.write_in_flight = false;
+        match result {
+            LeaseWriteResult::Written { resource_version } => {
+                self.own_rv = Some(resource_version);
+                self.last_write_ok = Some(now);
+                self.next_write = now + self.config.lease_renew;
+            }
+            LeaseWriteResult::Conflict => {
+                // Someone (our previous incarnation, a racing create) wrote it. The watch brings
+                // the fresh resourceVersion; try again shortly with whatever we know then.
+                self.stats.lease_conflicts += 1;
+                self.next_write = now + self.config.heartbeat_interval;
+            }
+            LeaseWriteResult::Failed => {
+                self.stats.lease_failures += 1;
+                self.next_write = now + self.config.lease_renew.min(Duration::from_secs(1));
+            }
+        }
+    }
+
+    fn heartbeat(&mut self, now: Instant, beat: Beat) {
+        if beat.node == self.config.node {
+            return;
+        }
+        let us = self.config.node.clone();
+        self.peers
+            .entry(beat.node.clone())
+            .or_insert_with(Peer::new)
+            .beat(now, &beat, &us);
+    }
+
+    // ---- the clockwork ----
+
+    fn tick(&mut self, now: Instant, force: bool) {
+        self.last_tick = now;
+        self.update_trust(now);
+        if !self.ready
+            && self.leaving.is_none()
+            && now >= self.started + self.config.warmup
+            && self.synced
+            && self.vips_known
+        {
+            self.ready = true;
+        }
+        self.write_lease(now);
+        self.reconcile(now, force);
+        self.probes(now);
+        self.refresh(now);
+        self.handover(now);
+        self.send_beat(now);
+    }
+
+    fn update_trust(&mut self, now: Instant) {
+        let own_ok = self
+            .last_write_ok
+            .is_some_and(|t| now < t + self.config.lease_duration);
+        let trusted = self.watch_ok && own_ok;
+        match (trusted, self.trusted_since) {
+            (true, None) => self.trusted_since = Some(now),
+            (false, Some(_)) => self.trusted_since = None,
+            _ => {}
+        }
+    }
+
+    fn write_lease(&mut self, now: Instant) {
+        if self.write_in_flight || now < self.next_write || self.leaving.is_some() {
+            return;
+        }
+        // Create only when we know there is none; otherwise wait for the watch to tell us the
+        // resourceVersion to carry.
+        if self.own_rv.is_none() && !self.own_seen && self.last_write_ok.is_none() && !self.synced {
+            return;
+        }
+        self.write_in_flight = true;
+        self.stats.lease_writes += 1;
+        self.out.push_back(Output::WriteLease {
+            resource_version: self.own_rv.clone(),
+            release: false,
+        });
+    }
+
+    /// Whether `node` counts in the ranking right now.
+    fn candidate(&self, node: &NodeName, now: Instant) -> bool {
+        if *node == self.config.node {
+            return self.ready
+                && self.leaving.is_none()
+                && self.links_down.is_empty()
+                && !self.fenced(now);
+        }
+        self.peers.get(node).is_some_and(|p| {
+            !p.leaving
+                && p.member(now, self.trusted_since)
+                && p.beating(now, self.config.dead_after())
+        })
+    }
+
+    /// Could still be answering although it is not a candidate: a member whose heartbeats
+    /// stopped without it saying goodbye.
+    fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
+        let p = self.peers.get(node)?;
+        let silent = !p.beating(now, self.config.dead_after()) && !p.leaving;
+        (silent && p.member(now, self.trusted_since))
+            .then_some(p.mac)
+            .flatten()
+    }
+
+    fn fenced(&self, now: Instant) -> bool {
+        let stale = match self.last_write_ok {
+            Some(t) => now >= t + self.config.lease_duration,
+            None => now >= self.started + self.config.lease_duration,
+        };
+        stale
+            && self.peers.iter().any(|(n, p)| {
+                p.api_ok
+                    && p.beating(now, self.config.dead_after())
+                    && !p.leaving
+                    && n != &self.config.node
+            })
+    }
+
+    fn reconcile(&mut self, now: Instant, force: bool) {
+        let view: Vec<_> = self
+            .peers
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    self.candidate(n, now),
+                    p.ready,
+                    self.suspect(n, now).is_some(),
+                )
+            })
+            .chain([(
+                self.config.node.clone(),
+                self.candidate(&self.config.node, now),
+                self.ready,
+                false,
+            )])
+            .collect();
+        let revived = self.revived(now);
+        if !force && view == self.last_view && revived.is_empty() {
+            return;
+        }
+        self.last_view = view;
+        let ips: Vec<IpAddr> = self.vips.keys().copied().collect();
+        for ip in ips {
+            self.reconcile_vip(now, ip, &revived);
+        }
+    }
+
+    /// Peers that were not alive at the last look and are now, with the incarnation they
+    /// had before (`Some`: a healed partition; `None`: new or restarted).
+    fn revived(&mut self, now: Instant) -> Vec<(NodeName, bool)> {
+        let mut out = Vec::new();
+        let names: Vec<NodeName> = self.peers.keys().cloned().collect();
+        for n in names {
+            let alive = self.candidate(&n, now);
+            let p = self.peers.get_mut(&n).expect("listed");
+            match (alive, p.was_alive) {
+                (true, None) => {
+                    // Dead or unknown before: did it keep its incarnation?
+                    let same = p.incarnation_at_death == Some(p.incarnation);
+                    out.push((n.clone(), same));
+                    p.was_alive = Some(p.incarnation);
+                }
+                (false, Some(inc)) => {
+                    p.was_alive = None;
+                    p.incarnation_at_death = Some(inc);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    fn reconcile_vip(&mut self, now: Instant, ip: IpAddr, revived: &[(NodeName, bool)]) {
+        let me = self.config.node.clone();
+        let Some(v) = self.vips.get(&ip) else { return };
+        if !self.ready && self.leaving.is_none() {
+            // Warm-up: keep what we found, take nothing, until we know the cluster.
+            return;
+        }
+        if !v.wanted {
+            // Found in the data plane at start but not wanted by any Service.
+            self.release(ip);
+            return;
+        }
+        let owner = v.ranking.iter().find(|n| self.candidate(n, now)).cloned();
+        let is_me = owner.as_ref() == Some(&me);
+        if is_me {
+            let v = self.vips.get(&ip).expect("present");
+            if let Some(iface) = &v.installed {
+                // Ours already. A peer back from a partition (same incarnation) may have claimed
+                // it meanwhile: announce again so that clients converge on us.
+                if revived.iter().any(|(_, same)| *same) {
+                    let iface = iface.clone();
+                    self.out.push_back(Output::Announce { vip: ip, iface });
+                }
+                if v.spec.local.as_ref().is_some_and(|l| l != iface) {
+                    // Interface changed: move the entry.
+                    self.release(ip);
+                    self.take(now, ip);
+                }
+                return;
+            }
+            if v.spec.local.is_none() {
+                self.report(ip, EventKind::NoInterface, format!(
+                    "{me} should announce {ip} but has no interface for it (no subnet contains it and no configured interface fits)"
+                ));
+                return;
+            }
+            if v.probe.is_some() {
+                return; // `probes` drives it.
+            }
+            // Who might still answer it? Members ranked above us whose heartbeats stopped.
+            let above: Vec<NodeName> = v
+                .ranking
+                .iter()
+                .take_while(|n| **n != me)
+                .cloned()
+                .collect();
+            let suspect = above
+                .iter()
+                .find_map(|n| self.suspect(n, now).map(|mac| (n.clone(), mac)));
+            match suspect {
+                Some((target, mac)) => self.probe(now, ip, target, mac),
+                None => self.take(now, ip),
+            }
+            return;
+        }
+        // Not ours.
+        let v = self.vips.get_mut(&ip).expect("present");
+        v.probe = None;
+        if owner.is_none() && v.spec.eligible.is_empty() && self.is_reporter(&ip.to_string(), now) {
+            let svc = self.vips[&ip].spec.service.clone();
+            self.report(ip, EventKind::NoEligibleNode, format!(
+                "{ip} of {svc} is not announced: no eligible node (none Ready, matching the node selector and, with externalTrafficPolicy Local, hosting a ready endpoint)"
+            ));
+        }
+        let v = self.vips.get(&ip).expect("present");
+        if v.installed.is_none() || self.leaving.is_some() {
+            return;
+        }
+        // Overlap: we took it from a peer that is back with the same incarnation.
+        if let Some((from, inc, since)) = v.took_from.clone()
+            && owner.as_ref() == Some(&from)
+            && revived.iter().any(|(n, same)| *n == from && *same)
+            && self.peers.get(&from).is_some_and(|p| p.incarnation == inc)
+        {
+            self.stats.overlaps += 1;
+            let secs = now.saturating_duration_since(since).as_secs_f64();
+            self.report_always(ip, EventKind::Overlap, format!(
+                "{from} and {me} both answered {ip} for up to {secs:.1}s: heartbeats between them were lost while both were up; {from} keeps it"
+            ));
+        }
+        let ready_owner = match &owner {
+            None => true,
+            Some(o) => self.peers.get(o).is_some_and(|p| p.ready),
+        };
+        if ready_owner {
+            self.release(ip);
+        }
+    }
+
+    fn take(&mut self, now: Instant, ip: IpAddr) {
+        let me = self.config.node.clone();
+        let grace = self.config.grace;
+        let displaced = {
+            let v = &self.vips[&ip];
+            v.ranking
+                .iter()
+                .take_while(|n| **n != me)
+                .find(|n| {
+                    self.peers
+                        .get(*n)
+                        .is_some_and(|p| p.member(now, self.trusted_since) && !p.leaving)
+                })
+                .map(|n| (n.clone(), self.peers[n].incarnation, now))
+        };
+        let v = self.vips.get_mut(&ip).expect("present");
+        let Some(iface) = v.spec.local.clone() else {
+            return;
+        };
+        v.probe = None;
+        v.installed = Some(iface.clone());
+        v.took_from = displaced;
+        v.reported = None;
+        let svc = v.spec.service.clone();
+        self.stats.takeovers += 1;
+        self.out.push_back(Output::Install {
+            vip: ip,
+            iface: iface.clone(),
+            ttl: grace,
+        });
+        self.out.push_back(Output::Announce {
+            vip: ip,
+            iface: iface.clone(),
+        });
+        self.out.push_back(Output::Event {
+            service: svc,
+            vip: ip,
+            kind: EventKind::Announcing,
+            message: format!("announcing {ip} from {me} on {iface}"),
+        });
+    }
+
+    fn release(&mut self, ip: IpAddr) {
+        if let Some(v) = self.vips.get_mut(&ip) {
+            v.took_from = None;
+            if let Some(iface) = v.installed.take() {
+                self.stats.releases += 1;
+                self.out.push_back(Output::Remove { vip: ip, iface });
+            }
+        }
+        if self.vips.get(&ip).is_some_and(|v| !v.wanted) {
+            self.vips.remove(&ip);
+        }
+    }
+
+    fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
+        let deadline = now + self.config.probe_timeout;
+        let v = self.vips.get_mut(&ip).expect("present");
+        let Some(iface) = v.spec.local.clone() else {
+            return;
+        };
+        v.probe = Some(Probe {
+            target,
+            mac,
+            deadline,
+            answered: false,
+        });
+        self.stats.probes += 1;
+        self.out.push_back(Output::Probe {
+            vip: ip,
+            iface,
+            mac,
+        });
+    }
+
+    /// Drive pending probes: silence past the deadline means take over; an answered probe is
+    /// repeated at its deadline. A probe whose target is no longer a suspect is re-decided.
+    fn probes(&mut self, now: Instant) {
+        let pending: Vec<(IpAddr, Probe)> = self
+            .vips
+            .iter()
+            .filter_map(|(ip, v)| Some((*ip, v.probe.clone()?)))
+            .collect();
+        for (ip, p) in pending {
+            if self.suspect(&p.target, now).is_none() {
+                // Its heartbeats returned, it left, or its Lease expired: decide afresh.
+                self.vips.get_mut(&ip).expect("present").probe = None;
+                self.reconcile_vip(now, ip, &[]);
+                continue;
+            }
+            if now < p.deadline {
+                continue;
+            }
+            if p.answered {
+                self.probe(now, ip, p.target, p.mac);
+            } else {
+                self.take(now, ip);
+            }
+        }
+    }
+
+    fn refresh(&mut self, now: Instant) {
+        if now < self.next_refresh {
+            return;
+        }
+        self.next_refresh = now + self.config.refresh_interval();
+        let grace = self.config.grace;
+        for (ip, v) in &self.vips {
+            if let Some(iface) = &v.installed {
+                self.out.push_back(Output::Install {
+                    vip: *ip,
+                    iface: iface.clone(),
+                    ttl: grace,
+                });
+            }
+        }
+    }
+
+    fn handover(&mut self, now: Instant) {
+        let Some(l) = self.leaving else { return };
+        let dead_after = self.config.dead_after();
+        let all_acked = self.peers.iter().all(|(n, p)| {
+            !p.beating(now, dead_after) || p.leaving || p.acked_us || !self.candidate(n, now)
+        });
+        if !all_acked && now < l.deadline {
+            return;
+        }
+        let ips: Vec<IpAddr> = self.vips.keys().copied().collect();
+        for ip in ips {
+            self.release(ip);
+        }
+        if let Some(rv) = self.own_rv.clone() {
+            self.stats.lease_writes += 1;
+            self.out.push_back(Output::WriteLease {
+                resource_version: Some(rv),
+                release: true,
+            });
+        }
+        self.out.push_back(Output::Exit);
+        self.leaving = Some(Leaving { done: true, ..l });
+    }
+
+    fn send_beat(&mut self, now: Instant) {
+        if now < self.next_beat {
+            return;
+        }
+        self.next_beat = now + self.config.heartbeat_interval;
+        let acks = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.leaving && p.beating(now, self.config.dead_after()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        let leaving = self.leaving.is_some() || !self.links_down.is_empty() || self.fenced(now);
+        self.out.push_back(Output::SendHeartbeat(Beat {
+            node: self.config.node.clone(),
+            incarnation: self.incarnation,
+            mac: self.config.mac,
+            leaving,
+            api_ok: self.trusted_since.is_some(),
+            ready: self.ready,
+            acks,
+        }));
+    }
+
+    fn report(&mut self, ip: IpAddr, kind: EventKind, message: String) {
+        let Some(v) = self.vips.get_mut(&ip) else {
+            return;
+        };
+        if v.reported.as_ref() == Some(&kind) {
+            return;
+        }
+        v.reported = Some(kind.clone());
+        self.report_always(ip, kind, message);
+    }
+
+    fn report_always(&mut self, ip: IpAddr, kind: EventKind, message: String) {
+        let service = self.vips[&ip].spec.service.clone();
+        self.out.push_back(Output::Event {
+            service,
+            vip: ip,
+            kind,
+            message,
+        });
+    }
+}
+
+impl Vip {
+    /// An entry found in the data plane before the watches said whether it is wanted.
+    fn placeholder(vip: IpAddr) -> Self {
+        Vip {
+            spec: VipSpec {
+                vip,
+                service: super::ServiceRef {
+                    namespace: String::new(),
+                    name: String::new(),
+                },
+                eligible: BTreeSet::new(),
+                local: None,
+            },
+            ranking: Vec::new(),
+            installed: None,
+            probe: None,
+            took_from: None,
+            reported: None,
+            wanted: false,
+        }
     }
 }

@@ -25,15 +25,31 @@ pub struct Observed {
 
 impl Observed {
     /// First sighting at `now`.
-    pub fn new(resource_version: String, renew_time: Option<String>, duration: Duration, now: Instant) -> Self {
-        Observed { resource_version, renew_time, duration, changed_at: now }
+    pub fn new(
+        resource_version: String,
+        renew_time: Option<String>,
+        duration: Duration,
+        now: Instant,
+    ) -> Self {
+        Observed {
+            resource_version,
+            renew_time,
+            duration,
+            changed_at: now,
+        }
     }
 
     /// Record a sighting at `now`; returns whether it changed (and so restarted the clock).
     ///
     /// A new `resourceVersion` with the same `renewTime` still counts as a change: the holder
     /// wrote it.
-    pub fn update(&mut self, resource_version: String, renew_time: Option<String>, duration: Duration, now: Instant) -> bool {
+    pub fn update(
+        &mut self,
+        resource_version: String,
+        renew_time: Option<String>,
+        duration: Duration,
+        now: Instant,
+    ) -> bool {
         let changed = resource_version != self.resource_version || renew_time != self.renew_time;
         self.duration = duration;
         if changed {

@@ -12,6 +12,7 @@
 
 pub mod core;
 pub mod lease;
+mod peer;
 pub mod rendezvous;
 mod types;
 
@@ -21,3 +22,5 @@ pub use types::*;
 /// Time as the core sees it. The agent passes `Instant::now()`; the simulator passes a fixed
 /// origin plus virtual time, so runs are reproducible.
 pub use std::time::Instant;
+#[cfg(test)]
+mod tests;

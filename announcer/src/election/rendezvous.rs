@@ -33,12 +33,33 @@ pub fn score(node: &NodeName, vip: IpAddr) -> u64 {
 }
 
 /// The owner of `vip` among `candidates`: the highest score, ties to the greater name.
-pub fn owner<'a>(vip: IpAddr, candidates: impl IntoIterator<Item = &'a NodeName>) -> Option<&'a NodeName> {
+pub fn owner<'a>(
+    vip: IpAddr,
+    candidates: impl IntoIterator<Item = &'a NodeName>,
+) -> Option<&'a NodeName> {
     candidates.into_iter().max_by_key(|n| (score(n, vip), *n))
 }
 
+/// The top of `candidates` for an arbitrary key (a Service name): used to pick one node to
+/// report a cluster-wide problem, so that not every node raises the same Event.
+pub fn owner_of_key<'a>(
+    key: &[u8],
+    candidates: impl IntoIterator<Item = &'a NodeName>,
+) -> Option<&'a NodeName> {
+    candidates.into_iter().max_by_key(|n| {
+        let mut h = Xxh3::new();
+        h.update(n.as_str().as_bytes());
+        h.update(&[1]);
+        h.update(key);
+        (h.digest(), *n)
+    })
+}
+
 /// All `candidates` ordered from owner to last resort.
-pub fn ranking<'a>(vip: IpAddr, candidates: impl IntoIterator<Item = &'a NodeName>) -> Vec<&'a NodeName> {
+pub fn ranking<'a>(
+    vip: IpAddr,
+    candidates: impl IntoIterator<Item = &'a NodeName>,
+) -> Vec<&'a NodeName> {
     let mut v: Vec<_> = candidates.into_iter().map(|n| (score(n, vip), n)).collect();
     v.sort_by(|a, b| b.cmp(a));
     v.into_iter().map(|(_, n)| n).collect()
@@ -51,11 +72,15 @@ mod tests {
     use super::*;
 
     fn nodes(n: usize) -> Vec<NodeName> {
-        (0..n).map(|i| NodeName::from(format!("node-{i}"))).collect()
+        (0..n)
+            .map(|i| NodeName::from(format!("node-{i}")))
+            .collect()
     }
 
     fn vips(m: u32) -> Vec<IpAddr> {
-        (0..m).map(|i| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i))).collect()
+        (0..m)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i)))
+            .collect()
     }
 
     const PINNED_V4: u64 = 11849662717611604172;
@@ -65,8 +90,14 @@ mod tests {
     fn score_is_stable_across_builds() {
         // Pinned values: a change here would split a mixed-version cluster.
         let n = NodeName::from("node-a");
-        assert_eq!(score(&n, "10.0.0.5".parse().unwrap()), score(&n, "10.0.0.5".parse().unwrap()));
-        assert_ne!(score(&n, "10.0.0.5".parse().unwrap()), score(&n, "10.0.0.6".parse().unwrap()));
+        assert_eq!(
+            score(&n, "10.0.0.5".parse().unwrap()),
+            score(&n, "10.0.0.5".parse().unwrap())
+        );
+        assert_ne!(
+            score(&n, "10.0.0.5".parse().unwrap()),
+            score(&n, "10.0.0.6".parse().unwrap())
+        );
         assert_eq!(score(&n, "10.0.0.5".parse().unwrap()), PINNED_V4);
         assert_eq!(score(&n, "fd00::5".parse().unwrap()), PINNED_V6);
     }
@@ -100,7 +131,10 @@ mod tests {
         let vs = vips(9000);
         let mut with = ns.clone();
         with.push(NodeName::from("node-new"));
-        let moved = vs.iter().filter(|v| owner(**v, &ns) != owner(**v, &with)).count();
+        let moved = vs
+            .iter()
+            .filter(|v| owner(**v, &ns) != owner(**v, &with))
+            .count();
         // Expect 9000 / 10 = 900, binomial sd = 28.
         assert!((780..=1020).contains(&moved), "moved {moved}");
         // And every moved VIP went to the newcomer.
@@ -122,7 +156,11 @@ mod tests {
             let share = m as f64 / n as f64;
             for (node, c) in count {
                 let dev = (c as f64 - share).abs() / share;
-                assert!(dev <= 0.10, "{node} owns {c} of {m} with {n} nodes ({:.1}% off)", dev * 100.0);
+                assert!(
+                    dev <= 0.10,
+                    "{node} owns {c} of {m} with {n} nodes ({:.1}% off)",
+                    dev * 100.0
+                );
             }
         }
     }

@@ -253,6 +253,9 @@ pub enum Output {
 pub struct Config {
     /// This node.
     pub node: NodeName,
+    /// The MAC our heartbeats are sent from, put in every [`Beat`]: peers probe our data
+    /// plane at this address when our heartbeats stop.
+    pub mac: MacAddr,
     /// Heartbeat period.
     pub heartbeat_interval: Duration,
     /// A peer is dead after this many periods without a heartbeat.
@@ -276,6 +279,7 @@ impl Config {
     pub fn new(node: impl Into<NodeName>) -> Self {
         Config {
             node: node.into(),
+            mac: MacAddr([0; 6]),
             heartbeat_interval: Duration::from_millis(100),
             heartbeat_misses: 3,
             lease_duration: Duration::from_secs(10),
@@ -296,5 +300,10 @@ impl Config {
     /// lets an entry lapse.
     pub fn refresh_interval(&self) -> Duration {
         self.grace / 3
+    }
+
+    /// How often an old owner whose data plane still answers is probed again.
+    pub fn reprobe_interval(&self) -> Duration {
+        self.heartbeat_interval.max(self.probe_timeout) * 2
     }
 }

@@ -1,0 +1,105 @@
+//! What one node knows of another: its Lease and its heartbeats.
+//!
+//! Two signals, two jobs. The Lease (written every few seconds through the API server) is
+//! membership and the authority: a node whose Lease expired, was released or deleted is out,
+//! whatever its heartbeats say. Heartbeats (every 100 ms, straight over the announcing network)
+//! are the fast failure detector: a member whose heartbeats stop is out of the ranking at once,
+//! long before its Lease could expire.
+
+use std::time::Duration;
+
+use announcer_ebpf::wire::MacAddr;
+
+use super::{Beat, Instant, NodeName, lease::Observed};
+
+/// One peer.
+#[derive(Clone, Debug)]
+pub(crate) struct Peer {
+    /// Its Lease, if one is known.
+    pub lease: Option<Observed>,
+    /// Its Lease says it left for good.
+    pub released: bool,
+    /// When its last heartbeat arrived (local clock).
+    pub last_beat: Option<Instant>,
+    /// The incarnation of its last heartbeat.
+    pub incarnation: u64,
+    /// Where to probe its data plane.
+    pub mac: Option<MacAddr>,
+    /// Its last heartbeat said it is leaving (or cannot announce).
+    pub leaving: bool,
+    /// Its last heartbeat said it reaches the API server.
+    pub api_ok: bool,
+    /// Its last heartbeat said its warm-up is over.
+    pub ready: bool,
+    /// Its last heartbeat acknowledged our leaving.
+    pub acked_us: bool,
+    /// Whether it was counted alive at the last evaluation, and with which incarnation (to
+    /// tell a healed partition, same incarnation, from a restart).
+    pub was_alive: Option<u64>,
+    /// The incarnation it had when it was last counted dead.
+    pub incarnation_at_death: Option<u64>,
+}
+
+impl Peer {
+    pub fn new() -> Self {
+        Peer {
+            lease: None,
+            released: false,
+            last_beat: None,
+            incarnation: 0,
+            mac: None,
+            leaving: false,
+            api_ok: false,
+            ready: false,
+            acked_us: false,
+            was_alive: None,
+            incarnation_at_death: None,
+        }
+    }
+
+    /// Record a verified heartbeat. A beat from an older incarnation than the last one seen
+    /// is ignored (the replay check in the codec already drops those; this keeps the core
+    /// safe on its own).
+    pub fn beat(&mut self, now: Instant, beat: &Beat, us: &NodeName) -> bool {
+        if beat.incarnation < self.incarnation {
+            return false;
+        }
+        self.last_beat = Some(now);
+        self.incarnation = beat.incarnation;
+        self.mac = Some(beat.mac);
+        self.leaving = beat.leaving;
+        self.api_ok = beat.api_ok;
+        self.ready = beat.ready;
+        self.acked_us = beat.acks.iter().any(|n| n == us);
+        true
+    }
+
+    /// Heartbeats arrive: the last one is younger than `dead_after`.
+    pub fn beating(&self, now: Instant, dead_after: Duration) -> bool {
+        self.last_beat.is_some_and(|t| now < t + dead_after)
+    }
+
+    /// When it stops beating unless another heartbeat arrives.
+    pub fn beat_deadline(&self, dead_after: Duration) -> Option<Instant> {
+        self.last_beat.map(|t| t + dead_after)
+    }
+
+    /// Its Lease makes it a member. While the API cannot be trusted from here (`trusted_since`
+    /// is `None`), a known Lease never expires: an outage must not empty the cluster. When
+    /// trust returns, expiry counts from then at the earliest, so peers get a full Lease
+    /// duration to renew before anyone judges them.
+    pub fn member(&self, now: Instant, trusted_since: Option<Instant>) -> bool {
+        match (&self.lease, trusted_since) {
+            (None, _) => false,
+            _ if self.released => false,
+            (Some(_), None) => true,
+            (Some(l), Some(since)) => now < l.changed_at.max(since) + l.duration,
+        }
+    }
+
+    /// When its Lease expires by our clock, if we trust the API.
+    pub fn lease_deadline(&self, trusted_since: Option<Instant>) -> Option<Instant> {
+        let l = self.lease.as_ref()?;
+        trusted_since.map(|since| l.changed_at.max(since) + l.duration)
+    }
+}

@@ -1,0 +1,327 @@
+//! Scenario tests of [`Core`] on virtual time: a tiny two- or three-node world wired by hand.
+//! The full randomized simulator lives in `tests/src/sim`.
+
+use std::{collections::BTreeSet, net::IpAddr, time::Duration};
+
+use announcer_ebpf::wire::MacAddr;
+
+use super::*;
+
+const MS: Duration = Duration::from_millis(1);
+
+struct World {
+    origin: Instant,
+    t: Instant,
+    nodes: Vec<Node>,
+    vip: IpAddr,
+}
+
+struct Node {
+    core: Core,
+    /// Node and link up: its data plane answers while its entry lives.
+    up: bool,
+    /// Agent running.
+    agent: bool,
+    /// Data-plane entry expiry (virtual), if installed.
+    entry: Option<Instant>,
+    outputs: Vec<Output>,
+}
+
+impl World {
+    fn new(n: usize) -> World {
+        let t = Instant::now();
+        let vip: IpAddr = "10.0.0.5".parse().unwrap();
+        let nodes = (0..n)
+            .map(|i| {
+                let mut c = Config::new(format!("node-{i}").as_str());
+                c.mac = MacAddr([2, 0, 0, 0, 0, i as u8 + 1]);
+                Node {
+                    core: Core::new(c, t, 1),
+                    up: true,
+                    agent: true,
+                    entry: None,
+                    outputs: vec![],
+                }
+            })
+            .collect();
+        let mut w = World {
+            origin: t,
+            t,
+            nodes,
+            vip,
+        };
+        let eligible: BTreeSet<NodeName> = (0..n)
+            .map(|i| NodeName::from(format!("node-{i}")))
+            .collect();
+        for i in 0..n {
+            let spec = VipSpec {
+                vip,
+                service: ServiceRef {
+                    namespace: "default".into(),
+                    name: "web".into(),
+                },
+                eligible: eligible.clone(),
+                local: Some("eth0".into()),
+            };
+            w.input(i, Input::WatchHealth(true));
+            w.input(i, Input::Vips(vec![spec]));
+        }
+        w
+    }
+
+    fn name(i: usize) -> NodeName {
+        NodeName::from(format!("node-{i}"))
+    }
+
+    fn input(&mut self, i: usize, input: Input) {
+        if !self.nodes[i].up || !self.nodes[i].agent {
+            return;
+        }
+        let t = self.t;
+        self.nodes[i].core.handle(t, input);
+        self.drain(i);
+    }
+
+    /// Execute node `i`'s outputs: Lease writes succeed at once and are seen by everyone;
+    /// heartbeats are delivered to every up node.
+    fn drain(&mut self, i: usize) {
+        while let Some(o) = self.nodes[i].core.poll_output() {
+            self.nodes[i].outputs.push(o.clone());
+            match o {
+                Output::WriteLease { release, .. } => {
+                    let rv = format!("{}", self.t.duration_since(self.origin).as_nanos());
+                    let view = LeaseView {
+                        node: World::name(i),
+                        resource_version: rv.clone(),
+                        renew_time: Some(rv.clone()),
+                        duration: Duration::from_secs(10),
+                        released: release,
+                    };
+                    let t = self.t;
+                    self.nodes[i].core.handle(
+                        t,
+                        Input::LeaseWrite(LeaseWriteResult::Written {
+                            resource_version: rv,
+                        }),
+                    );
+                    for j in 0..self.nodes.len() {
+                        if j != i {
+                            self.input(j, Input::LeaseSeen(view.clone()));
+                        }
+                    }
+                }
+                Output::SendHeartbeat(b) => {
+                    for j in 0..self.nodes.len() {
+                        if j != i {
+                            self.input(j, Input::Heartbeat(b.clone()));
+                        }
+                    }
+                }
+                Output::Install { ttl, .. } => self.nodes[i].entry = Some(self.t + ttl),
+                Output::Remove { .. } => self.nodes[i].entry = None,
+                Output::Probe { vip, mac, .. } => {
+                    let t = self.t;
+                    let answered = self.nodes.iter().any(|n| {
+                        n.up_link() && n.core.config().mac == mac && n.entry.is_some_and(|e| e > t)
+                    });
+                    if answered {
+                        self.nodes[i]
+                            .core
+                            .handle(t, Input::ProbeAnswered { vip, mac });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.t + d;
+        while self.t < end {
+            self.t += MS;
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].up
+                    && self.nodes[i].agent
+                    && self.nodes[i]
+                        .core
+                        .poll_timeout()
+                        .is_some_and(|x| x <= self.t)
+                {
+                    self.input(i, Input::Tick);
+                }
+            }
+        }
+    }
+
+    /// Nodes whose data plane answers the VIP now.
+    fn answering(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| {
+                self.nodes[*i].up_link() && self.nodes[*i].entry.is_some_and(|e| e > self.t)
+            })
+            .collect()
+    }
+
+    fn owner(&self) -> usize {
+        let names: Vec<NodeName> = (0..self.nodes.len()).map(World::name).collect();
+        let o = rendezvous::owner(self.vip, &names).unwrap();
+        names.iter().position(|n| n == o).unwrap()
+    }
+}
+
+impl Node {
+    fn up_link(&self) -> bool {
+        self.up
+    }
+}
+
+#[test]
+fn steady_state_one_owner_one_announcement() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(5));
+    let owner = w.owner();
+    assert_eq!(w.answering(), vec![owner]);
+    let announces = w.nodes[owner]
+        .outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Announce { .. }))
+        .count();
+    assert_eq!(announces, 1);
+    // Lease writes: create + renewals every 3 s.
+    let writes = w.nodes[owner]
+        .outputs
+        .iter()
+        .filter(|o| matches!(o, Output::WriteLease { .. }))
+        .count();
+    assert!(writes <= 3, "{writes} lease writes in 5 s");
+}
+
+#[test]
+fn crash_fails_over_after_probe_silence() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    w.nodes[owner].up = false;
+    let crash = w.t;
+    let mut took = None;
+    for _ in 0..2000 {
+        w.run_for(MS);
+        if let Some(&n) = w.answering().first() {
+            took = Some((n, w.t - crash));
+            break;
+        }
+    }
+    let (n, after) = took.expect("nobody took over");
+    assert_ne!(n, owner);
+    assert!(after < Duration::from_millis(600), "took {after:?}");
+    assert!(
+        w.nodes[n]
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::Probe { .. }))
+    );
+}
+
+#[test]
+fn dead_agent_with_live_data_plane_is_waited_for() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    // SIGKILL: the agent is gone, the entry keeps answering until it expires.
+    w.nodes[owner].agent = false;
+    let expiry = w.nodes[owner].entry.unwrap();
+    let mut took = None;
+    for _ in 0..8000 {
+        w.run_for(MS);
+        let a = w.answering();
+        if w.t < expiry {
+            assert_eq!(a, vec![owner], "at {:?}", w.t - w.origin);
+        }
+        if a.contains(&other) {
+            took = Some(w.t);
+            break;
+        }
+    }
+    let took = took.expect("never taken over");
+    assert!(
+        took >= expiry,
+        "took over while the old data plane still answered"
+    );
+    // The successor notices at its next probe: at most one re-probe interval plus one probe
+    // timeout without an ARP answerer (clients' caches still lead to the live old node).
+    let c = w.nodes[other].core.config().clone();
+    let bound = c.reprobe_interval() + c.probe_timeout + 2 * MS;
+    assert!(
+        took - expiry <= bound,
+        "took {:?} after expiry",
+        took - expiry
+    );
+}
+
+#[test]
+fn restart_within_grace_changes_nothing() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    w.nodes[owner].agent = false;
+    w.run_for(Duration::from_secs(2));
+    // Restart with a new incarnation; the pinned entry is still there.
+    let config = w.nodes[owner].core.config().clone();
+    w.nodes[owner].core = Core::new(config, w.t, 2);
+    w.nodes[owner].agent = true;
+    let before = w.nodes[owner].outputs.len();
+    w.input(owner, Input::Existing(vec![(w.vip, "eth0".into())]));
+    w.input(owner, Input::WatchHealth(true));
+    let spec = VipSpec {
+        vip: w.vip,
+        service: ServiceRef {
+            namespace: "default".into(),
+            name: "web".into(),
+        },
+        eligible: [World::name(0), World::name(1)].into_iter().collect(),
+        local: Some("eth0".into()),
+    };
+    w.input(owner, Input::Vips(vec![spec]));
+    for _ in 0..5000 {
+        w.run_for(MS);
+        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
+    }
+    assert!(
+        !w.nodes[other]
+            .outputs
+            .iter()
+            .any(|o| matches!(o, Output::Install { .. }))
+    );
+    let re = w.nodes[owner].outputs[before..]
+        .iter()
+        .filter(|o| matches!(o, Output::Announce { .. }))
+        .count();
+    assert_eq!(re, 0, "a restart must not re-announce");
+}
+
+#[test]
+fn sigterm_hands_over_before_leaving() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    w.input(owner, Input::Shutdown);
+    let mut gap = false;
+    for _ in 0..3000 {
+        w.run_for(MS);
+        if w.answering().is_empty() {
+            gap = true;
+        }
+        if w.nodes[owner].outputs.last() == Some(&Output::Exit) {
+            break;
+        }
+    }
+    assert_eq!(w.nodes[owner].outputs.last(), Some(&Output::Exit));
+    assert!(!gap, "a moment with no node answering");
+    w.nodes[owner].up = false;
+    w.run_for(Duration::from_secs(1));
+    let a = w.answering();
+    assert_eq!(a.len(), 1);
+    assert_ne!(a[0], owner);
+}
