@@ -84,7 +84,7 @@ pub struct PeerStatus {
 }
 
 /// Counters the shell exports as metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// VIPs taken over (installed and announced).
     pub takeovers: u64,

@@ -1,0 +1,206 @@
+//! `announcer agent` flags. Every timing has a default that meets the project's targets and can
+//! be set lower; `--help` says what each one trades.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+use crate::{announce::BurstConfig, election, loader::Mode};
+
+/// How VIP owners are elected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Election {
+    /// One Lease per node plus UDP heartbeats and rendezvous hashing (the default: sub-second
+    /// failover, API writes independent of the number of Services).
+    NodeLease,
+    /// One Lease per Service, renewed by its holder and polled by every candidate (the way
+    /// Cilium and kube-vip elect): for comparison.
+    LeasePerService,
+}
+
+/// XDP attach mode for the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum XdpMode {
+    /// Native, falling back to generic.
+    Auto,
+    /// Native only.
+    Native,
+    /// Generic only.
+    Generic,
+}
+
+impl From<XdpMode> for Mode {
+    fn from(m: XdpMode) -> Mode {
+        match m {
+            XdpMode::Auto => Mode::Auto,
+            XdpMode::Native => Mode::Native,
+            XdpMode::Generic => Mode::Generic,
+        }
+    }
+}
+
+fn dur(s: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(s)
+}
+
+/// `announcer agent`.
+#[derive(Args, Clone, Debug)]
+pub struct AgentArgs {
+    /// This node's name (from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Namespace of the agent's Leases, Secret and (with lease-per-service) Service Leases.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "announcer-system")]
+    pub namespace: String,
+    /// kubeconfig to use (default: in-cluster config, else $KUBECONFIG / ~/.kube/config).
+    #[arg(long, env = "ANNOUNCER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Election mode.
+    #[arg(long, value_enum, default_value_t = Election::NodeLease)]
+    pub election: Election,
+
+    /// Only Services with this `spec.loadBalancerClass` (or none) are announced.
+    #[arg(long, default_value = "announcer.dev/l2")]
+    pub load_balancer_class: String,
+    /// Only Services matching this label selector (e.g. `l2=true,tier in (web)`).
+    #[arg(long)]
+    pub service_selector: Option<String>,
+    /// Only nodes matching this label selector announce.
+    #[arg(long)]
+    pub node_selector: Option<String>,
+    /// Interfaces to announce on (names or globs like `eth*`; default: the one whose subnet
+    /// contains the VIP, else the one with the node's InternalIP).
+    #[arg(long = "interface", value_delimiter = ',')]
+    pub interfaces: Vec<String>,
+    /// Do not announce IPv4 VIPs.
+    #[arg(long)]
+    pub no_ipv4: bool,
+    /// Do not announce IPv6 VIPs.
+    #[arg(long)]
+    pub no_ipv6: bool,
+
+    /// Heartbeat UDP port (the same on every node).
+    #[arg(long, default_value_t = 7946)]
+    pub heartbeat_port: u16,
+    /// Address this node's peers send heartbeats to (default: the node's InternalIP).
+    #[arg(long)]
+    pub heartbeat_address: Option<std::net::IpAddr>,
+    /// Secret (in the agent namespace) whose key `key` authenticates heartbeats.
+    #[arg(long, default_value = "announcer-heartbeat-key")]
+    pub heartbeat_secret: String,
+    /// Heartbeat period.
+    #[arg(long, value_parser = dur, default_value = "100ms")]
+    pub heartbeat_interval: Duration,
+    /// A peer is dead after this many heartbeat periods of silence.
+    #[arg(long, default_value_t = 3)]
+    pub heartbeat_misses: u32,
+    /// Node Lease duration (node-lease mode).
+    #[arg(long, value_parser = dur, default_value = "10s")]
+    pub lease_duration: Duration,
+    /// Node Lease renewal period: one API write per node per this period.
+    #[arg(long, value_parser = dur, default_value = "3s")]
+    pub lease_renew: Duration,
+    /// How long this node's entries keep answering after its agent dies (data-plane TTL); a
+    /// restart within it is invisible to clients.
+    #[arg(long, value_parser = dur, default_value = "5s")]
+    pub grace: Duration,
+    /// How long to wait for the old owner's data plane to answer a probe.
+    #[arg(long, value_parser = dur, default_value = "100ms")]
+    pub probe_timeout: Duration,
+    /// After start, listen this long for peers before taking VIPs.
+    #[arg(long, value_parser = dur, default_value = "500ms")]
+    pub warmup: Duration,
+    /// On SIGTERM, wait at most this long for successors to take over.
+    #[arg(long, value_parser = dur, default_value = "2s")]
+    pub handover_timeout: Duration,
+
+    /// Lease-per-service: lease duration (Cilium 15s, kube-vip tuned 5s).
+    #[arg(long, value_parser = dur, default_value = "15s")]
+    pub service_lease_duration: Duration,
+    /// Lease-per-service: renew deadline (Cilium 5s, kube-vip tuned 3s).
+    #[arg(long, value_parser = dur, default_value = "5s")]
+    pub service_lease_renew_deadline: Duration,
+    /// Lease-per-service: retry period (Cilium 2s, kube-vip tuned 1s).
+    #[arg(long, value_parser = dur, default_value = "2s")]
+    pub service_lease_retry: Duration,
+
+    /// Announcement rounds per takeover.
+    #[arg(long, default_value_t = BurstConfig::default().count)]
+    pub burst_count: u32,
+    /// Pause between announcement rounds.
+    #[arg(long, value_parser = dur, default_value = "1s")]
+    pub burst_interval: Duration,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
+    pub xdp_mode: XdpMode,
+    /// Run the election only: no XDP, no map writes, no bursts (control-plane benchmarks).
+    #[arg(long)]
+    pub no_dataplane: bool,
+    /// Health, readiness and state endpoint (`/healthz`, `/readyz`, `/state`).
+    #[arg(long, default_value = "0.0.0.0:9746")]
+    pub http_address: SocketAddr,
+}
+
+impl AgentArgs {
+    /// The election core's configuration.
+    pub fn election_config(&self, mac: crate::wire::MacAddr) -> election::Config {
+        let mut c = election::Config::new(self.node_name.as_str());
+        c.mac = mac;
+        c.heartbeat_interval = self.heartbeat_interval;
+        c.heartbeat_misses = self.heartbeat_misses;
+        c.lease_duration = self.lease_duration;
+        c.lease_renew = self.lease_renew;
+        c.grace = self.grace;
+        c.probe_timeout = self.probe_timeout;
+        c.warmup = self.warmup;
+        c.handover_timeout = self.handover_timeout;
+        c
+    }
+
+    /// The announcement burst.
+    pub fn burst(&self) -> BurstConfig {
+        BurstConfig {
+            count: self.burst_count,
+            interval: self.burst_interval,
+        }
+    }
+
+    /// Checks that the timings make sense together; the error says which flag to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |msg: String| Err(ConfigError(msg));
+        if self.heartbeat_misses == 0 {
+            return bad("--heartbeat-misses must be at least 1".into());
+        }
+        if self.heartbeat_interval < Duration::from_millis(5) {
+            return bad("--heartbeat-interval below 5ms is not supported".into());
+        }
+        if self.lease_renew >= self.lease_duration {
+            return bad(format!(
+                "--lease-renew ({:?}) must be shorter than --lease-duration ({:?})",
+                self.lease_renew, self.lease_duration
+            ));
+        }
+        if self.lease_duration.as_secs() == 0 || self.lease_duration.subsec_nanos() != 0 {
+            return bad(
+                "--lease-duration must be a whole number of seconds (leaseDurationSeconds)".into(),
+            );
+        }
+        if self.grace < self.heartbeat_interval * 3 {
+            return bad("--grace must be at least three heartbeat intervals".into());
+        }
+        if self.service_lease_renew_deadline >= self.service_lease_duration
+            || self.service_lease_retry >= self.service_lease_renew_deadline
+        {
+            return bad("lease-per-service timings need retry < renew deadline < duration".into());
+        }
+        if self.no_ipv4 && self.no_ipv6 {
+            return bad("--no-ipv4 and --no-ipv6 together announce nothing".into());
+        }
+        Ok(())
+    }
+}
+
+/// Flags that do not fit together.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid agent configuration: {0}")]
+pub struct ConfigError(pub String);

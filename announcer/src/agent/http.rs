@@ -1,0 +1,144 @@
+//! `/healthz`, `/readyz` and `/state`: what the kubelet probes and what `announcer status` and
+//! the tests read from a running agent.
+//!
+//! Why `/state` is JSON over HTTP rather than only logs: tests and operators need to ask "which
+//! VIPs do you announce, whom do you see" at any moment, also with `--no-dataplane`, where there
+//! are no pinned maps to dump.
+
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
+use serde::Serialize;
+
+use crate::election::core::Stats;
+
+/// One VIP this node announces.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct OwnedVip {
+    /// The VIP.
+    pub vip: std::net::IpAddr,
+    /// The interface it is answered on.
+    pub iface: String,
+    /// `namespace/name` of its Service, if known.
+    pub service: Option<String>,
+}
+
+/// One peer as this agent sees it.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct PeerState {
+    /// Node name.
+    pub node: String,
+    /// Counted in the ranking.
+    pub alive: bool,
+    /// Milliseconds since its last heartbeat.
+    pub heartbeat_age_ms: Option<u64>,
+    /// Its Lease is valid by our clock.
+    pub lease_valid: bool,
+    /// It said it is leaving.
+    pub leaving: bool,
+}
+
+/// The agent's state as served on `/state`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AgentState {
+    /// This node.
+    pub node: String,
+    /// `node-lease` or `lease-per-service`.
+    pub election: String,
+    /// This agent's incarnation.
+    pub incarnation: u64,
+    /// Warm-up over, taking VIPs.
+    pub ready: bool,
+    /// Whether the data plane is real (`false` with `--no-dataplane`).
+    pub dataplane: bool,
+    /// VIPs announced here.
+    pub owned: Vec<OwnedVip>,
+    /// Peers.
+    pub peers: Vec<PeerState>,
+    /// Election counters.
+    pub stats: Stats,
+    /// Watches healthy.
+    pub api_ok: bool,
+}
+
+/// Shared between the agent loop (writer) and the HTTP server (reader).
+#[derive(Clone)]
+pub struct Shared {
+    state: Arc<Mutex<(AgentState, Instant)>>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            state: Arc::new(Mutex::new((AgentState::default(), Instant::now()))),
+        }
+    }
+}
+
+impl Shared {
+    /// Publish a new state; also the loop's liveness beacon.
+    pub fn set(&self, state: AgentState) {
+        *self.state.lock().expect("state lock") = (state, Instant::now());
+    }
+
+    /// The last published state and how long ago it was published.
+    pub fn get(&self) -> (AgentState, Duration) {
+        let g = self.state.lock().expect("state lock");
+        (g.0.clone(), g.1.elapsed())
+    }
+}
+
+/// The agent loop publishes at least every heartbeat; silence this long means it is stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(10);
+
+/// The router (separate from [`serve`] so tests can drive it without a socket).
+pub fn router(shared: Shared) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|State(s): State<Shared>| async move {
+                let (_, age) = s.get();
+                if age < STUCK_AFTER {
+                    (StatusCode::OK, "ok".to_string())
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("agent loop stuck for {age:?}"),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(s): State<Shared>| async move {
+                let (st, _) = s.get();
+                if st.ready {
+                    (StatusCode::OK, "ready")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "warming up")
+                }
+            }),
+        )
+        .route(
+            "/state",
+            get(|State(s): State<Shared>| async move { Json(s.get().0) }),
+        )
+        .with_state(shared)
+}
+
+/// Serve on `addr` until `shutdown` completes.
+pub async fn serve(
+    addr: SocketAddr,
+    shared: Shared,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /healthz, /readyz and /state");
+    axum::serve(listener, router(shared))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
