@@ -47,7 +47,9 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Run a benchmark: `xdp` (responder cost and flood throughput).
+    /// Run a benchmark: `xdp` (responder cost and flood throughput) or `control-plane` (API
+    /// reads and writes per second for 3/10/50 agents and 10/100/1,000 Services, both election
+    /// modes).
     Bench {
         /// Which benchmark.
         which: String,
@@ -60,6 +62,16 @@ enum Cmd {
     },
     /// The demo: the responder answering ARP and NDP in a pair of network namespaces.
     Demo,
+    /// Run the election simulator over many more seeds than the test suite (arguments go to
+    /// the `soak` binary, e.g. `cargo xtask soak -- --seeds 100000`).
+    Soak {
+        /// Also print one JSON document on the last line.
+        #[arg(long)]
+        json: bool,
+        /// Extra arguments for the soak binary.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> Result<()> {
@@ -101,8 +113,24 @@ fn main() -> Result<()> {
             setup::ensure()?;
             let bin = match which.as_str() {
                 "xdp" => "bench-xdp",
-                other => bail!("unknown benchmark {other:?}; available: xdp"),
+                "control-plane" => "bench-control-plane",
+                other => bail!("unknown benchmark {other:?}; available: xdp, control-plane"),
             };
+            if bin == "bench-control-plane" {
+                // The benchmark starts agents from the release binary.
+                cargo(
+                    &root,
+                    &[
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "-p",
+                        "announcer",
+                        "--bin",
+                        "announcer",
+                    ],
+                )?;
+            }
             let mut a = vec![
                 "run",
                 "--release",
@@ -111,6 +139,23 @@ fn main() -> Result<()> {
                 "announcer-tests",
                 "--bin",
                 bin,
+                "--",
+            ];
+            if json {
+                a.push("--json");
+            }
+            a.extend(args.iter().map(String::as_str));
+            cargo(&root, &a)
+        }
+        Cmd::Soak { json, args } => {
+            let mut a = vec![
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "announcer-tests",
+                "--bin",
+                "soak",
                 "--",
             ];
             if json {

@@ -1,0 +1,442 @@
+//! Which VIPs the cluster wants announced, and which nodes may announce each: a pure function
+//! of the watched Services, EndpointSlices and Nodes.
+//!
+//! Why pure and shared: every agent runs [`plan`] on the same watch data, so every agent ranks
+//! the same candidates for a VIP (the election core depends on that), and the rules — which
+//! are where users' "why is my IP not answered?" questions end up — can be tested one by one.
+//!
+//! The rules:
+//!
+//! * Services: `spec.type: LoadBalancer`, `spec.loadBalancerClass` unset or ours, matching the
+//!   configured service selector. VIPs come from `status.loadBalancer.ingress[].ip` only; an
+//!   ingress entry with a hostname and no IP cannot be announced at layer 2 and is reported as
+//!   a [`ProblemReason::NoIp`] (not silently ignored: for a Service of our class it means a
+//!   misconfigured IPAM). An address that does not parse or can never be a VIP is reported and
+//!   skipped; the Service's other VIPs are still planned. One address claimed by two Services
+//!   is planned for the first by namespace/name only, and reported on the others.
+//! * Nodes: condition `Ready` is `True`, no `node.kubernetes.io/exclude-from-external-load-balancers`
+//!   label (any value: Kubernetes checks presence), matching the configured node selector.
+//! * Endpoints: the EndpointSlices labelled `kubernetes.io/service-name=<service>` in the
+//!   Service's namespace. An endpoint is ready when `conditions.ready` is `true` or unset ("a
+//!   nil value should be interpreted as true", EndpointConditions API reference). A Service with
+//!   no ready endpoint anywhere is announced nowhere: traffic to it would be dropped anyway,
+//!   and silence lets clients fail fast. Under `externalTrafficPolicy: Local`, only eligible
+//!   nodes hosting a ready endpoint (`nodeName`) are eligible, since kube-proxy drops the
+//!   traffic on the others; under `Cluster`, every eligible node is.
+//!
+//! VIPs that end up with no eligible node are still in [`Plan::vips`] (with an empty set) so the
+//! election core withdraws them, and a [`Problem`] says why.
+
+use std::{
+    borrow::Borrow,
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+};
+
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::LabelSelector,
+};
+use kube::core::{ParseExpressionError, Selector, SelectorExt};
+
+use crate::{
+    dataplane::Vip,
+    election::{IfaceName, NodeName, ServiceRef, VipSpec},
+};
+
+/// The `spec.loadBalancerClass` the agent serves by default.
+pub const DEFAULT_CLASS: &str = "announcer.dev/l2";
+/// Nodes carrying this label (any value) never announce (well-known label, KEP-1143).
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+/// The label linking an EndpointSlice to its Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Which Services and Nodes this agent considers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// Our `spec.loadBalancerClass`: Services with no class or this class are ours. `None`:
+    /// only Services with no class.
+    pub load_balancer_class: Option<String>,
+    /// Only Services whose labels match (`None`: all).
+    pub service_selector: Option<Selector>,
+    /// Only Nodes whose labels match may announce (`None`: all).
+    pub node_selector: Option<Selector>,
+    /// Announce IPv4 VIPs.
+    pub ipv4: bool,
+    /// Announce IPv6 VIPs.
+    pub ipv6: bool,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            load_balancer_class: Some(DEFAULT_CLASS.to_owned()),
+            service_selector: None,
+            node_selector: None,
+            ipv4: true,
+            ipv6: true,
+        }
+    }
+}
+
+/// A label selector from the configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid {which} selector: {source}")]
+pub struct SelectorError {
+    /// "service" or "node".
+    pub which: &'static str,
+    /// What kube-core said.
+    #[source]
+    pub source: ParseExpressionError,
+}
+
+impl Selection {
+    /// The default selection with these selectors (`matchLabels` and `matchExpressions` with
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`), parsed once so a bad operator is refused at
+    /// start rather than silently matching nothing.
+    pub fn with_selectors(
+        service: Option<LabelSelector>,
+        node: Option<LabelSelector>,
+    ) -> Result<Self, SelectorError> {
+        let parse = |which, s: Option<LabelSelector>| {
+            s.map(Selector::try_from)
+                .transpose()
+                .map_err(|source| SelectorError { which, source })
+        };
+        Ok(Selection {
+            service_selector: parse("service", service)?,
+            node_selector: parse("node", node)?,
+            ..Selection::default()
+        })
+    }
+}
+
+/// The outcome of [`plan`]: what to announce, and what cannot be announced and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Every VIP of our Services, sorted by address. Unique addresses.
+    pub vips: Vec<VipPlan>,
+    /// Why some VIPs are not (or not fully) announced, sorted by Service then VIP.
+    pub problems: Vec<Problem>,
+}
+
+/// One VIP and the nodes that may announce it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VipPlan {
+    /// The address.
+    pub vip: IpAddr,
+    /// Its Service.
+    pub service: ServiceRef,
+    /// Nodes that may announce it; empty: nowhere (a [`Problem`] says why).
+    pub eligible: BTreeSet<NodeName>,
+    /// The Service has `externalTrafficPolicy: Local`.
+    pub local_policy: bool,
+}
+
+impl VipPlan {
+    /// The election core's view of this VIP, with the interface this node would use.
+    pub fn spec(&self, local: Option<IfaceName>) -> VipSpec {
+        VipSpec {
+            vip: self.vip,
+            service: self.service.clone(),
+            eligible: self.eligible.clone(),
+            local,
+        }
+    }
+}
+
+impl Plan {
+    /// The Services `node` is eligible for, with their VIPs (for the lease-per-service mode).
+    pub fn services_for(&self, node: &NodeName) -> BTreeMap<ServiceRef, Vec<IpAddr>> {
+        let mut out: BTreeMap<ServiceRef, Vec<IpAddr>> = BTreeMap::new();
+        for v in self.vips.iter().filter(|v| v.eligible.contains(node)) {
+            out.entry(v.service.clone()).or_default().push(v.vip);
+        }
+        out
+    }
+}
+
+/// A VIP (or ingress entry) that cannot be announced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// The Service to record an Event on.
+    pub service: ServiceRef,
+    /// The ingress entry concerned, verbatim (`None`: the Service as a whole).
+    pub vip: Option<String>,
+    /// Why, typed.
+    pub reason: ProblemReason,
+    /// Why, for people (Event note and log line).
+    pub message: String,
+}
+
+/// Why a VIP is not announced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemReason {
+    /// `ip` does not parse, or can never be a VIP (the text says which).
+    BadAddress(String),
+    /// The ingress entry has no `ip` (hostname only, or empty).
+    NoIp,
+    /// The address family is disabled in the agent's configuration.
+    FamilyDisabled,
+    /// Another Service (first by namespace/name) already claims the address.
+    Duplicate(ServiceRef),
+    /// The Service has no ready endpoint anywhere.
+    NoReadyEndpoints,
+    /// No node is Ready, included and selected (and, under `Local`, hosts a ready endpoint).
+    NoEligibleNode,
+}
+
+impl ProblemReason {
+    /// The Event `reason` (PascalCase, as Kubernetes conventions ask).
+    pub fn event_reason(&self) -> &'static str {
+        match self {
+            ProblemReason::BadAddress(_) => "BadAddress",
+            ProblemReason::NoIp => "NoIp",
+            ProblemReason::FamilyDisabled => "FamilyDisabled",
+            ProblemReason::Duplicate(_) => "DuplicateAddress",
+            ProblemReason::NoReadyEndpoints => "NoReadyEndpoints",
+            ProblemReason::NoEligibleNode => "NoEligibleNode",
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.service, self.message)
+    }
+}
+
+/// Whether the node's `Ready` condition is `True`.
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The nodes that may announce anything: Ready, not excluded, selected.
+pub fn eligible_nodes<N: Borrow<Node>>(nodes: &[N], sel: &Selection) -> BTreeSet<NodeName> {
+    let empty = BTreeMap::new();
+    nodes
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|n| node_ready(n))
+        .filter(|n| {
+            let labels = n.metadata.labels.as_ref().unwrap_or(&empty);
+            !labels.contains_key(EXCLUDE_LABEL)
+                && sel.node_selector.as_ref().is_none_or(|s| s.matches(labels))
+        })
+        .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
+        .collect()
+}
+
+/// Whether the Service is one of ours: LoadBalancer, our class, selected.
+fn ours(svc: &Service, sel: &Selection) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return false;
+    }
+    match &spec.load_balancer_class {
+        None => {}
+        Some(c) if Some(c) == sel.load_balancer_class.as_ref() => {}
+        Some(_) => return false,
+    }
+    let empty = BTreeMap::new();
+    let labels = svc.metadata.labels.as_ref().unwrap_or(&empty);
+    sel.service_selector
+        .as_ref()
+        .is_none_or(|s| s.matches(labels))
+}
+
+/// Ready endpoints of a Service: whether any exists, and the nodes hosting one.
+#[derive(Default)]
+struct Endpoints {
+    any_ready: bool,
+    nodes: BTreeSet<NodeName>,
+}
+
+/// Ready endpoints of every Service, by (namespace, name), from one pass over the slices.
+fn endpoints<'a>(
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+) -> BTreeMap<(&'a str, &'a str), Endpoints> {
+    let mut out: BTreeMap<(&str, &str), Endpoints> = BTreeMap::new();
+    for s in slices {
+        let Some(ns) = s.metadata.namespace.as_deref() else {
+            continue;
+        };
+        let Some(svc) = s
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+        else {
+            continue;
+        };
+        let e = out.entry((ns, svc.as_str())).or_default();
+        for ep in s.endpoints.iter().flatten() {
+            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            e.any_ready = true;
+            if let Some(n) = &ep.node_name {
+                e.nodes.insert(NodeName::from(n.as_str()));
+            }
+        }
+    }
+    out
+}
+
+/// Computes the plan. Deterministic: the same objects in any order give the same plan.
+/// Takes objects or `Arc`s of them (as reflector stores hold them).
+pub fn plan<S, E, N>(services: &[S], slices: &[E], nodes: &[N], sel: &Selection) -> Plan
+where
+    S: Borrow<Service>,
+    E: Borrow<EndpointSlice>,
+    N: Borrow<Node>,
+{
+    let base = eligible_nodes(nodes, sel);
+    let all_eps = endpoints(slices.iter().map(Borrow::borrow));
+    let none = Endpoints::default();
+    let mut ours: Vec<(ServiceRef, &Service)> = services
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|s| ours(s, sel))
+        .filter_map(|s| {
+            let namespace = s.metadata.namespace.clone()?;
+            let name = s.metadata.name.clone()?;
+            Some((ServiceRef { namespace, name }, s))
+        })
+        .collect();
+    ours.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut claimed: BTreeMap<IpAddr, ServiceRef> = BTreeMap::new();
+    let mut out = Plan::default();
+    for (sref, svc) in ours {
+        let local_policy = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.external_traffic_policy.as_deref())
+            == Some("Local");
+        let eps = all_eps
+            .get(&(sref.namespace.as_str(), sref.name.as_str()))
+            .unwrap_or(&none);
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        let mut problem = |vip: Option<String>, reason, message: String| {
+            out.problems.push(Problem {
+                service: sref.clone(),
+                vip,
+                reason,
+                message,
+            })
+        };
+        for ing in ingress.into_iter().flatten() {
+            let Some(text) = ing.ip.as_deref() else {
+                let what = match &ing.hostname {
+                    Some(h) => format!("ingress hostname {h:?} has no IP"),
+                    None => "an ingress entry has no IP".to_owned(),
+                };
+                problem(
+                    ing.hostname.clone(),
+                    ProblemReason::NoIp,
+                    format!("{what}: only IP addresses can be announced at layer 2"),
+                );
+                continue;
+            };
+            let vip = match text.parse::<IpAddr>() {
+                Ok(ip) => ip,
+                Err(_) => {
+                    let why = format!("{text:?} is not an IP address");
+                    problem(
+                        Some(text.to_owned()),
+                        ProblemReason::BadAddress(why.clone()),
+                        format!("cannot announce ingress IP: {why}"),
+                    );
+                    continue;
+                }
+            };
+            if let Err(e) = Vip::new(vip, None) {
+                let why = e.to_string();
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::BadAddress(why.clone()),
+                    format!("cannot announce ingress IP: {why}"),
+                );
+                continue;
+            }
+            let family_on = match vip {
+                IpAddr::V4(_) => sel.ipv4,
+                IpAddr::V6(_) => sel.ipv6,
+            };
+            if !family_on {
+                let fam = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::FamilyDisabled,
+                    format!("not announcing {vip}: {fam} is disabled in the agent's configuration"),
+                );
+                continue;
+            }
+            match claimed.get(&vip) {
+                Some(owner) if *owner == sref => continue, // listed twice in one Service
+                Some(owner) => {
+                    let owner = owner.clone();
+                    problem(
+                        Some(text.to_owned()),
+                        ProblemReason::Duplicate(owner.clone()),
+                        format!("not announcing {vip}: Service {owner} already claims it"),
+                    );
+                    continue;
+                }
+                None => {
+                    claimed.insert(vip, sref.clone());
+                }
+            }
+            let eligible: BTreeSet<NodeName> = if !eps.any_ready {
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::NoReadyEndpoints,
+                    format!("not announcing {vip}: the Service has no ready endpoints"),
+                );
+                BTreeSet::new()
+            } else if local_policy {
+                base.intersection(&eps.nodes).cloned().collect()
+            } else {
+                base.clone()
+            };
+            if eps.any_ready && eligible.is_empty() {
+                let why = if local_policy {
+                    "no Ready, selected node hosts a ready endpoint (externalTrafficPolicy: Local)"
+                } else {
+                    "no node is Ready, selected and not excluded from load balancers"
+                };
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::NoEligibleNode,
+                    format!("not announcing {vip}: {why}"),
+                );
+            }
+            out.vips.push(VipPlan {
+                vip,
+                service: sref.clone(),
+                eligible,
+                local_policy,
+            });
+        }
+    }
+    out.vips.sort_by_key(|v| v.vip);
+    out.problems
+        .sort_by(|a, b| (&a.service, &a.vip, &a.message).cmp(&(&b.service, &b.vip, &b.message)));
+    out
+}
+
+#[cfg(test)]
+mod tests;

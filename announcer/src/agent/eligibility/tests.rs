@@ -1,0 +1,576 @@
+//! Tests of the eligibility rules, one rule per test plus a table.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        core::v1::{
+            LoadBalancerIngress, LoadBalancerStatus, NodeCondition, NodeStatus, ServiceSpec,
+            ServiceStatus,
+        },
+        discovery::v1::{Endpoint, EndpointConditions},
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta},
+};
+
+use super::*;
+
+fn labels(kv: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    Some(
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
+}
+
+fn svc(ns: &str, name: &str, ips: &[&str]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ..Default::default()
+        }),
+        status: Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(
+                    ips.iter()
+                        .map(|ip| LoadBalancerIngress {
+                            ip: Some(ip.to_string()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn local(mut s: Service) -> Service {
+    s.spec.as_mut().unwrap().external_traffic_policy = Some("Local".into());
+    s
+}
+
+/// A slice of `svc` in `ns` with endpoints `(node, ready)`; `ready: None` leaves the
+/// condition unset.
+fn slice(ns: &str, svc: &str, eps: &[(&str, Option<bool>)]) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(format!("{svc}-abcde")),
+            labels: labels(&[(SERVICE_NAME_LABEL, svc)]),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        endpoints: Some(
+            eps.iter()
+                .map(|(node, ready)| Endpoint {
+                    addresses: vec!["10.244.0.7".into()],
+                    node_name: Some(node.to_string()),
+                    conditions: Some(EndpointConditions {
+                        ready: *ready,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ports: None,
+    }
+}
+
+fn node(name: &str, ready: &str, kv: &[(&str, &str)]) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: labels(kv),
+            ..Default::default()
+        },
+        status: Some(NodeStatus {
+            conditions: Some(vec![
+                NodeCondition {
+                    type_: "MemoryPressure".into(),
+                    status: "False".into(),
+                    ..Default::default()
+                },
+                NodeCondition {
+                    type_: "Ready".into(),
+                    status: ready.into(),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn nodes(names: &[&str]) -> Vec<Node> {
+    names.iter().map(|n| node(n, "True", &[])).collect()
+}
+
+fn set(names: &[&str]) -> BTreeSet<NodeName> {
+    names.iter().map(|n| NodeName::from(*n)).collect()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn reasons(p: &Plan) -> Vec<(&str, &str)> {
+    p.problems
+        .iter()
+        .map(|p| (p.vip.as_deref().unwrap_or(""), p.reason.event_reason()))
+        .collect()
+}
+
+#[test]
+fn cluster_policy_service_is_eligible_on_every_ready_node() {
+    let p = plan(
+        &[svc("default", "web", &["10.0.0.5", "fd00::5"])],
+        &[slice("default", "web", &[("a", Some(true))])],
+        &nodes(&["a", "b", "c"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.problems, vec![]);
+    assert_eq!(p.vips.len(), 2);
+    assert_eq!(p.vips[0].vip, ip("10.0.0.5"));
+    assert_eq!(p.vips[1].vip, ip("fd00::5"));
+    for v in &p.vips {
+        assert_eq!(v.eligible, set(&["a", "b", "c"]));
+        assert_eq!(v.service.to_string(), "default/web");
+        assert!(!v.local_policy);
+    }
+}
+
+#[test]
+fn only_load_balancer_services_are_considered() {
+    let mut s = svc("default", "web", &["10.0.0.5"]);
+    s.spec.as_mut().unwrap().type_ = Some("NodePort".into());
+    let p = plan(
+        &[s],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &Selection::default(),
+    );
+    assert_eq!(p, Plan::default());
+}
+
+#[test]
+fn classless_and_our_class_are_ours_other_classes_are_not() {
+    let with_class = |name: &str, ip: &str, class: Option<&str>| {
+        let mut s = svc("default", name, &[ip]);
+        s.spec.as_mut().unwrap().load_balancer_class = class.map(String::from);
+        s
+    };
+    let services = [
+        with_class("none", "10.0.0.1", None),
+        with_class("ours", "10.0.0.2", Some(DEFAULT_CLASS)),
+        with_class("theirs", "10.0.0.3", Some("metallb.io/metallb")),
+    ];
+    let slices: Vec<_> = ["none", "ours", "theirs"]
+        .iter()
+        .map(|n| slice("default", n, &[("a", None)]))
+        .collect();
+    let p = plan(&services, &slices, &nodes(&["a"]), &Selection::default());
+    let vips: Vec<_> = p.vips.iter().map(|v| v.vip).collect();
+    assert_eq!(vips, vec![ip("10.0.0.1"), ip("10.0.0.2")]);
+
+    // With no class configured, only classless Services are ours.
+    let sel = Selection {
+        load_balancer_class: None,
+        ..Selection::default()
+    };
+    let p = plan(&services, &slices, &nodes(&["a"]), &sel);
+    let vips: Vec<_> = p.vips.iter().map(|v| v.vip).collect();
+    assert_eq!(vips, vec![ip("10.0.0.1")]);
+}
+
+#[test]
+fn service_selector_filters_services() {
+    let mut a = svc("default", "a", &["10.0.0.1"]);
+    a.metadata.labels = labels(&[("announce", "yes")]);
+    let b = svc("default", "b", &["10.0.0.2"]);
+    let sel = Selection::with_selectors(
+        Some(LabelSelector {
+            match_labels: labels(&[("announce", "yes")]),
+            ..Default::default()
+        }),
+        None,
+    )
+    .unwrap();
+    let slices = [
+        slice("default", "a", &[("n", None)]),
+        slice("default", "b", &[("n", None)]),
+    ];
+    let p = plan(&[a, b], &slices, &nodes(&["n"]), &sel);
+    let vips: Vec<_> = p.vips.iter().map(|v| v.vip).collect();
+    assert_eq!(vips, vec![ip("10.0.0.1")]);
+}
+
+#[test]
+fn hostname_only_ingress_is_reported_not_announced() {
+    let mut s = svc("default", "web", &["10.0.0.5"]);
+    let ingress = &mut s
+        .status
+        .as_mut()
+        .unwrap()
+        .load_balancer
+        .as_mut()
+        .unwrap()
+        .ingress;
+    ingress.as_mut().unwrap().push(LoadBalancerIngress {
+        hostname: Some("lb.example.com".into()),
+        ..Default::default()
+    });
+    let p = plan(
+        &[s],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(reasons(&p), vec![("lb.example.com", "NoIp")]);
+    assert!(
+        p.problems[0].message.contains("lb.example.com"),
+        "{}",
+        p.problems[0]
+    );
+}
+
+#[test]
+fn a_bad_address_is_reported_and_the_other_vips_still_planned() {
+    let p = plan(
+        &[svc(
+            "default",
+            "web",
+            &["10.0.0.300", "224.0.0.1", "::ffff:10.0.0.9", "10.0.0.5"],
+        )],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &Selection::default(),
+    );
+    let vips: Vec<_> = p.vips.iter().map(|v| v.vip).collect();
+    assert_eq!(vips, vec![ip("10.0.0.5")]);
+    assert_eq!(
+        reasons(&p),
+        vec![
+            ("10.0.0.300", "BadAddress"),
+            ("224.0.0.1", "BadAddress"),
+            ("::ffff:10.0.0.9", "BadAddress"),
+        ]
+    );
+    assert!(
+        p.problems[0].message.contains("not an IP address"),
+        "{}",
+        p.problems[0]
+    );
+    assert!(
+        p.problems[1].message.contains("multicast"),
+        "{}",
+        p.problems[1]
+    );
+}
+
+#[test]
+fn disabled_families_are_reported() {
+    let sel = Selection {
+        ipv6: false,
+        ..Selection::default()
+    };
+    let p = plan(
+        &[svc("default", "web", &["10.0.0.5", "fd00::5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &sel,
+    );
+    let vips: Vec<_> = p.vips.iter().map(|v| v.vip).collect();
+    assert_eq!(vips, vec![ip("10.0.0.5")]);
+    assert_eq!(reasons(&p), vec![("fd00::5", "FamilyDisabled")]);
+    assert!(p.problems[0].message.contains("IPv6 is disabled"));
+}
+
+#[test]
+fn a_duplicate_address_goes_to_the_first_service_by_namespace_and_name() {
+    // Same address spelled differently: still one address.
+    let services = [
+        svc("b", "x", &["fd00::5"]),
+        svc("a", "z", &["fd00:0:0::5"]),
+        svc("a", "y", &["10.0.0.1", "10.0.0.1"]),
+    ];
+    let slices = [
+        slice("b", "x", &[("n", None)]),
+        slice("a", "z", &[("n", None)]),
+        slice("a", "y", &[("n", None)]),
+    ];
+    for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2]] {
+        let svcs: Vec<_> = order.iter().map(|&i| services[i].clone()).collect();
+        let p = plan(&svcs, &slices, &nodes(&["n"]), &Selection::default());
+        let owners: Vec<_> = p
+            .vips
+            .iter()
+            .map(|v| (v.vip, v.service.to_string()))
+            .collect();
+        assert_eq!(
+            owners,
+            vec![
+                (ip("10.0.0.1"), "a/y".to_owned()),
+                (ip("fd00::5"), "a/z".to_owned())
+            ]
+        );
+        assert_eq!(p.problems.len(), 1);
+        assert_eq!(p.problems[0].service.to_string(), "b/x");
+        assert_eq!(
+            p.problems[0].reason,
+            ProblemReason::Duplicate(ServiceRef {
+                namespace: "a".into(),
+                name: "z".into()
+            })
+        );
+    }
+}
+
+#[test]
+fn unset_ready_condition_means_ready() {
+    let p = plan(
+        &[local(svc("default", "web", &["10.0.0.5"]))],
+        &[slice("default", "web", &[("a", None), ("b", Some(false))])],
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].eligible, set(&["a"]));
+    assert!(p.vips[0].local_policy);
+}
+
+#[test]
+fn endpoint_without_conditions_is_ready() {
+    let mut s = slice("default", "web", &[("a", None)]);
+    s.endpoints.as_mut().unwrap()[0].conditions = None;
+    let p = plan(
+        &[local(svc("default", "web", &["10.0.0.5"]))],
+        &[s],
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].eligible, set(&["a"]));
+}
+
+#[test]
+fn local_policy_with_endpoints_only_on_ineligible_nodes_has_no_eligible_node() {
+    let p = plan(
+        &[local(svc("default", "web", &["10.0.0.5"]))],
+        &[slice("default", "web", &[("gone", Some(true))])],
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].eligible, set(&[]));
+    assert_eq!(reasons(&p), vec![("10.0.0.5", "NoEligibleNode")]);
+    assert!(
+        p.problems[0]
+            .message
+            .contains("externalTrafficPolicy: Local")
+    );
+}
+
+#[test]
+fn no_ready_endpoint_anywhere_announces_nowhere() {
+    let p = plan(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[slice("default", "web", &[("a", Some(false))])],
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 1, "kept so the core withdraws it");
+    assert_eq!(p.vips[0].eligible, set(&[]));
+    assert_eq!(reasons(&p), vec![("10.0.0.5", "NoReadyEndpoints")]);
+}
+
+#[test]
+fn slices_of_other_services_or_namespaces_do_not_count() {
+    let mut unlabelled = slice("default", "web", &[("a", None)]);
+    unlabelled.metadata.labels = None;
+    let p = plan(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[
+            slice("other", "web", &[("a", None)]),
+            slice("default", "web2", &[("a", None)]),
+            unlabelled,
+        ],
+        &nodes(&["a"]),
+        &Selection::default(),
+    );
+    assert_eq!(reasons(&p), vec![("10.0.0.5", "NoReadyEndpoints")]);
+}
+
+#[test]
+fn node_must_be_ready_and_not_excluded() {
+    let mut no_status = node("nostatus", "True", &[]);
+    no_status.status = None;
+    let ns = [
+        node("ready", "True", &[]),
+        node("notready", "False", &[]),
+        node("unknown", "Unknown", &[]),
+        node("excluded", "True", &[(EXCLUDE_LABEL, "")]),
+        no_status,
+    ];
+    assert_eq!(eligible_nodes(&ns, &Selection::default()), set(&["ready"]));
+}
+
+#[test]
+fn node_selector_supports_labels_and_expressions() {
+    let req = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
+        key: key.into(),
+        operator: op.into(),
+        values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
+    };
+    let sel = Selection::with_selectors(
+        None,
+        Some(LabelSelector {
+            match_labels: labels(&[("l2", "on")]),
+            match_expressions: Some(vec![
+                req("zone", "In", &["z1", "z2"]),
+                req("tier", "NotIn", &["edge"]),
+                req("nic", "Exists", &[]),
+                req("spot", "DoesNotExist", &[]),
+            ]),
+        }),
+    )
+    .unwrap();
+    let ok = [("l2", "on"), ("zone", "z1"), ("nic", "x")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let mut kv = ok.to_vec();
+        kv.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+        kv.extend_from_slice(extra);
+        kv
+    };
+    let ns = [
+        node("all", "True", &ok),
+        node("tier-core", "True", &with(&[("tier", "core")])),
+        node("no-l2", "True", &with(&[("l2", "off")])),
+        node("zone3", "True", &with(&[("zone", "z3")])),
+        node("edge", "True", &with(&[("tier", "edge")])),
+        node("spot", "True", &with(&[("spot", "1")])),
+        node("no-nic", "True", &[("l2", "on"), ("zone", "z2")]),
+    ];
+    assert_eq!(eligible_nodes(&ns, &sel), set(&["all", "tier-core"]));
+}
+
+#[test]
+fn an_unknown_selector_operator_is_refused() {
+    let err = Selection::with_selectors(
+        None,
+        Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "a".into(),
+                operator: "Gt".into(),
+                values: None,
+            }]),
+            ..Default::default()
+        }),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("invalid node selector"),
+        "{err}"
+    );
+}
+
+#[test]
+fn plan_does_not_depend_on_input_order() {
+    let services = vec![
+        svc("a", "one", &["10.0.0.2", "10.0.0.1"]),
+        local(svc("b", "two", &["fd00::2", "bogus"])),
+    ];
+    let slices = vec![
+        slice("a", "one", &[("n1", None)]),
+        slice("b", "two", &[("n2", Some(true)), ("n3", Some(true))]),
+    ];
+    let ns = nodes(&["n1", "n2", "n3"]);
+    let p1 = plan(&services, &slices, &ns, &Selection::default());
+    fn rev<T: Clone>(v: &[T]) -> Vec<T> {
+        v.iter().rev().cloned().collect()
+    }
+    let p2 = plan(
+        &rev(&services),
+        &rev(&slices),
+        &rev(&ns),
+        &Selection::default(),
+    );
+    assert_eq!(p1, p2);
+    let me = NodeName::from("n2");
+    let for_n2 = p1.services_for(&me);
+    assert_eq!(for_n2.len(), 2);
+    assert_eq!(for_n2.values().map(Vec::len).sum::<usize>(), 3);
+}
+
+/// Table: (policy Local?, endpoints (node, ready), ready nodes) → eligible, problem.
+#[test]
+fn eligibility_table() {
+    type Row = (
+        bool,
+        &'static [(&'static str, Option<bool>)],
+        &'static [&'static str],
+        &'static [&'static str],
+        Option<&'static str>,
+    );
+    let rows: &[Row] = &[
+        (false, &[("a", None)], &["a", "b"], &["a", "b"], None),
+        (false, &[("x", Some(true))], &["a", "b"], &["a", "b"], None),
+        (false, &[], &["a", "b"], &[], Some("NoReadyEndpoints")),
+        (
+            false,
+            &[("a", Some(false))],
+            &["a"],
+            &[],
+            Some("NoReadyEndpoints"),
+        ),
+        (false, &[("a", None)], &[], &[], Some("NoEligibleNode")),
+        (
+            true,
+            &[("a", None), ("b", Some(true))],
+            &["a", "b", "c"],
+            &["a", "b"],
+            None,
+        ),
+        (
+            true,
+            &[("a", Some(false)), ("b", None)],
+            &["a", "b"],
+            &["b"],
+            None,
+        ),
+        (
+            true,
+            &[("c", None)],
+            &["a", "b"],
+            &[],
+            Some("NoEligibleNode"),
+        ),
+        (
+            true,
+            &[("a", Some(false))],
+            &["a"],
+            &[],
+            Some("NoReadyEndpoints"),
+        ),
+    ];
+    for (i, (is_local, eps, ready, want, problem)) in rows.iter().enumerate() {
+        let s = svc("default", "web", &["10.0.0.5"]);
+        let s = if *is_local { local(s) } else { s };
+        let mut ns = nodes(ready);
+        ns.push(node("down", "False", &[]));
+        let p = plan(
+            &[s],
+            &[slice("default", "web", eps)],
+            &ns,
+            &Selection::default(),
+        );
+        assert_eq!(p.vips[0].eligible, set(want), "row {i}");
+        let got = p.problems.first().map(|p| p.reason.event_reason());
+        assert_eq!(got, *problem, "row {i}");
+    }
+}

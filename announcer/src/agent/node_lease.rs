@@ -1,0 +1,543 @@
+//! This node's Lease (`coordination.k8s.io/v1`), and reading peers' Leases.
+//!
+//! Why one Lease per node rather than per Service: API cost then grows with nodes, not with
+//! Services × nodes (see [`super::per_service`] for the alternative, kept for comparison).
+//! The Lease says "this agent is alive and can reach the API server", and carries where to
+//! send it heartbeats (`announcer.dev/heartbeat`) and whether it has left for good
+//! (`announcer.dev/released`). Every write carries the `resourceVersion` last seen, so two
+//! writers (an agent and its restarted self) can never overwrite each other silently: the
+//! loser gets 409 and re-reads (optimistic concurrency, Kubernetes API conventions).
+
+use std::{collections::BTreeMap, net::SocketAddr, sync::Mutex, time::Duration};
+
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{Api, Client, api::PostParams};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::election::{LeaseView, LeaseWriteResult, NodeName};
+
+/// Prefix of node Lease names: `announcer-node-<node>`.
+pub const LEASE_PREFIX: &str = "announcer-node-";
+/// `app.kubernetes.io/name` on every object the agent writes.
+pub const APP_LABEL: (&str, &str) = ("app.kubernetes.io/name", "announcer");
+/// Marks node Leases (as opposed to the lease-per-service mode's).
+pub const KIND_LABEL: (&str, &str) = ("announcer.dev/lease", "node");
+/// Annotation: the node's heartbeat address, `ip:port`.
+pub const HEARTBEAT_ANNOTATION: &str = "announcer.dev/heartbeat";
+/// Annotation: `"true"` once the node has handed its VIPs over and left.
+pub const RELEASED_ANNOTATION: &str = "announcer.dev/released";
+/// Longest object name (DNS subdomain, RFC 1123).
+pub const MAX_NAME: usize = 253;
+
+/// The label selector matching every node Lease (for the Lease watch).
+pub fn selector() -> String {
+    format!(
+        "{}={},{}={}",
+        APP_LABEL.0, APP_LABEL.1, KIND_LABEL.0, KIND_LABEL.1
+    )
+}
+
+/// `prefix` + `body`, cut to [`MAX_NAME`] with a hash of the whole appended when too long, so
+/// distinct long names stay distinct and the same input always gives the same name.
+pub fn bounded_name(prefix: &str, body: &str) -> String {
+    let full = format!("{prefix}{body}");
+    if full.len() <= MAX_NAME {
+        return full;
+    }
+    let hash = format!("-{:016x}", xxh3_64(full.as_bytes()));
+    let mut cut = MAX_NAME - hash.len();
+    while !full.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = full[..cut].trim_end_matches(['-', '.']);
+    format!("{head}{hash}")
+}
+
+/// The name of `node`'s Lease.
+pub fn lease_name(node: &NodeName) -> String {
+    bounded_name(LEASE_PREFIX, node.as_str())
+}
+
+/// A watched Lease that cannot be used as a node Lease.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MalformedLease {
+    /// No `spec.holderIdentity`.
+    #[error("Lease {0} has no holderIdentity")]
+    NoHolder(String),
+    /// The holder is not the node the name says.
+    #[error("Lease {name} is held by {holder:?}, but its name says it is {expected}'s")]
+    WrongHolder {
+        /// Lease name.
+        name: String,
+        /// `spec.holderIdentity`.
+        holder: String,
+        /// The Lease name of that holder.
+        expected: String,
+    },
+    /// No `metadata.resourceVersion`.
+    #[error("Lease {0} has no resourceVersion")]
+    NoResourceVersion(String),
+    /// `leaseDurationSeconds` missing or not positive.
+    #[error("Lease {name} has leaseDurationSeconds {value:?}; expected a positive number")]
+    BadDuration {
+        /// Lease name.
+        name: String,
+        /// What it says.
+        value: Option<i32>,
+    },
+    /// The heartbeat annotation is not `ip:port`.
+    #[error("Lease {name} has {HEARTBEAT_ANNOTATION}={value:?}; expected ip:port")]
+    BadHeartbeat {
+        /// Lease name.
+        name: String,
+        /// What it says.
+        value: String,
+    },
+    /// The released annotation is neither `true` nor `false`.
+    #[error("Lease {name} has {RELEASED_ANNOTATION}={value:?}; expected \"true\" or \"false\"")]
+    BadReleased {
+        /// Lease name.
+        name: String,
+        /// What it says.
+        value: String,
+    },
+}
+
+/// The election core's view of a watched node Lease, and the peer's heartbeat address (`None`
+/// if it does not publish one). Malformed Leases are refused with the reason, never guessed at.
+pub fn view(lease: &Lease) -> Result<(LeaseView, Option<SocketAddr>), MalformedLease> {
+    let name = lease.metadata.name.clone().unwrap_or_default();
+    let spec = lease.spec.as_ref();
+    let holder = spec
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| MalformedLease::NoHolder(name.clone()))?;
+    let node = NodeName::from(holder);
+    let expected = lease_name(&node);
+    if expected != name {
+        return Err(MalformedLease::WrongHolder {
+            name,
+            holder: holder.to_owned(),
+            expected,
+        });
+    }
+    let resource_version = lease
+        .metadata
+        .resource_version
+        .clone()
+        .ok_or_else(|| MalformedLease::NoResourceVersion(name.clone()))?;
+    let seconds = spec.and_then(|s| s.lease_duration_seconds);
+    let duration = match seconds.map(u64::try_from) {
+        Some(Ok(s)) if s > 0 => Duration::from_secs(s),
+        _ => {
+            return Err(MalformedLease::BadDuration {
+                name,
+                value: seconds,
+            });
+        }
+    };
+    let annotations = lease.metadata.annotations.as_ref();
+    let annotation = |key: &str| annotations.and_then(|a| a.get(key));
+    let heartbeat = match annotation(HEARTBEAT_ANNOTATION) {
+        None => None,
+        Some(v) => Some(
+            v.parse::<SocketAddr>()
+                .map_err(|_| MalformedLease::BadHeartbeat {
+                    name: name.clone(),
+                    value: v.clone(),
+                })?,
+        ),
+    };
+    let released = match annotation(RELEASED_ANNOTATION).map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(MalformedLease::BadReleased {
+                name,
+                value: v.to_owned(),
+            });
+        }
+    };
+    let view = LeaseView {
+        node,
+        resource_version,
+        renew_time: spec
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0.to_string()),
+        duration,
+        released,
+    };
+    Ok((view, heartbeat))
+}
+
+/// The node a Lease belongs to (its `holderIdentity`), for turning a deleted Lease into the
+/// core's `LeaseGone` without requiring the rest of it to be well-formed.
+pub fn node_of(lease: &Lease) -> Option<NodeName> {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .filter(|h| !h.is_empty())
+        .map(NodeName::from)
+}
+
+/// `leaseDurationSeconds` for a duration: whole seconds, rounded up, at least 1.
+pub fn duration_seconds(d: Duration) -> i32 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(s.max(1)).unwrap_or(i32::MAX)
+}
+
+/// Writes this node's Lease.
+pub struct NodeLease {
+    api: Api<Lease>,
+    node: NodeName,
+    name: String,
+    heartbeat: SocketAddr,
+    duration: Duration,
+    /// `acquireTime` to keep on replaces: when this process first wrote the Lease.
+    acquired: Mutex<Option<Timestamp>>,
+}
+
+impl NodeLease {
+    /// The Lease of `node` in `namespace`, advertising `heartbeat`, held for `duration`.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        node: NodeName,
+        heartbeat: SocketAddr,
+        duration: Duration,
+    ) -> Self {
+        NodeLease {
+            api: Api::namespaced(client, namespace),
+            name: lease_name(&node),
+            node,
+            heartbeat,
+            duration,
+            acquired: Mutex::new(None),
+        }
+    }
+
+    /// The Lease name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The object to write at `now`: `resource_version` is the precondition (`None` on create).
+    pub fn build(&self, resource_version: Option<String>, release: bool, now: Timestamp) -> Lease {
+        let acquired = {
+            let mut a = self.acquired.lock().unwrap_or_else(|e| e.into_inner());
+            *a.get_or_insert(now)
+        };
+        let labels = BTreeMap::from([
+            (APP_LABEL.0.to_owned(), APP_LABEL.1.to_owned()),
+            (KIND_LABEL.0.to_owned(), KIND_LABEL.1.to_owned()),
+        ]);
+        let mut annotations =
+            BTreeMap::from([(HEARTBEAT_ANNOTATION.to_owned(), self.heartbeat.to_string())]);
+        if release {
+            annotations.insert(RELEASED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                resource_version,
+                labels: Some(labels),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.node.to_string()),
+                lease_duration_seconds: Some(duration_seconds(self.duration)),
+                renew_time: Some(MicroTime(now)),
+                acquire_time: Some(MicroTime(acquired)),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Creates the Lease (`resource_version: None`; 409 AlreadyExists → `Conflict`) or
+    /// replaces it with that `resourceVersion` as precondition (409 → `Conflict`; 404, deleted
+    /// since we read it, also → `Conflict`: re-read and create). Anything else → `Failed`.
+    pub async fn write(&self, resource_version: Option<String>, release: bool) -> LeaseWriteResult {
+        let create = resource_version.is_none();
+        let lease = self.build(resource_version, release, Timestamp::now());
+        let pp = PostParams {
+            field_manager: Some("announcer".to_owned()),
+            ..Default::default()
+        };
+        let res = if create {
+            self.api.create(&pp, &lease).await
+        } else {
+            self.api.replace(&self.name, &pp, &lease).await
+        };
+        match res {
+            Ok(l) => match l.metadata.resource_version {
+                Some(resource_version) => LeaseWriteResult::Written { resource_version },
+                None => {
+                    tracing::warn!(lease = %self.name, "Lease write answered without resourceVersion");
+                    LeaseWriteResult::Failed
+                }
+            },
+            Err(kube::Error::Api(s)) if s.code == 409 || (!create && s.code == 404) => {
+                tracing::debug!(lease = %self.name, code = s.code, reason = %s.reason, "Lease write conflict");
+                LeaseWriteResult::Conflict
+            }
+            Err(e) => {
+                tracing::warn!(lease = %self.name, error = %e, "Lease write failed");
+                LeaseWriteResult::Failed
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(name: &str, holder: Option<&str>, ann: &[(&str, &str)]) -> Lease {
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some("42".into()),
+                annotations: Some(
+                    ann.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(String::from),
+                lease_duration_seconds: Some(10),
+                renew_time: Some(MicroTime("2025-01-02T03:04:05.123456Z".parse().unwrap())),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_peer_lease_becomes_a_view_and_a_heartbeat_address() {
+        let l = lease(
+            "announcer-node-node-b",
+            Some("node-b"),
+            &[(HEARTBEAT_ANNOTATION, "[fd00::2]:7946")],
+        );
+        let (v, hb) = view(&l).unwrap();
+        assert_eq!(v.node, NodeName::from("node-b"));
+        assert_eq!(v.resource_version, "42");
+        assert_eq!(v.duration, Duration::from_secs(10));
+        assert!(!v.released);
+        assert_eq!(v.renew_time.as_deref(), Some("2025-01-02T03:04:05.123456Z"));
+        assert_eq!(hb, Some("[fd00::2]:7946".parse().unwrap()));
+
+        let l = lease(
+            "announcer-node-node-b",
+            Some("node-b"),
+            &[(RELEASED_ANNOTATION, "true")],
+        );
+        let (v, hb) = view(&l).unwrap();
+        assert!(v.released);
+        assert_eq!(hb, None);
+        assert_eq!(node_of(&l), Some(NodeName::from("node-b")));
+    }
+
+    #[test]
+    fn malformed_leases_are_refused_with_the_reason() {
+        let name = "announcer-node-b";
+        let cases: Vec<(Lease, &str)> = vec![
+            (lease(name, None, &[]), "has no holderIdentity"),
+            (lease(name, Some(""), &[]), "has no holderIdentity"),
+            (lease(name, Some("c"), &[]), "held by \"c\""),
+            (
+                lease(name, Some("b"), &[(HEARTBEAT_ANNOTATION, "10.0.0.1")]),
+                "expected ip:port",
+            ),
+            (
+                lease(name, Some("b"), &[(RELEASED_ANNOTATION, "yes")]),
+                "\"true\" or \"false\"",
+            ),
+            (
+                {
+                    let mut l = lease(name, Some("b"), &[]);
+                    l.spec.as_mut().unwrap().lease_duration_seconds = Some(0);
+                    l
+                },
+                "leaseDurationSeconds Some(0)",
+            ),
+            (
+                {
+                    let mut l = lease(name, Some("b"), &[]);
+                    l.metadata.resource_version = None;
+                    l
+                },
+                "no resourceVersion",
+            ),
+        ];
+        for (l, want) in cases {
+            let err = view(&l).unwrap_err().to_string();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_with_a_hash_and_stay_distinct() {
+        let a = "a".repeat(250);
+        let b = format!("{}b", "a".repeat(249));
+        let (na, nb) = (
+            lease_name(&NodeName::from(a.as_str())),
+            lease_name(&NodeName::from(b.as_str())),
+        );
+        assert!(na.len() <= MAX_NAME && nb.len() <= MAX_NAME);
+        assert_ne!(na, nb);
+        assert_eq!(na, lease_name(&NodeName::from(a.as_str())));
+        assert!(na.starts_with(LEASE_PREFIX));
+        assert_eq!(
+            lease_name(&NodeName::from("node-a")),
+            "announcer-node-node-a"
+        );
+        // A view of a long-named node's Lease still matches its holder.
+        let l = lease(&na, Some(&a), &[]);
+        assert_eq!(view(&l).unwrap().0.node.as_str(), a);
+    }
+
+    #[test]
+    fn durations_round_up_to_whole_seconds() {
+        assert_eq!(duration_seconds(Duration::from_secs(10)), 10);
+        assert_eq!(duration_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(duration_seconds(Duration::ZERO), 1);
+    }
+
+    #[tokio::test]
+    async fn written_lease_round_trips_through_view() {
+        let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(cfg).unwrap();
+        let hb: SocketAddr = "192.168.1.10:7946".parse().unwrap();
+        let nl = NodeLease::new(
+            client,
+            "announcer",
+            NodeName::from("node-a"),
+            hb,
+            Duration::from_secs(10),
+        );
+        let t0: Timestamp = "2025-01-02T03:04:05Z".parse().unwrap();
+        let t1: Timestamp = "2025-01-02T03:04:08Z".parse().unwrap();
+        let created = nl.build(None, false, t0);
+        assert_eq!(
+            created.metadata.name.as_deref(),
+            Some("announcer-node-node-a")
+        );
+        let labels = created.metadata.labels.clone().unwrap();
+        assert_eq!(
+            labels.get("announcer.dev/lease").map(String::as_str),
+            Some("node")
+        );
+        let mut renewed = nl.build(Some("7".into()), true, t1);
+        let spec = renewed.spec.clone().unwrap();
+        assert_eq!(
+            spec.acquire_time,
+            Some(MicroTime(t0)),
+            "acquireTime kept from the create"
+        );
+        assert_eq!(spec.renew_time, Some(MicroTime(t1)));
+        renewed.metadata.resource_version = Some("8".into());
+        let (v, got_hb) = view(&renewed).unwrap();
+        assert_eq!(v.node, NodeName::from("node-a"));
+        assert_eq!(v.resource_version, "8");
+        assert!(v.released);
+        assert_eq!(got_hb, Some(hb));
+    }
+
+    /// A stub API server for Lease writes: creates answer rv 1; a replace carrying rv `n`
+    /// answers rv `n+1` if `n` is current, 409 if stale, 500 for rv "boom".
+    async fn stub() -> Client {
+        use axum::{
+            Json, Router,
+            extract::State,
+            http::StatusCode,
+            routing::{post, put},
+        };
+        use std::sync::{Arc, Mutex as StdMutex};
+        type Current = Arc<StdMutex<u64>>;
+        fn status(code: u16, reason: &str) -> (StatusCode, Json<serde_json::Value>) {
+            let body = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": reason, "code": code, "message": reason,
+            });
+            (StatusCode::from_u16(code).unwrap(), Json(body))
+        }
+        async fn create(
+            State(cur): State<Current>,
+            Json(mut l): Json<Lease>,
+        ) -> (StatusCode, Json<serde_json::Value>) {
+            let mut c = cur.lock().unwrap();
+            if *c > 0 {
+                return status(409, "AlreadyExists");
+            }
+            *c = 1;
+            l.metadata.resource_version = Some("1".into());
+            (StatusCode::CREATED, Json(serde_json::to_value(l).unwrap()))
+        }
+        async fn replace(
+            State(cur): State<Current>,
+            Json(mut l): Json<Lease>,
+        ) -> (StatusCode, Json<serde_json::Value>) {
+            let mut c = cur.lock().unwrap();
+            match l.metadata.resource_version.as_deref() {
+                Some("boom") => status(500, "InternalError"),
+                Some(rv) if rv == c.to_string() => {
+                    *c += 1;
+                    l.metadata.resource_version = Some(c.to_string());
+                    (StatusCode::OK, Json(serde_json::to_value(l).unwrap()))
+                }
+                _ => status(409, "Conflict"),
+            }
+        }
+        let base = "/apis/coordination.k8s.io/v1/namespaces/announcer/leases";
+        let app = Router::new()
+            .route(base, post(create))
+            .route(&format!("{base}/{{name}}"), put(replace))
+            .with_state(Current::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn writes_map_api_answers_to_results() {
+        let nl = NodeLease::new(
+            stub().await,
+            "announcer",
+            NodeName::from("node-a"),
+            "192.168.1.10:7946".parse().unwrap(),
+            Duration::from_secs(10),
+        );
+        let written = |rv: &str| LeaseWriteResult::Written {
+            resource_version: rv.into(),
+        };
+        assert_eq!(nl.write(None, false).await, written("1"));
+        assert_eq!(nl.write(None, false).await, LeaseWriteResult::Conflict);
+        assert_eq!(nl.write(Some("1".into()), false).await, written("2"));
+        assert_eq!(
+            nl.write(Some("1".into()), false).await,
+            LeaseWriteResult::Conflict
+        );
+        assert_eq!(
+            nl.write(Some("boom".into()), false).await,
+            LeaseWriteResult::Failed
+        );
+        assert_eq!(nl.write(Some("2".into()), true).await, written("3"));
+    }
+
+    #[test]
+    fn selector_matches_what_is_written() {
+        assert_eq!(
+            selector(),
+            "app.kubernetes.io/name=announcer,announcer.dev/lease=node"
+        );
+    }
+}

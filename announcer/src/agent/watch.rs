@@ -1,0 +1,572 @@
+//! The agent's view of the cluster: reflector-backed watches, never polling.
+//!
+//! Why watches only: API-server load must grow with the rate of change, not with the number
+//! of agents × objects × polls. Each resource is listed once and then watched
+//! (`kube::runtime::watcher`, which resumes from the last `resourceVersion` and relists on
+//! `410 Gone`), with the default exponential backoff on errors so a struggling API server is
+//! not hammered by every node at once.
+//!
+//! What is watched: Services and EndpointSlices in all namespaces, Nodes, the node Leases in
+//! the agent's namespace (by label), and the one Secret holding the heartbeat key (by
+//! `metadata.name` field selector, so RBAC can grant `list`/`watch` on that Secret alone with
+//! `resourceNames`). The stores are read by [`super::eligibility::plan`];
+//! [`Watches::changed`] says when to recompute; [`Watches::healthy`] is false while any watch
+//! is failing (the election core counts it as "cannot reach the API server"); Lease changes
+//! also arrive one by one ([`LeaseEvent`]) because the election core wants each Lease's
+//! changes, not just the latest set.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Debug,
+    hash::Hash,
+    pin::pin,
+    sync::{Arc, Mutex},
+};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, Secret, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        WatchStreamExt,
+        reflector::{self, Store, store::WriterDropped},
+        watcher,
+    },
+};
+use serde::de::DeserializeOwned;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
+
+use super::eligibility::SERVICE_NAME_LABEL;
+
+/// One of the watched resources.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    /// Services, all namespaces.
+    Services,
+    /// EndpointSlices, all namespaces.
+    EndpointSlices,
+    /// Nodes.
+    Nodes,
+    /// Node Leases in the agent's namespace.
+    Leases,
+    /// The heartbeat-key Secret.
+    Secret,
+}
+
+impl Source {
+    /// Every source, in a fixed order.
+    pub const ALL: [Source; 5] = [
+        Source::Services,
+        Source::EndpointSlices,
+        Source::Nodes,
+        Source::Leases,
+        Source::Secret,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The state of one watch, for the health flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchState {
+    /// Initial list not done yet.
+    Starting,
+    /// Listed, and the last thing it did succeeded.
+    Ok,
+    /// The last thing it did failed.
+    Failing,
+}
+
+/// The health of all watches: healthy when every watch has listed and none is failing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthBoard {
+    states: [WatchState; 5],
+}
+
+impl Default for HealthBoard {
+    fn default() -> Self {
+        HealthBoard {
+            states: [WatchState::Starting; 5],
+        }
+    }
+}
+
+impl HealthBoard {
+    /// Records a successful event: `synced` when the event completes a (re)list. A starting
+    /// watch becomes Ok only once synced; a failing one on any success. Returns the old state.
+    pub fn success(&mut self, s: Source, synced: bool) -> WatchState {
+        let old = self.states[s.index()];
+        if old == WatchState::Failing || synced {
+            self.states[s.index()] = WatchState::Ok;
+        }
+        old
+    }
+
+    /// Records a failure. Returns the old state.
+    pub fn failure(&mut self, s: Source) -> WatchState {
+        std::mem::replace(&mut self.states[s.index()], WatchState::Failing)
+    }
+
+    /// The state of one watch.
+    pub fn state(&self, s: Source) -> WatchState {
+        self.states[s.index()]
+    }
+
+    /// Whether all watches are listed and none is failing.
+    pub fn healthy(&self) -> bool {
+        self.states.iter().all(|s| *s == WatchState::Ok)
+    }
+}
+
+/// A node Lease changed (as seen by the store after the event).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeaseEvent {
+    /// Added, or modified (new `resourceVersion`).
+    Applied(Arc<Lease>),
+    /// Deleted (or absent from a relist); the last version seen.
+    Deleted(Arc<Lease>),
+}
+
+/// What changed between the last known Leases (`known`, by name) and the store's `now`;
+/// updates `known`. A Lease is applied when new or its `resourceVersion` changed, deleted when
+/// gone. Sorted by name, so the same change always gives the same events.
+pub fn diff_leases(
+    known: &mut BTreeMap<String, Arc<Lease>>,
+    now: Vec<Arc<Lease>>,
+) -> Vec<LeaseEvent> {
+    let next: BTreeMap<String, Arc<Lease>> = now.into_iter().map(|l| (l.name_any(), l)).collect();
+    let mut out: Vec<(String, LeaseEvent)> = known
+        .iter()
+        .filter(|(name, _)| !next.contains_key(*name))
+        .map(|(name, old)| (name.clone(), LeaseEvent::Deleted(old.clone())))
+        .collect();
+    for (name, l) in &next {
+        let same = known
+            .get(name)
+            .is_some_and(|old| old.resource_version() == l.resource_version());
+        if !same {
+            out.push((name.clone(), LeaseEvent::Applied(l.clone())));
+        }
+    }
+    *known = next;
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.into_iter().map(|(_, e)| e).collect()
+}
+
+/// The running watches.
+pub struct Watches {
+    /// Services, all namespaces.
+    pub services: Store<Service>,
+    /// EndpointSlices, all namespaces (only those linked to a Service).
+    pub slices: Store<EndpointSlice>,
+    /// Nodes (without `status.images`).
+    pub nodes: Store<Node>,
+    /// Node Leases in the agent's namespace.
+    pub leases: Store<Lease>,
+    /// The heartbeat-key Secret (zero or one object).
+    pub secrets: Store<Secret>,
+    /// Bumped after every change to the plan's inputs: the Service, EndpointSlice and Node
+    /// stores (adds, updates, deletes, completed relists). Changes coalesce: after
+    /// `changed().await`, recompute the plan from the stores. (Lease renewals, every few
+    /// seconds per node, do not bump it: they come as [`Watches::lease_events`].)
+    pub changed: watch::Receiver<u64>,
+    /// Bumped after every change to the Secret store.
+    pub secret_changed: watch::Receiver<u64>,
+    /// False while any watch has not listed yet or is failing.
+    pub healthy: watch::Receiver<bool>,
+    /// Node Lease changes, one by one.
+    pub lease_events: mpsc::UnboundedReceiver<LeaseEvent>,
+    /// The watch tasks: they end on shutdown.
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+/// Shared by the watch tasks.
+struct Shared {
+    board: Mutex<HealthBoard>,
+    healthy: watch::Sender<bool>,
+    changed: watch::Sender<u64>,
+    secret_changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn success(&self, s: Source, synced: bool) {
+        let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
+        if b.success(s, synced) == WatchState::Failing {
+            tracing::info!(watch = ?s, "watch recovered");
+        }
+        let h = b.healthy();
+        self.healthy
+            .send_if_modified(|v| std::mem::replace(v, h) != h);
+    }
+
+    fn failure(&self, s: Source, e: &watcher::Error) {
+        let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
+        b.failure(s);
+        tracing::warn!(watch = ?s, error = %e, "watch failed; retrying with backoff");
+        self.healthy
+            .send_if_modified(|v| std::mem::replace(v, false));
+    }
+}
+
+impl Watches {
+    /// Starts the watches. They stop when `shutdown` becomes `true` (or its sender is
+    /// dropped). `lease_selector` is a label selector for the node Leases (see
+    /// [`super::node_lease::selector`]); `secret_name` names the heartbeat-key Secret. Both
+    /// are in `namespace`. Must be called within a tokio runtime.
+    pub fn start(
+        client: Client,
+        namespace: &str,
+        lease_selector: &str,
+        secret_name: &str,
+        shutdown: watch::Receiver<bool>,
+    ) -> Watches {
+        let (healthy_tx, healthy) = watch::channel(false);
+        let (changed_tx, changed) = watch::channel(0u64);
+        let (secret_tx, secret_changed) = watch::channel(0u64);
+        let shared = Arc::new(Shared {
+            board: Mutex::new(HealthBoard::default()),
+            healthy: healthy_tx,
+            changed: changed_tx,
+            secret_changed: secret_tx,
+        });
+        let (lease_tx, lease_events) = mpsc::unbounded_channel();
+        let cfg = watcher::Config::default;
+        let ctx = (&shared, &shutdown);
+        let mut tasks = Vec::new();
+
+        let (services, w) = reflector::store();
+        tasks.push(spawn(
+            Source::Services,
+            Api::all(client.clone()),
+            cfg(),
+            w,
+            ctx,
+            |_: &mut Service| {},
+            || {},
+        ));
+
+        let (slices, w) = reflector::store();
+        let c = cfg().labels(SERVICE_NAME_LABEL);
+        tasks.push(spawn(
+            Source::EndpointSlices,
+            Api::all(client.clone()),
+            c,
+            w,
+            ctx,
+            |_: &mut EndpointSlice| {},
+            || {},
+        ));
+
+        let (nodes, w) = reflector::store();
+        let strip_images = |n: &mut Node| {
+            if let Some(s) = n.status.as_mut() {
+                s.images = None;
+            }
+        };
+        tasks.push(spawn(
+            Source::Nodes,
+            Api::all(client.clone()),
+            cfg(),
+            w,
+            ctx,
+            strip_images,
+            || {},
+        ));
+
+        let (leases, w) = reflector::store::<Lease>();
+        let reader = leases.clone();
+        let mut known = BTreeMap::new();
+        let after = move || {
+            for e in diff_leases(&mut known, reader.state()) {
+                // The receiver may be gone (nobody wants them): not an error.
+                let _ = lease_tx.send(e);
+            }
+        };
+        let c = cfg().labels(lease_selector);
+        tasks.push(spawn(
+            Source::Leases,
+            Api::namespaced(client.clone(), namespace),
+            c,
+            w,
+            ctx,
+            |_: &mut Lease| {},
+            after,
+        ));
+
+        let (secrets, w) = reflector::store();
+        let c = cfg().fields(&format!("metadata.name={secret_name}"));
+        tasks.push(spawn(
+            Source::Secret,
+            Api::namespaced(client, namespace),
+            c,
+            w,
+            ctx,
+            |_: &mut Secret| {},
+            || {},
+        ));
+
+        Watches {
+            services,
+            slices,
+            nodes,
+            leases,
+            secrets,
+            changed,
+            secret_changed,
+            healthy,
+            lease_events,
+            tasks,
+        }
+    }
+
+    /// Waits until every store has completed its initial list.
+    pub async fn synced(&self) -> Result<(), WriterDropped> {
+        self.services.wait_until_ready().await?;
+        self.slices.wait_until_ready().await?;
+        self.nodes.wait_until_ready().await?;
+        self.leases.wait_until_ready().await?;
+        self.secrets.wait_until_ready().await
+    }
+
+    /// The heartbeat-key Secret, if it exists.
+    pub fn secret(&self) -> Option<Arc<Secret>> {
+        self.secrets.state().into_iter().next()
+    }
+}
+
+/// Resolves when `rx` holds `true` or its sender is gone: the agent's shutdown signal. (A
+/// wrapper, so no `watch::Ref` is held across an await and the caller's future stays `Send`.)
+pub async fn until_true(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Spawns one watch: `modify` trims each object before it is stored, `after` runs after each
+/// change has been applied to the store.
+fn spawn<K>(
+    source: Source,
+    api: Api<K>,
+    cfg: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    (shared, shutdown): (&Arc<Shared>, &watch::Receiver<bool>),
+    mut modify: impl FnMut(&mut K) + Send + 'static,
+    after: impl FnMut() + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let stream = watcher(api, cfg)
+        .modify(move |o: &mut K| {
+            o.managed_fields_mut().clear();
+            modify(o);
+        })
+        .default_backoff()
+        .reflect(writer);
+    tokio::spawn(drive(
+        source,
+        stream,
+        shared.clone(),
+        shutdown.clone(),
+        after,
+    ))
+}
+
+async fn drive<K>(
+    source: Source,
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+    mut after: impl FnMut(),
+) {
+    let mut stream = pin!(stream);
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = until_true(&mut shutdown) => break,
+            next = stream.next() => next,
+        };
+        match next {
+            None => {
+                tracing::warn!(watch = ?source, "watch stream ended");
+                break;
+            }
+            Some(Err(e)) => shared.failure(source, &e),
+            Some(Ok(ev)) => {
+                let (changed, synced) = match ev {
+                    watcher::Event::Apply(_) | watcher::Event::Delete(_) => (true, false),
+                    watcher::Event::InitDone => (true, true),
+                    watcher::Event::Init | watcher::Event::InitApply(_) => (false, false),
+                };
+                shared.success(source, synced);
+                if changed {
+                    after();
+                    let signal = match source {
+                        Source::Services | Source::EndpointSlices | Source::Nodes => {
+                            Some(&shared.changed)
+                        }
+                        Source::Secret => Some(&shared.secret_changed),
+                        Source::Leases => None,
+                    };
+                    if let Some(s) = signal {
+                        s.send_modify(|g| *g = g.wrapping_add(1));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn lease(name: &str, rv: &str) -> Arc<Lease> {
+        Arc::new(Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            spec: None,
+        })
+    }
+
+    fn names(evs: &[LeaseEvent]) -> Vec<String> {
+        evs.iter()
+            .map(|e| match e {
+                LeaseEvent::Applied(l) => {
+                    format!("+{}@{}", l.name_any(), l.resource_version().unwrap())
+                }
+                LeaseEvent::Deleted(l) => format!("-{}", l.name_any()),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lease_diff_reports_adds_changes_and_deletes_once() {
+        let mut known = BTreeMap::new();
+        let evs = diff_leases(&mut known, vec![lease("b", "1"), lease("a", "1")]);
+        assert_eq!(names(&evs), ["+a@1", "+b@1"]);
+        // Nothing changed: nothing reported (a relist of the same objects is silent).
+        assert!(diff_leases(&mut known, vec![lease("a", "1"), lease("b", "1")]).is_empty());
+        let evs = diff_leases(&mut known, vec![lease("b", "2"), lease("c", "1")]);
+        assert_eq!(names(&evs), ["-a", "+b@2", "+c@1"]);
+        let evs = diff_leases(&mut known, vec![]);
+        assert_eq!(names(&evs), ["-b", "-c"]);
+        assert!(known.is_empty());
+    }
+
+    #[test]
+    fn health_needs_every_watch_listed_and_none_failing() {
+        let mut b = HealthBoard::default();
+        assert!(!b.healthy());
+        for s in Source::ALL {
+            // Events before the list completes do not make a watch healthy.
+            b.success(s, false);
+            assert_eq!(b.state(s), WatchState::Starting);
+            b.success(s, true);
+        }
+        assert!(b.healthy());
+        assert_eq!(b.failure(Source::Nodes), WatchState::Ok);
+        assert!(!b.healthy());
+        // The next successful event of the failed watch restores health.
+        assert_eq!(b.success(Source::Nodes, false), WatchState::Failing);
+        assert!(b.healthy());
+    }
+
+    /// A stub API server: lists answer from `items` by path (empty otherwise), watches hang
+    /// open without events (a quiet cluster).
+    async fn quiet_cluster(items: Vec<(&'static str, serde_json::Value)>) -> Client {
+        use axum::{Router, body::Body, http::Uri, response::Response};
+        let items = Arc::new(items);
+        let app = Router::new().fallback(move |uri: Uri| {
+            let items = items.clone();
+            async move {
+                if uri.query().is_some_and(|q| q.contains("watch=true")) {
+                    let never =
+                        futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+                    return Response::new(Body::from_stream(never));
+                }
+                let listed: Vec<_> = items
+                    .iter()
+                    .filter(|(p, _)| *p == uri.path())
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                let list = serde_json::json!({
+                    "apiVersion": "v1", "kind": "List",
+                    "metadata": {"resourceVersion": "10"}, "items": listed,
+                });
+                Response::new(Body::from(list.to_string()))
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn listing_fills_the_stores_reports_leases_and_turns_healthy() {
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "announcer-node-b", "namespace": "announcer", "resourceVersion": "7"},
+            "spec": {"holderIdentity": "b", "leaseDurationSeconds": 10},
+        });
+        let node = serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "b", "resourceVersion": "3"},
+            "status": {"images": [{"names": ["big/image:1"], "sizeBytes": 1}]},
+        });
+        let client = quiet_cluster(vec![
+            (
+                "/apis/coordination.k8s.io/v1/namespaces/announcer/leases",
+                lease,
+            ),
+            ("/api/v1/nodes", node),
+        ])
+        .await;
+        let (_stop, shutdown) = watch::channel(false);
+        let mut w = Watches::start(client, "announcer", "a=b", "key", shutdown);
+        w.synced().await.unwrap();
+        w.healthy.wait_for(|h| *h).await.unwrap();
+        match w.lease_events.recv().await.unwrap() {
+            LeaseEvent::Applied(l) => assert_eq!(l.name_any(), "announcer-node-b"),
+            other => panic!("expected the listed Lease, got {other:?}"),
+        }
+        let nodes = w.nodes.state();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(
+            nodes[0].status.as_ref().unwrap().images,
+            None,
+            "images stripped"
+        );
+        assert!(*w.changed.borrow() > 0);
+        assert!(w.secret().is_none());
+    }
+
+    #[tokio::test]
+    async fn watches_report_unhealthy_without_an_api_server_and_stop_on_shutdown() {
+        let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(cfg).unwrap();
+        let (stop, shutdown) = watch::channel(false);
+        let mut w = Watches::start(client, "announcer", "a=b", "key", shutdown);
+        assert!(!*w.healthy.borrow());
+        stop.send(true).unwrap();
+        for t in w.tasks.drain(..) {
+            t.await.unwrap();
+        }
+        assert!(!*w.healthy.borrow());
+        assert!(w.secret().is_none());
+    }
+}
