@@ -95,6 +95,8 @@ enum Cmd {
         #[arg(long, value_parser = humantime::parse_duration)]
         duration: Option<Duration>,
     },
+    /// Run the Kubernetes agent: watch Services, elect owners, drive the data plane.
+    Agent(Box<announcer::agent::config::AgentArgs>),
     /// What is loaded where, with counters.
     Status {
         /// Only this interface (default: every interface with pins).
@@ -179,6 +181,9 @@ impl BurstArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
+    if let Cmd::Agent(args) = cli.cmd {
+        return agent(*args, cli.pin_root);
+    }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -192,6 +197,59 @@ fn main() -> ExitCode {
                 eprintln!("  fix: {h}");
             }
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// `announcer agent`: runs until SIGTERM or SIGINT, then hands its VIPs over and exits 0.
+fn agent(args: announcer::agent::config::AgentArgs, pin_root: PathBuf) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(71);
+        }
+    };
+    let result = rt.block_on(async move {
+        let shutdown = async {
+            use tokio::signal::unix::{SignalKind, signal};
+            let (mut term, mut int) = match (
+                signal(SignalKind::terminate()),
+                signal(SignalKind::interrupt()),
+            ) {
+                (Ok(t), Ok(i)) => (t, i),
+                _ => return std::future::pending().await,
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        };
+        announcer::agent::run(args, pin_root, shutdown).await
+    });
+    // Background tasks (bursts in flight, watches) end with the runtime.
+    rt.shutdown_timeout(Duration::from_millis(500));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            // EX_CONFIG for configuration problems, EX_UNAVAILABLE otherwise.
+            ExitCode::from(match e {
+                announcer::agent::AgentError::Config(_)
+                | announcer::agent::AgentError::Selector(_)
+                | announcer::agent::AgentError::SelectorSyntax(_)
+                | announcer::agent::AgentError::KubeConfig(_)
+                | announcer::agent::AgentError::Key(_) => 78,
+                _ => 69,
+            })
         }
     }
 }
@@ -330,6 +388,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             send_burst(&at, vip, mac, &burst.config())?;
         }
         Cmd::Status { iface, json } => status(root, iface.as_deref(), json)?,
+        Cmd::Agent(_) => unreachable!("handled in main"),
         Cmd::Logs { iface, duration } => {
             let mut log = announcer::logs::attach(root, &iface)?;
             let until = duration.map(|d| std::time::Instant::now() + d);

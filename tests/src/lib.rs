@@ -2,6 +2,7 @@
 //! reference model of the responder, and a harness that runs the real program with
 //! `BPF_PROG_TEST_RUN`.
 
+pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod frames;

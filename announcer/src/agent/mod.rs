@@ -1,11 +1,507 @@
-//! The Kubernetes agent: the thin tokio shell around [`crate::election::Core`] (being written).
+//! The Kubernetes agent (`announcer agent`): the thin tokio shell around the election.
+//!
+//! Why thin: every decision (who owns a VIP, when to take over, when to let go) lives in the
+//! sans-IO [`crate::election::Core`], tested over thousands of simulated schedules. This module
+//! only connects it to the world: watches ([`watch`]), the eligibility rules ([`eligibility`]),
+//! interface choice ([`iface`]), the node Lease ([`node_lease`]), heartbeats ([`heartbeat`]),
+//! probes of an old owner's data plane ([`probe`]), the data plane itself ([`plane`]), Events
+//! ([`events`]) and the health/state endpoint ([`http`]). The lease-per-service mode
+//! ([`per_service`]) is the comparison baseline, built the way Cilium and kube-vip elect.
 
 pub mod config;
-pub mod http;
-pub mod plane;
 pub mod eligibility;
 pub mod events;
+pub mod heartbeat;
+pub mod http;
 pub mod iface;
 pub mod node_lease;
 pub mod per_service;
+pub mod plane;
+pub mod probe;
+pub mod selector;
 pub mod watch;
+
+mod node_mode;
+mod service_mode;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    future::Future,
+    net::IpAddr,
+    path::PathBuf,
+};
+
+use kube::{Client, runtime::events::EventType};
+use tokio::sync::{mpsc, watch as tokio_watch};
+
+use self::{
+    config::{AgentArgs, ConfigError, Election},
+    eligibility::{Plan, ProblemReason, Selection, SelectorError},
+    events::Events,
+    heartbeat::HeartbeatError,
+    http::{AgentState, Shared},
+    iface::{IfaceConfig, LocalIface},
+    plane::Plane,
+    probe::Prober,
+    watch::Watches,
+};
+use crate::{
+    election::{Core, EventKind, IfaceName, Input, VipSpec},
+    heartbeat::{Key, KeyError, Keys},
+    wire::MacAddr,
+};
+
+/// Why the agent could not start (or had to stop).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Flags that do not fit together.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A label selector flag that cannot be used.
+    #[error(transparent)]
+    Selector(#[from] SelectorError),
+    /// A label selector flag that does not parse.
+    #[error(transparent)]
+    SelectorSyntax(#[from] selector::ParseError),
+    /// No usable kubeconfig / in-cluster configuration.
+    #[error("no Kubernetes configuration: {0}")]
+    KubeConfig(String),
+    /// The Kubernetes client failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The heartbeat socket.
+    #[error(transparent)]
+    Heartbeat(#[from] HeartbeatError),
+    /// The heartbeat key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// This node's Node object says nothing to announce from.
+    #[error("node {0}: {1}")]
+    Node(String, String),
+    /// Local interfaces could not be read.
+    #[error(transparent)]
+    Interfaces(#[from] crate::error::Error),
+}
+
+/// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.
+pub async fn run(
+    args: AgentArgs,
+    pin_root: PathBuf,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), AgentError> {
+    args.validate()?;
+    let selection = selection_from(&args)?;
+    let client = client(&args).await?;
+    let (stop_tx, stop_rx) = tokio_watch::channel(false);
+    let (term_tx, term_rx) = tokio_watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = term_tx.send(true);
+    });
+    let shared = Shared::default();
+    {
+        let (addr, shared, mut stop) = (args.http_address, shared.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            let stop = async move { watch::until_true(&mut stop).await };
+            if let Err(e) = http::serve(addr, shared, stop).await {
+                tracing::error!(%addr, error = %e, "health endpoint failed");
+            }
+        });
+    }
+    // Node Leases (the lease-per-service mode has none, so its watch stays empty).
+    let lease_selector = node_lease::selector();
+    let watches = Watches::start(
+        client.clone(),
+        &args.namespace,
+        &lease_selector,
+        &args.heartbeat_secret,
+        stop_rx.clone(),
+    );
+    let mut ctx = Context {
+        events: Events::new(client.clone(), &args.node_name.as_str().into())
+            .with_services(watches.services.clone()),
+        plane: Plane::new(
+            pin_root,
+            args.xdp_mode.into(),
+            args.burst(),
+            !args.no_dataplane,
+        ),
+        client,
+        watches,
+        selection,
+        iface_cfg: IfaceConfig {
+            allow: args.interfaces.clone(),
+            internal_ips: Vec::new(),
+        },
+        ifaces: Vec::new(),
+        used_ifaces: BTreeSet::new(),
+        heartbeat_ip: IpAddr::from([0, 0, 0, 0]),
+        heartbeat_mac: None,
+        synced: false,
+        reported: BTreeSet::new(),
+        shared,
+        stop_rx,
+        term_rx,
+        args,
+    };
+    let result = match ctx.start().await {
+        Ok(true) => match ctx.args.election {
+            Election::NodeLease => node_mode::run(ctx).await,
+            Election::LeasePerService => service_mode::run(ctx).await,
+        },
+        Ok(false) => Ok(()),
+        Err(e) => Err(e),
+    };
+    let _ = stop_tx.send(true);
+    result
+}
+
+async fn client(args: &AgentArgs) -> Result<Client, AgentError> {
+    let err = |e: &dyn std::fmt::Display| AgentError::KubeConfig(e.to_string());
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| err(&e))?
+        }
+        None => kube::Config::infer().await.map_err(|e| err(&e))?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// The (Kubernetes) Event type and reason for a core event.
+fn announce_event_type(kind: &EventKind) -> (EventType, &'static str) {
+    match kind {
+        EventKind::Announcing => (EventType::Normal, "Announcing"),
+        EventKind::Released => (EventType::Normal, "Released"),
+        EventKind::NoEligibleNode => (EventType::Warning, "NoEligibleNode"),
+        EventKind::NoInterface => (EventType::Warning, "NoInterface"),
+        EventKind::Overlap => (EventType::Warning, "Overlap"),
+    }
+}
+
+/// What both election modes share: the client, watches, configuration, interfaces, data
+/// plane, Events and the state endpoint.
+pub(crate) struct Context {
+    args: AgentArgs,
+    client: Client,
+    watches: Watches,
+    events: Events,
+    plane: Plane,
+    selection: Selection,
+    iface_cfg: IfaceConfig,
+    ifaces: Vec<LocalIface>,
+    /// Interfaces VIPs have been placed on: their link state is reported to the core.
+    used_ifaces: BTreeSet<String>,
+    heartbeat_ip: IpAddr,
+    heartbeat_mac: Option<MacAddr>,
+    synced: bool,
+    /// Problems already logged (each once while it lasts).
+    reported: BTreeSet<String>,
+    shared: Shared,
+    stop_rx: tokio_watch::Receiver<bool>,
+    term_rx: tokio_watch::Receiver<bool>,
+}
+
+impl Context {
+    /// Waits for the watches' first lists, then learns this node's addresses and interfaces.
+    /// `false`: shutdown came first.
+    async fn start(&mut self) -> Result<bool, AgentError> {
+        let mut healthy = self.watches.healthy.clone();
+        let mut term = self.term_rx.clone();
+        let mut waited = 0u32;
+        loop {
+            if *healthy.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                _ = healthy.changed() => {}
+                () = watch::until_true(&mut term) => return Ok(false),
+                () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {
+                    waited += 5;
+                    tracing::warn!(waited_s = waited, "waiting for the API server (first list of Services, EndpointSlices, Nodes, Leases, Secret)");
+                }
+            }
+        }
+        self.synced = true;
+        let node = self
+            .watches
+            .nodes
+            .state()
+            .into_iter()
+            .find(|n| n.metadata.name.as_deref() == Some(self.args.node_name.as_str()));
+        let internal = node.as_deref().map(iface::internal_ips).unwrap_or_default();
+        if node.is_none() {
+            tracing::warn!(node = %self.args.node_name, "no Node object with this name (check NODE_NAME); announcing nothing until it appears");
+        }
+        self.iface_cfg.internal_ips = internal.clone();
+        self.heartbeat_ip = match self.args.heartbeat_address {
+            Some(ip) => ip,
+            None => internal
+                .iter()
+                .copied()
+                .min_by_key(|ip| ip.is_ipv6())
+                .ok_or_else(|| {
+                    AgentError::Node(
+                        self.args.node_name.clone(),
+                        "has no InternalIP to send heartbeats from; set --heartbeat-address".into(),
+                    )
+                })?,
+        };
+        self.refresh_interfaces();
+        self.heartbeat_mac = self
+            .ifaces
+            .iter()
+            .find(|i| i.addrs.iter().any(|a| a.ip == self.heartbeat_ip))
+            .and_then(|i| i.mac);
+        tracing::info!(
+            node = %self.args.node_name,
+            heartbeat = %self.heartbeat_ip,
+            mac = ?self.heartbeat_mac,
+            election = ?self.args.election,
+            dataplane = self.plane.enabled(),
+            "agent started"
+        );
+        Ok(true)
+    }
+
+    /// The heartbeat keys from the Secret (`key`, and `previous` during a rotation).
+    fn keys(&self) -> Option<Keys> {
+        let secret = self.watches.secret()?;
+        let data = secret.data.as_ref()?;
+        let current = match Key::new(&data.get("key")?.0) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::error!(secret = %self.args.heartbeat_secret, error = %e, "unusable heartbeat key");
+                return None;
+            }
+        };
+        Some(
+            match data.get("previous").and_then(|p| Key::new(&p.0).ok()) {
+                Some(prev) => Keys::rotating(current, prev),
+                None => Keys::new(current),
+            },
+        )
+    }
+
+    /// Waits for a usable heartbeat key. `None`: shutdown came first.
+    async fn wait_for_key(&mut self) -> Result<Option<Keys>, AgentError> {
+        let mut changed = self.watches.secret_changed.clone();
+        let mut term = self.term_rx.clone();
+        loop {
+            if let Some(k) = self.keys() {
+                return Ok(Some(k));
+            }
+            tracing::warn!(
+                secret = %self.args.heartbeat_secret,
+                namespace = %self.args.namespace,
+                "waiting for the heartbeat key: create the Secret with a `key` of at least 16 random bytes"
+            );
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = watch::until_true(&mut term) => return Ok(None),
+            }
+        }
+    }
+
+    /// Entries still answering from a previous run on interfaces we have.
+    fn existing(&mut self) -> Vec<(IpAddr, IfaceName)> {
+        let names: Vec<String> = self.ifaces.iter().map(|i| i.name.clone()).collect();
+        self.plane.existing(&names)
+    }
+
+    fn refresh_interfaces(&mut self) {
+        match iface::snapshot() {
+            Ok(s) => self.ifaces = s,
+            Err(e) => tracing::warn!(error = %e, "cannot list interfaces"),
+        }
+    }
+
+    /// What decides interface choice and link state, to notice changes.
+    fn iface_fingerprint(&self) -> Vec<(String, bool, Vec<(IpAddr, u8)>)> {
+        self.ifaces
+            .iter()
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    i.up,
+                    i.addrs.iter().map(|a| (a.ip, a.prefix)).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// Link state of the interfaces VIPs were placed on.
+    fn link_states(&self, _core: &Core) -> Vec<(IfaceName, bool)> {
+        self.used_ifaces
+            .iter()
+            .map(|name| {
+                let up = self.ifaces.iter().any(|i| i.name == *name && i.up);
+                (IfaceName::from(name.as_str()), up)
+            })
+            .collect()
+    }
+
+    /// The eligibility plan from the watch stores (`None` before the first lists).
+    fn plan(&self) -> Option<Plan> {
+        if !self.synced {
+            return None;
+        }
+        let services = self.watches.services.state();
+        let slices = self.watches.slices.state();
+        let nodes = self.watches.nodes.state();
+        Some(eligibility::plan(
+            &services,
+            &slices,
+            &nodes,
+            &self.selection,
+        ))
+    }
+
+    /// The interface for `vip` on this node, or why there is none.
+    fn choose(&mut self, vip: IpAddr) -> Option<IfaceName> {
+        if !self.plane.enabled() {
+            return Some(IfaceName::from("none"));
+        }
+        match iface::choose(vip, &self.ifaces, &self.iface_cfg) {
+            Ok(c) => {
+                self.used_ifaces.insert(c.iface.to_string());
+                Some(c.iface)
+            }
+            Err(e) => {
+                if self.reported.insert(format!("noiface {vip}")) {
+                    tracing::warn!(%vip, "{e}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The core's VIP specs, with problems reported (by one node per Service).
+    fn specs(
+        &mut self,
+        core: &Core,
+        services: &mut BTreeMap<IpAddr, String>,
+    ) -> Option<Vec<VipSpec>> {
+        let plan = self.plan()?;
+        self.report_problems(&plan, |key| {
+            core.is_reporter(key, std::time::Instant::now())
+        });
+        services.clear();
+        let mut specs = Vec::with_capacity(plan.vips.len());
+        for v in &plan.vips {
+            services.insert(v.vip, v.service.to_string());
+            let local = self.choose(v.vip);
+            specs.push(v.spec(local));
+        }
+        Some(specs)
+    }
+
+    /// Logs each problem once, and raises it as an Event if `reporter` says this node is
+    /// the one to (so that N nodes do not raise the same Event N times).
+    fn report_problems(&mut self, plan: &Plan, reporter: impl Fn(&str) -> bool) {
+        let mut now_seen = BTreeSet::new();
+        for p in &plan.problems {
+            let key = format!("{}|{}", p.service, p.message);
+            now_seen.insert(key.clone());
+            if self.reported.contains(&key) {
+                continue;
+            }
+            self.reported.insert(key);
+            tracing::warn!(service = %p.service, vip = ?p.vip, reason = p.reason.event_reason(), "{}", p.message);
+            // The core raises NoEligibleNode itself, per VIP.
+            if matches!(p.reason, ProblemReason::NoEligibleNode) {
+                continue;
+            }
+            if reporter(&p.service.to_string()) {
+                self.events.publish(
+                    &p.service,
+                    EventType::Warning,
+                    p.reason.event_reason(),
+                    &p.message,
+                );
+            }
+        }
+        // Forget problems that went away, so a recurrence is reported again.
+        self.reported
+            .retain(|k| !k.contains('|') || now_seen.contains(k));
+    }
+
+    /// Sends a probe, opening the interface's prober (and its answer listener) on first use.
+    fn probe(
+        &mut self,
+        probers: &mut BTreeMap<IfaceName, Prober>,
+        iface: &IfaceName,
+        vip: IpAddr,
+        mac: MacAddr,
+        answers: &mpsc::Sender<Input>,
+    ) {
+        if !self.plane.enabled() {
+            return; // No data plane to ask: silence, the core takes over after its timeout.
+        }
+        if !probers.contains_key(iface) {
+            let Some(li) = self.ifaces.iter().find(|i| *i.name == **iface) else {
+                return;
+            };
+            let v4 = li.addrs.iter().find_map(|a| match a.ip {
+                IpAddr::V4(v) => Some(v),
+                _ => None,
+            });
+            let v6ll = li.addrs.iter().find_map(|a| match a.ip {
+                IpAddr::V6(v) if v.is_unicast_link_local() => Some(v),
+                _ => None,
+            });
+            let opened = Prober::open(li.index, li.mac.unwrap_or(MacAddr([0; 6])), v4, v6ll)
+                .and_then(|p| Ok((p.listen()?, p)));
+            match opened {
+                Ok((mut listener, p)) => {
+                    let tx = answers.clone();
+                    let mut stop = self.stop_rx.clone();
+                    tokio::spawn(async move {
+                        loop {
+                            tokio::select! {
+                                r = listener.next() => match r {
+                                    Ok(a) => { if tx.send(a.into()).await.is_err() { return } }
+                                    Err(e) => { tracing::warn!(error = %e, "probe listener failed"); return }
+                                },
+                                () = watch::until_true(&mut stop) => return,
+                            }
+                        }
+                    });
+                    probers.insert(iface.clone(), p);
+                }
+                Err(e) => {
+                    tracing::warn!(%iface, error = %e, "cannot probe; taking over on silence");
+                    return;
+                }
+            }
+        }
+        if let Err(e) = probers[iface].send(vip, mac) {
+            tracing::warn!(%vip, %iface, error = %e, "probe not sent");
+        }
+    }
+
+    fn publish(&self, state: AgentState) {
+        self.shared.set(state);
+    }
+}
+
+/// The Services and Nodes the flags select.
+pub fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> {
+    Ok(Selection {
+        ipv4: !args.no_ipv4,
+        ipv6: !args.no_ipv6,
+        load_balancer_class: Some(args.load_balancer_class.clone()),
+        ..Selection::with_selectors(
+            args.service_selector
+                .as_deref()
+                .map(selector::parse)
+                .transpose()?,
+            args.node_selector
+                .as_deref()
+                .map(selector::parse)
+                .transpose()?,
+        )?
+    })
+}

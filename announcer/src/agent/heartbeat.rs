@@ -1,0 +1,236 @@
+//! The heartbeat socket: sends this node's sealed heartbeats to its peers and feeds verified
+//! ones to the election.
+//!
+//! Why a plain UDP socket: heartbeats must keep flowing when the API server does not, and
+//! must cost next to nothing at ten per second per peer. Everything that makes them safe
+//! (authentication, replay protection, the wire format) is in the sans-IO
+//! [`crate::heartbeat`]; this module only moves datagrams and counts what happened to them,
+//! so the counters can become metrics.
+//!
+//! Sending is best effort and never waits: a heartbeat that cannot be sent now is worth
+//! nothing later, the next one follows within a period. Receiving runs as a task
+//! ([`HeartbeatSocket::receive`]) until its shutdown future completes, like
+//! [`crate::logs::forward`].
+
+use std::{
+    future::Future,
+    io,
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use tokio::{net::UdpSocket, sync::mpsc};
+
+use crate::heartbeat::{MAX_DATAGRAM, Reject, Verified, Verifier};
+
+/// The default heartbeat port (the memberlist port, which L2 announcers commonly open
+/// between nodes already).
+pub const DEFAULT_PORT: u16 = 7946;
+
+/// The default bind address: every IPv4 address, [`DEFAULT_PORT`]. Bind `[::]:7946` for a
+/// dual-stack socket when peers have IPv6 addresses.
+pub const DEFAULT_BIND: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, DEFAULT_PORT));
+
+/// Why the heartbeat socket could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum HeartbeatError {
+    /// `bind(2)` failed: the port is taken, or the address is not local.
+    #[error(
+        "cannot bind the heartbeat socket to {addr} (is another agent running, or the port taken?)"
+    )]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The error from `bind(2)`.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Counters of the heartbeat socket, shared with whoever exports metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    sent: AtomicU64,
+    send_errors: AtomicU64,
+    accepted: AtomicU64,
+    receive_errors: AtomicU64,
+    rejected: [AtomicU64; Reject::ALL.len()],
+}
+
+impl Stats {
+    /// A consistent-enough copy of every counter (each is read atomically on its own).
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            sent: get(&self.sent),
+            send_errors: get(&self.send_errors),
+            accepted: get(&self.accepted),
+            receive_errors: get(&self.receive_errors),
+            rejected: std::array::from_fn(|i| get(&self.rejected[i])),
+        }
+    }
+
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The counters at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Datagrams the kernel accepted for sending.
+    pub sent: u64,
+    /// Datagrams that could not be sent (one per peer and failure).
+    pub send_errors: u64,
+    /// Heartbeats verified and forwarded.
+    pub accepted: u64,
+    /// Failed `recvfrom(2)` calls.
+    pub receive_errors: u64,
+    /// Rejected datagrams, indexed by [`Reject::index`].
+    pub rejected: [u64; Reject::ALL.len()],
+}
+
+impl StatsSnapshot {
+    /// Datagrams rejected for `reason`.
+    pub fn rejected(&self, reason: Reject) -> u64 {
+        self.rejected[reason.index()]
+    }
+
+    /// `(reason label, count)` for every reason, for metrics.
+    pub fn rejects(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Reject::ALL.iter().map(|r| (r.reason(), self.rejected(*r)))
+    }
+}
+
+/// What one [`HeartbeatSocket::send`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendReport {
+    /// Peers the datagram went to.
+    pub sent: u32,
+    /// Peers it could not be sent to (each logged at debug level).
+    pub failed: u32,
+}
+
+/// The UDP socket heartbeats travel on. Cheap to clone: clones share the socket and the
+/// counters, so one task can receive while another sends.
+#[derive(Clone, Debug)]
+pub struct HeartbeatSocket {
+    sock: Arc<UdpSocket>,
+    stats: Arc<Stats>,
+}
+
+impl HeartbeatSocket {
+    /// Binds to `addr` (usually [`DEFAULT_BIND`]). Must be called within a tokio runtime.
+    pub async fn bind(addr: SocketAddr) -> Result<Self, HeartbeatError> {
+        let sock = UdpSocket::bind(addr)
+            .await
+            .map_err(|source| HeartbeatError::Bind { addr, source })?;
+        Ok(Self {
+            sock: Arc::new(sock),
+            stats: Arc::default(),
+        })
+    }
+
+    /// The address actually bound (the port, if 0 was asked for).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Sends `datagram` (from [`crate::heartbeat::Sealer::seal`]) to every peer, without
+    /// waiting: a full send buffer counts as a failure for that peer.
+    pub fn send(&self, datagram: &[u8], peers: &[SocketAddr]) -> SendReport {
+        let mut report = SendReport::default();
+        for &peer in peers {
+            match self.sock.try_send_to(datagram, peer) {
+                Ok(n) if n == datagram.len() => {
+                    report.sent += 1;
+                    Stats::bump(&self.stats.sent);
+                }
+                result => {
+                    report.failed += 1;
+                    Stats::bump(&self.stats.send_errors);
+                    let error = match result {
+                        Ok(n) => format!("short send of {n} bytes"),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::debug!(%peer, error, "heartbeat not sent");
+                }
+            }
+        }
+        report
+    }
+
+    /// Receives until `shutdown` completes or `out` is closed: verifies each datagram with
+    /// `verifier` and forwards the heartbeats that pass, counting the others by reason.
+    ///
+    /// The verifier is shared so that the caller can [`forget`](Verifier::forget) peers and
+    /// [`set_keys`](Verifier::set_keys) meanwhile; the lock is held only while one datagram
+    /// is checked. A full `out` channel holds the loop back (the kernel then queues, and
+    /// eventually drops, datagrams), which is right: the election would only see stale beats.
+    pub async fn receive(
+        &self,
+        verifier: Arc<Mutex<Verifier>>,
+        out: mpsc::Sender<Verified>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        // One byte more than the largest heartbeat, so an oversized datagram is not read as
+        // a complete one.
+        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        loop {
+            let (n, from) = tokio::select! {
+                () = &mut shutdown => return,
+                () = out.closed() => return,
+                r = self.sock.recv_from(&mut buf) => match r {
+                    Ok(r) => r,
+                    Err(error) => {
+                        Stats::bump(&self.stats.receive_errors);
+                        tracing::debug!(%error, "receiving a heartbeat failed");
+                        continue;
+                    }
+                },
+            };
+            let verdict = verifier
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .open(&buf[..n], unix_ms_now());
+            match verdict {
+                Ok(v) => {
+                    Stats::bump(&self.stats.accepted);
+                    if out.send(v).await.is_err() {
+                        return;
+                    }
+                }
+                Err(reject) => {
+                    Stats::bump(&self.stats.rejected[reject.index()]);
+                    tracing::debug!(%from, reason = reject.reason(), "heartbeat rejected");
+                }
+            }
+        }
+    }
+}
+
+/// The wall clock in milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn unix_ms_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// An incarnation for an agent starting now: the wall clock in nanoseconds since the Unix
+/// epoch, which grows across restarts while the clock does not step back.
+pub fn incarnation_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

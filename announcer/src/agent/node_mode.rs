@@ -1,0 +1,287 @@
+//! The node-lease mode: the tokio shell that feeds [`Core`] and carries out what it asks.
+//!
+//! Everything with a decision in it is in the core; this loop only translates. Inputs: the
+//! core's timer, watch changes (recomputed into [`Input::Vips`]), Lease events, verified
+//! heartbeats, probe answers, Lease-write results, link changes and SIGTERM. Outputs: Lease
+//! writes (in a task, one at a time, the result fed back), sealed heartbeats to every peer's
+//! advertised address, map writes and bursts ([`Plane`]), probes, Events.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use kube::runtime::events::EventType;
+use tokio::sync::mpsc;
+
+use super::{
+    Context, announce_event_type,
+    heartbeat::{HeartbeatSocket, unix_ms_now},
+    http::{AgentState, OwnedVip, PeerState},
+    node_lease::{self, NodeLease},
+    probe::Prober,
+    watch::LeaseEvent,
+};
+use crate::{
+    election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
+    heartbeat::{Sealer, Verified, Verifier},
+    wire::MacAddr,
+};
+
+/// How often interfaces are re-read (link up/down, addresses).
+const LINK_CHECK: Duration = Duration::from_millis(250);
+
+/// Runs the node-lease election until the handover after `ctx.shutdown` is complete.
+pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
+    let node = NodeName::from(ctx.args.node_name.as_str());
+    let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
+    let socket = HeartbeatSocket::bind(hb_addr).await?;
+    let lease = Arc::new(NodeLease::new(
+        ctx.client.clone(),
+        &ctx.args.namespace,
+        node.clone(),
+        hb_addr,
+        ctx.args.lease_duration,
+    ));
+    let key = ctx.wait_for_key().await?;
+    let incarnation = super::heartbeat::incarnation_now();
+    let Some(key) = key else { return Ok(()) };
+    let mut sealer = Sealer::new(key.current.clone(), node.clone(), incarnation)?;
+    let verifier = Arc::new(Mutex::new(Verifier::new(key, node.clone())));
+    let (beat_tx, mut beats) = mpsc::channel::<Verified>(1024);
+    {
+        let (socket, verifier, mut stop) = (socket.clone(), verifier.clone(), ctx.stop_rx.clone());
+        tokio::spawn(async move {
+            socket
+                .receive(verifier, beat_tx, async move {
+                    super::watch::until_true(&mut stop).await
+                })
+                .await;
+        });
+    }
+
+    let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
+    let mut core = Core::new(ctx.args.election_config(mac), Instant::now(), incarnation);
+    let existing = ctx.existing();
+    if !existing.is_empty() {
+        tracing::info!(
+            count = existing.len(),
+            "found live entries from a previous run; keeping them through warm-up"
+        );
+    }
+    core.handle(Instant::now(), Input::Existing(existing));
+
+    let (write_tx, mut writes) = mpsc::channel::<LeaseWriteResult>(4);
+    let (answer_tx, mut answers) = mpsc::channel::<Input>(256);
+    let mut probers: BTreeMap<IfaceName, Prober> = BTreeMap::new();
+    let mut peers: BTreeMap<NodeName, SocketAddr> = BTreeMap::new();
+    let mut services: BTreeMap<IpAddr, String> = BTreeMap::new();
+    let mut shutdown_seen = false;
+    let mut links = tokio::time::interval(LINK_CHECK);
+    let mut healthy = ctx.watches.healthy.clone();
+    let mut changed = ctx.watches.changed.clone();
+    let mut secret_changed = ctx.watches.secret_changed.clone();
+    let mut last_plan_inputs = None;
+    let mut pending_write: Option<tokio::task::JoinHandle<()>> = None;
+
+    core.handle(
+        Instant::now(),
+        Input::WatchHealth(*healthy.borrow_and_update()),
+    );
+    if let Some(specs) = ctx.specs(&core, &mut services) {
+        core.handle(Instant::now(), Input::Vips(specs));
+    }
+
+    let mut term = ctx.term_rx.clone();
+    loop {
+        let deadline = core.poll_timeout().map(tokio::time::Instant::from_std);
+        let input = tokio::select! {
+            biased;
+            () = super::watch::until_true(&mut term), if !shutdown_seen => {
+                shutdown_seen = true;
+                tracing::info!("SIGTERM: handing VIPs over before exiting");
+                Some(Input::Shutdown)
+            }
+            Some(r) = writes.recv() => Some(Input::LeaseWrite(r)),
+            Some(v) = beats.recv() => Some(Input::Heartbeat(v.beat)),
+            Some(a) = answers.recv() => Some(a),
+            Some(ev) = ctx.watches.lease_events.recv() => lease_input(ev, &node, &mut peers),
+            Ok(()) = healthy.changed() => Some(Input::WatchHealth(*healthy.borrow_and_update())),
+            Ok(()) = changed.changed() => {
+                changed.borrow_and_update();
+                ctx.specs(&core, &mut services).map(Input::Vips)
+            }
+            Ok(()) = secret_changed.changed() => {
+                secret_changed.borrow_and_update();
+                if let Some(keys) = ctx.keys() {
+                    sealer.set_key(keys.current.clone());
+                    verifier.lock().unwrap_or_else(|e| e.into_inner()).set_keys(keys);
+                    tracing::info!("heartbeat key reloaded");
+                }
+                None
+            }
+            _ = links.tick() => {
+                ctx.refresh_interfaces();
+                let fingerprint = ctx.iface_fingerprint();
+                let mut inputs = Vec::new();
+                if last_plan_inputs.as_ref() != Some(&fingerprint) {
+                    last_plan_inputs = Some(fingerprint);
+                    for (iface, up) in ctx.link_states(&core) {
+                        inputs.push(Input::Link { iface, up });
+                    }
+                    if let Some(specs) = ctx.specs(&core, &mut services) {
+                        inputs.push(Input::Vips(specs));
+                    }
+                }
+                let now = Instant::now();
+                for i in inputs {
+                    core.handle(now, i);
+                }
+                None
+            }
+            () = sleep_until(deadline) => Some(Input::Tick),
+        };
+        if let Some(input) = input {
+            core.handle(Instant::now(), input);
+        }
+        let mut exit = false;
+        while let Some(out) = core.poll_output() {
+            match out {
+                Output::WriteLease {
+                    resource_version,
+                    release,
+                } => {
+                    let (lease, tx) = (lease.clone(), write_tx.clone());
+                    pending_write = Some(tokio::spawn(async move {
+                        let r = lease.write(resource_version, release).await;
+                        let _ = tx.send(r).await;
+                    }));
+                }
+                Output::SendHeartbeat(beat) => {
+                    let bytes = sealer.seal(&beat, unix_ms_now());
+                    let to: Vec<SocketAddr> = peers
+                        .iter()
+                        .filter(|(n, _)| **n != node)
+                        .map(|(_, a)| *a)
+                        .collect();
+                    socket.send(&bytes, &to);
+                }
+                Output::Install { vip, iface, ttl } => {
+                    if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
+                        tracing::error!(%vip, %iface, error = %e, "map write failed");
+                    }
+                }
+                Output::Remove { vip, iface } => {
+                    if let Err(e) = ctx.plane.remove(vip, &iface) {
+                        tracing::error!(%vip, %iface, error = %e, "map delete failed");
+                    } else {
+                        tracing::info!(%vip, %iface, "released");
+                    }
+                }
+                Output::Announce { vip, iface } => {
+                    if let Err(e) = ctx.plane.announce(vip, &iface) {
+                        tracing::error!(%vip, %iface, error = %e, "announcement failed");
+                    }
+                }
+                Output::Probe { vip, iface, mac } => {
+                    ctx.probe(&mut probers, &iface, vip, mac, &answer_tx);
+                }
+                Output::Event {
+                    service,
+                    vip,
+                    kind,
+                    message,
+                } => {
+                    let (type_, reason) = announce_event_type(&kind);
+                    if type_ == EventType::Warning {
+                        tracing::warn!(%vip, service = %service, reason, "{message}");
+                    } else {
+                        tracing::info!(%vip, service = %service, reason, "{message}");
+                    }
+                    ctx.events.publish(&service, type_, reason, &message);
+                }
+                Output::Exit => exit = true,
+            }
+        }
+        ctx.publish(state(&core, &ctx, &services));
+        if exit {
+            if let Some(w) = pending_write.take() {
+                let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
+            }
+            tracing::info!("handover complete; exiting");
+            return Ok(());
+        }
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A watched Lease as the core's input; remembers peers' heartbeat addresses.
+fn lease_input(
+    ev: LeaseEvent,
+    us: &NodeName,
+    peers: &mut BTreeMap<NodeName, SocketAddr>,
+) -> Option<Input> {
+    match ev {
+        LeaseEvent::Applied(l) => match node_lease::view(&l) {
+            Ok((view, addr)) => {
+                match addr {
+                    Some(a) if view.node != *us => {
+                        peers.insert(view.node.clone(), a);
+                    }
+                    _ => {}
+                }
+                Some(Input::LeaseSeen(view))
+            }
+            Err(e) => {
+                tracing::warn!(lease = ?l.metadata.name, error = %e, "ignoring malformed node Lease");
+                None
+            }
+        },
+        LeaseEvent::Deleted(l) => {
+            let node = node_lease::node_of(&l)?;
+            peers.remove(&node);
+            Some(Input::LeaseGone(node))
+        }
+    }
+}
+
+fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> AgentState {
+    let now = Instant::now();
+    AgentState {
+        node: ctx.args.node_name.clone(),
+        election: "node-lease".into(),
+        incarnation: core.incarnation(),
+        ready: core.is_ready(),
+        dataplane: ctx.plane.enabled(),
+        owned: core
+            .owned()
+            .into_iter()
+            .map(|(vip, iface)| OwnedVip {
+                vip,
+                iface: iface.to_string(),
+                service: services.get(&vip).cloned(),
+            })
+            .collect(),
+        peers: core
+            .peers(now)
+            .into_iter()
+            .map(|p| PeerState {
+                node: p.node.to_string(),
+                alive: p.alive,
+                heartbeat_age_ms: p.heartbeat_age.map(|d| d.as_millis() as u64),
+                lease_valid: p.lease_valid,
+                leaving: p.leaving,
+            })
+            .collect(),
+        stats: core.stats(),
+        api_ok: *ctx.watches.healthy.borrow(),
+    }
+}

@@ -1,0 +1,153 @@
+//! The lease-per-service mode's shell: [`super::per_service::run`] contends for one Lease per
+//! Service; this loop turns its ownership changes into map writes, bursts and Events, and
+//! keeps owned entries refreshed.
+
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc};
+
+use kube::runtime::events::EventType;
+use tokio::sync::{mpsc, watch};
+
+use super::{
+    Context,
+    http::{AgentState, OwnedVip},
+    per_service::{self, Ownership, Stats, Timing},
+};
+use crate::election::{IfaceName, NodeName, ServiceRef};
+
+/// Runs until SIGTERM, then releases every Lease it holds.
+pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
+    let node = NodeName::from(ctx.args.node_name.as_str());
+    let timing = Timing {
+        lease_duration: ctx.args.service_lease_duration,
+        renew_deadline: ctx.args.service_lease_renew_deadline,
+        retry_period: ctx.args.service_lease_retry,
+    };
+    let (plan_tx, plan_rx) = watch::channel(ctx.plan().unwrap_or_default());
+    let (own_tx, mut owns) = mpsc::channel::<Ownership>(1024);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stats = Arc::new(Stats::default());
+    let contender = tokio::spawn(per_service::run(
+        ctx.client.clone(),
+        per_service::Config {
+            node: node.clone(),
+            namespace: ctx.args.namespace.clone(),
+            timing,
+        },
+        plan_rx,
+        own_tx,
+        stop_rx,
+        stats.clone(),
+    ));
+    let grace = ctx.args.grace;
+    let mut refresh = tokio::time::interval(grace / 3);
+    let mut changed = ctx.watches.changed.clone();
+    let mut owned: BTreeMap<IpAddr, (IfaceName, ServiceRef)> = BTreeMap::new();
+    let mut stopping = false;
+    let mut contender = contender;
+    let mut term = ctx.term_rx.clone();
+    loop {
+        tokio::select! {
+            () = super::watch::until_true(&mut term), if !stopping => {
+                tracing::info!("SIGTERM: releasing Service Leases");
+                stopping = true;
+                let _ = stop_tx.send(true);
+            }
+            Ok(()) = changed.changed() => {
+                changed.borrow_and_update();
+                if let Some(plan) = ctx.plan() {
+                    ctx.report_problems(&plan, |_| true);
+                    let _ = plan_tx.send(plan);
+                }
+            }
+            Some(o) = owns.recv() => apply(&mut ctx, &mut owned, o, &node),
+            _ = refresh.tick() => {
+                for (vip, (iface, _)) in &owned {
+                    if let Err(e) = ctx.plane.install(*vip, iface, grace) {
+                        tracing::error!(%vip, %iface, error = %e, "map refresh failed");
+                    }
+                }
+            }
+            r = &mut contender => {
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "lease-per-service task failed");
+                }
+                // Drain the last ownership changes (releases) and stop.
+                while let Ok(o) = owns.try_recv() {
+                    apply(&mut ctx, &mut owned, o, &node);
+                }
+                ctx.publish(state(&ctx, &owned, &stats));
+                return Ok(());
+            }
+        }
+        ctx.publish(state(&ctx, &owned, &stats));
+    }
+}
+
+fn apply(
+    ctx: &mut Context,
+    owned: &mut BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
+    o: Ownership,
+    node: &NodeName,
+) {
+    // Drop VIPs of this Service that it no longer has (or all, when released).
+    let stale: Vec<IpAddr> = owned
+        .iter()
+        .filter(|(vip, (_, svc))| *svc == o.service && (!o.owned || !o.vips.contains(vip)))
+        .map(|(vip, _)| *vip)
+        .collect();
+    for vip in stale {
+        let (iface, _) = owned.remove(&vip).expect("listed");
+        match ctx.plane.remove(vip, &iface) {
+            Ok(()) => tracing::info!(%vip, service = %o.service, "released"),
+            Err(e) => tracing::error!(%vip, error = %e, "map delete failed"),
+        }
+    }
+    if !o.owned {
+        return;
+    }
+    for vip in o.vips {
+        if owned.contains_key(&vip) {
+            continue;
+        }
+        let Some(iface) = ctx.choose(vip) else {
+            continue;
+        };
+        if let Err(e) = ctx.plane.install(vip, &iface, ctx.args.grace) {
+            tracing::error!(%vip, %iface, error = %e, "map write failed");
+            continue;
+        }
+        if let Err(e) = ctx.plane.announce(vip, &iface) {
+            tracing::error!(%vip, %iface, error = %e, "announcement failed");
+        }
+        let note = format!("announcing {vip} from {node} on {iface}");
+        tracing::info!(%vip, service = %o.service, "{note}");
+        ctx.events
+            .publish(&o.service, EventType::Normal, "Announcing", &note);
+        owned.insert(vip, (iface, o.service.clone()));
+    }
+}
+
+fn state(
+    ctx: &Context,
+    owned: &BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
+    _stats: &Stats,
+) -> AgentState {
+    AgentState {
+        node: ctx.args.node_name.clone(),
+        election: "lease-per-service".into(),
+        incarnation: 0,
+        ready: true,
+        dataplane: ctx.plane.enabled(),
+        owned: owned
+            .iter()
+            .map(|(vip, (iface, svc))| OwnedVip {
+                vip: *vip,
+                iface: iface.to_string(),
+                service: Some(svc.to_string()),
+            })
+            .collect(),
+        peers: Vec::new(),
+        stats: Default::default(),
+        api_ok: *ctx.watches.healthy.borrow(),
+    }
+}

@@ -1,1 +1,0 @@
-//! Heartbeat wire format, authentication and replay protection (being written).

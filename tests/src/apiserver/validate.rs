@@ -1,0 +1,187 @@
+//! Semantic validation kube-apiserver applies after decoding: object names, labels, and the
+//! per-kind rules of the kinds the agent writes (leases, `events.k8s.io` events).
+//!
+//! Each rule mirrors `k8s.io/apimachinery/pkg/util/validation` or the kind's
+//! `pkg/apis/<group>/validation`; a violation is a 422 `Invalid` with one cause per field, so a
+//! client bug that a real cluster would reject is rejected here too.
+
+use serde_json::Value;
+
+use super::resources::NameRule;
+use super::status::Cause;
+
+/// RFC 1123 label: lower-case alphanumerics and `-`, alphanumeric at both ends, ≤ 63 bytes.
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// RFC 1123 subdomain: dot-separated labels, ≤ 253 bytes.
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
+}
+
+/// RFC 1035 label: an RFC 1123 label that starts with a letter.
+pub(crate) fn is_dns1035_label(s: &str) -> bool {
+    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+/// A label/annotation key: optional DNS-subdomain prefix and `/`, then a ≤ 63-byte name of
+/// alphanumerics, `-`, `_`, `.` with alphanumerics at both ends (`IsQualifiedName`).
+pub(crate) fn is_qualified_name(s: &str) -> bool {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    prefix.is_none_or(|p| !p.is_empty() && is_dns1123_subdomain(p))
+        && is_label_value(name)
+        && !name.is_empty()
+}
+
+/// A label value: empty, or ≤ 63 bytes of alphanumerics, `-`, `_`, `.` with alphanumerics at
+/// both ends (`IsValidLabelValue`).
+pub(crate) fn is_label_value(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return true;
+    }
+    b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// `ValidateObjectMeta`: the name rule of the kind and well-formed labels and annotation keys.
+pub(crate) fn object_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let meta = &obj["metadata"];
+    match meta["name"].as_str() {
+        None | Some("") => causes.push(Cause::required("metadata.name")),
+        Some(name) => {
+            let (ok, why) = match rule {
+                NameRule::Subdomain => (
+                    is_dns1123_subdomain(name),
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                ),
+                NameRule::Label => (
+                    is_dns1123_label(name),
+                    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                ),
+                NameRule::Rfc1035Label => (
+                    is_dns1035_label(name),
+                    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+                ),
+            };
+            if !ok {
+                causes.push(Cause::invalid("metadata.name", &meta["name"], why));
+            }
+        }
+    }
+    if let Some(labels) = meta["labels"].as_object() {
+        for (key, value) in labels {
+            if !is_qualified_name(key) {
+                causes.push(Cause::invalid("metadata.labels", &Value::String(key.clone()), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+            }
+            if !value.as_str().is_some_and(is_label_value) {
+                causes.push(Cause::invalid(&format!("metadata.labels.{key}"), value, "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+            }
+        }
+    }
+    if let Some(annotations) = meta["annotations"].as_object() {
+        for key in annotations.keys() {
+            if !is_qualified_name(key) {
+                causes.push(Cause::invalid("metadata.annotations", &Value::String(key.clone()), "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+            }
+        }
+    }
+    causes
+}
+
+/// `coordination/validation.ValidateLeaseSpec`.
+pub(crate) fn lease(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = &obj["spec"];
+    if let Some(d) = spec["leaseDurationSeconds"].as_i64()
+        && d <= 0
+    {
+        causes.push(Cause::invalid(
+            "spec.leaseDurationSeconds",
+            &spec["leaseDurationSeconds"],
+            "must be greater than 0",
+        ));
+    }
+    if let Some(t) = spec["leaseTransitions"].as_i64()
+        && t < 0
+    {
+        causes.push(Cause::invalid(
+            "spec.leaseTransitions",
+            &spec["leaseTransitions"],
+            "must be greater than or equal to 0",
+        ));
+    }
+    causes
+}
+
+/// `core/validation.ValidateEventCreate` for `events.k8s.io/v1` (what `Recorder` writes).
+pub(crate) fn events_v1(obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if obj["eventTime"].is_null() {
+        causes.push(Cause::required("eventTime"));
+    }
+    for field in [
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
+        match obj[field].as_str() {
+            None | Some("") => causes.push(Cause::required(field)),
+            Some(s) if s.len() > 128 => causes.push(Cause::invalid(
+                field,
+                &obj[field],
+                "can have at most 128 characters",
+            )),
+            Some(_) => {}
+        }
+    }
+    if obj["note"].as_str().is_some_and(|n| n.len() > 1024) {
+        causes.push(Cause::invalid(
+            "note",
+            &Value::String("…".into()),
+            "can have at most 1024 characters",
+        ));
+    }
+    match obj["type"].as_str() {
+        Some("Normal" | "Warning") => {}
+        _ => causes.push(Cause::invalid(
+            "type",
+            &obj["type"],
+            "has invalid value, valid values are Normal, Warning",
+        )),
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(is_dns1123_subdomain("node-a.example"));
+        assert!(!is_dns1123_subdomain("Node"));
+        assert!(!is_dns1123_subdomain("a..b"));
+        assert!(is_dns1035_label("web"));
+        assert!(!is_dns1035_label("1web"));
+        assert!(is_qualified_name("announcer.dev/vip"));
+        assert!(!is_qualified_name("/vip"));
+        assert!(is_label_value(""));
+        assert!(!is_label_value("-x"));
+    }
+}
