@@ -5,6 +5,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod cli;
+pub mod cluster;
 pub mod frames;
 pub mod model;
 pub mod netns;

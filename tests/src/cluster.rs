@@ -1,0 +1,446 @@
+//! A control-plane testbed: the in-repo API server plus real `announcer agent` processes.
+//!
+//! Why processes and not tasks: SIGTERM handover, SIGKILL and restarts are what the tests are
+//! about, and they only mean something for a process. Agents run with `--no-dataplane` by
+//! default (election only, no XDP), each with its own kubeconfig token (so the API server
+//! counts and faults per node), heartbeat port and `/state` port on 127.0.0.1. Everything is
+//! killed when the [`Cluster`] is dropped, also when a test panics.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, TcpListener},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::{
+    ByteString,
+    api::{
+        core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, Secret, Service},
+        discovery::v1::{Endpoint, EndpointConditions, EndpointSlice},
+        events::v1::Event,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube::{
+    Api, Client,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    apiserver::{ApiServer, ApiServerHandle},
+    cli::announcer_bin,
+};
+
+/// The agent namespace used by the testbed.
+pub const NAMESPACE: &str = "announcer-system";
+
+/// One agent process.
+pub struct Agent {
+    child: Child,
+    /// Its `/state` address.
+    pub http: u16,
+    /// Its heartbeat port.
+    pub heartbeat: u16,
+    /// Its log file.
+    pub log: PathBuf,
+    args: Vec<String>,
+}
+
+/// The API server and the agents.
+pub struct Cluster {
+    /// The API server.
+    pub api: ApiServerHandle,
+    /// An admin client (token `admin`).
+    pub client: Client,
+    dir: PathBuf,
+    agents: BTreeMap<String, Agent>,
+}
+
+/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats; races are unlikely in tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+impl Cluster {
+    /// Starts the API server (1 s bookmarks) and creates the heartbeat-key Secret.
+    pub async fn start(name: &str) -> Cluster {
+        let api = ApiServer::builder()
+            .bookmark_interval(Duration::from_secs(1))
+            .start()
+            .await
+            .expect("API server starts");
+        let client = api.client("admin").await.expect("client");
+        let dir = std::env::temp_dir().join(format!("anncluster-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("announcer-heartbeat-key".into()),
+                namespace: Some(NAMESPACE.into()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    "key".to_string(),
+                    ByteString(b"0123456789abcdef0123456789abcdef".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("create secret");
+        Cluster {
+            api,
+            client,
+            dir,
+            agents: BTreeMap::new(),
+        }
+    }
+
+    /// Creates (or replaces) Node `name` with InternalIP 127.0.0.1.
+    pub async fn add_node(&self, name: &str, labels: &[(&str, &str)], ready: bool) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let api = Api::<Node>::all(self.client.clone());
+        let _ = api.delete(name, &DeleteParams::default()).await;
+        api.create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+        self.set_node_ready(name, ready).await;
+    }
+
+    /// Sets the Node's Ready condition (through the status subresource, as the kubelet does).
+    pub async fn set_node_ready(&self, name: &str, ready: bool) {
+        let status = NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: "127.0.0.1".into(),
+            }]),
+            ..Default::default()
+        };
+        Api::<Node>::all(self.client.clone())
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": status })),
+            )
+            .await
+            .expect("node status");
+    }
+
+    /// Merges `labels` into the Node's labels (`None` value: remove).
+    pub async fn label_node(&self, name: &str, labels: &[(&str, Option<&str>)]) {
+        let l: serde_json::Map<String, Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map_or(Value::Null, |v| json!(v))))
+            .collect();
+        Api::<Node>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": l}})),
+            )
+            .await
+            .expect("label node");
+    }
+
+    /// Creates a LoadBalancer Service with these ingress IPs (status set as a load-balancer
+    /// IPAM controller would), `externalTrafficPolicy: Local` if `local`.
+    pub async fn add_service(&self, ns: &str, name: &str, ips: &[&str], local: bool) {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}],
+                     "externalTrafficPolicy": if local { "Local" } else { "Cluster" }},
+        }))
+        .expect("service");
+        let api = Api::<Service>::namespaced(self.client.clone(), ns);
+        api.create(&PostParams::default(), &svc)
+            .await
+            .expect("create service");
+        let ingress: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+        )
+        .await
+        .expect("service status");
+    }
+
+    /// Deletes a Service.
+    pub async fn delete_service(&self, ns: &str, name: &str) {
+        Api::<Service>::namespaced(self.client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete service");
+    }
+
+    /// Replaces the Service's EndpointSlice with one endpoint per `(node, ready)`.
+    pub async fn set_endpoints(&self, ns: &str, svc: &str, endpoints: &[(&str, bool)]) {
+        let slice = EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(format!("{svc}-slice")),
+                namespace: Some(ns.into()),
+                labels: Some([("kubernetes.io/service-name".to_string(), svc.to_string())].into()),
+                ..Default::default()
+            },
+            address_type: "IPv4".into(),
+            endpoints: Some(
+                endpoints
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (node, ready))| Endpoint {
+                        addresses: vec![format!("10.244.0.{}", i + 1)],
+                        node_name: Some(node.to_string()),
+                        conditions: Some(EndpointConditions {
+                            ready: Some(*ready),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ports: None,
+        };
+        let api = Api::<EndpointSlice>::namespaced(self.client.clone(), ns);
+        let name = format!("{svc}-slice");
+        let _ = api.delete(&name, &DeleteParams::default()).await;
+        api.create(&PostParams::default(), &slice)
+            .await
+            .expect("create slice");
+    }
+
+    /// Starts the agent of `node` (with `--no-dataplane` and fast test timings unless `extra`
+    /// overrides them).
+    pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
+        let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
+        self.api
+            .write_kubeconfig(&kubeconfig, node)
+            .expect("kubeconfig");
+        let (http, heartbeat) = match self.agents.get(node) {
+            Some(a) => (a.http, a.heartbeat),
+            None => (free_port(), free_port()),
+        };
+        let mut args: Vec<String> = [
+            "agent",
+            "--node-name",
+            node,
+            "--namespace",
+            NAMESPACE,
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8"),
+            "--heartbeat-address",
+            "127.0.0.1",
+            "--heartbeat-port",
+            &heartbeat.to_string(),
+            "--http-address",
+            &format!("127.0.0.1:{http}"),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        if !extra.contains(&"--dataplane") {
+            args.push("--no-dataplane".into());
+        }
+        args.extend(
+            extra
+                .iter()
+                .filter(|a| **a != "--dataplane")
+                .map(|s| s.to_string()),
+        );
+        self.spawn(node, http, heartbeat, args);
+    }
+
+    fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, args: Vec<String>) {
+        let log = self.dir.join(format!("agent-{node}.log"));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log");
+        let child = Command::new(announcer_bin())
+            .args(&args)
+            .env("RUST_LOG", "info,announcer=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .expect("spawn agent");
+        self.agents.insert(
+            node.into(),
+            Agent {
+                child,
+                http,
+                heartbeat,
+                log,
+                args,
+            },
+        );
+    }
+
+    /// Restarts `node`'s agent with the arguments it had (after [`Self::kill`]).
+    pub fn restart(&mut self, node: &str) {
+        let a = self.agents.remove(node).expect("known agent");
+        self.spawn(node, a.http, a.heartbeat, a.args);
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to `node`'s agent.
+    pub fn signal(&self, node: &str, signal: i32) {
+        let pid = self.agents[node].child.id() as i32;
+        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        unsafe { libc::kill(pid, signal) };
+    }
+
+    /// SIGKILLs `node`'s agent and reaps it.
+    pub fn kill(&mut self, node: &str) {
+        let a = self.agents.get_mut(node).expect("known agent");
+        let _ = a.child.kill();
+        let _ = a.child.wait();
+    }
+
+    /// Waits up to `timeout` for `node`'s agent to exit; its exit code.
+    pub fn wait_exit(&mut self, node: &str, timeout: Duration) -> Option<i32> {
+        let end = Instant::now() + timeout;
+        let a = self.agents.get_mut(node).expect("known agent");
+        while Instant::now() < end {
+            if let Some(s) = a.child.try_wait().expect("try_wait") {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// `node`'s `/state`, if it answers.
+    pub fn state(&self, node: &str) -> Option<Value> {
+        let a = self.agents.get(node)?;
+        let body = ureq::get(&format!("http://127.0.0.1:{}/state", a.http))
+            .timeout(Duration::from_secs(2))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()?;
+        serde_json::from_str(&body).ok()
+    }
+
+    /// The nodes whose agents say they announce `vip`.
+    pub fn owners(&self, vip: &str) -> Vec<String> {
+        let vip: IpAddr = vip.parse().expect("vip");
+        self.agents
+            .keys()
+            .filter(|n| {
+                self.state(n).is_some_and(|s| {
+                    s["owned"].as_array().is_some_and(|o| {
+                        o.iter()
+                            .any(|v| v["vip"].as_str().and_then(|x| x.parse().ok()) == Some(vip))
+                    })
+                })
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Whether every started, running agent reports ready.
+    pub fn all_ready(&self) -> bool {
+        self.agents
+            .keys()
+            .all(|n| self.state(n).is_some_and(|s| s["ready"] == json!(true)))
+    }
+
+    /// Polls `cond` every 50 ms for up to `timeout`; panics with `what` and the agents' log
+    /// tails if it never holds.
+    pub async fn wait_for(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut cond: impl FnMut(&Cluster) -> bool,
+    ) {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if cond(self) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!(
+            "timed out after {timeout:?} waiting for {what}\n{}",
+            self.log_tails()
+        );
+    }
+
+    /// Events (`events.k8s.io/v1`) in `ns`: (reason, note, reporting instance).
+    pub async fn events(&self, ns: &str) -> Vec<(String, String, String)> {
+        Api::<Event>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .map(|e| {
+                (
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                    e.reporting_instance.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// The last lines of every agent's log.
+    pub fn log_tails(&self) -> String {
+        let mut out = String::new();
+        for (n, a) in &self.agents {
+            let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("--- {n} ({})\n", a.log.display());
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out += l;
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// The running agents' names.
+    pub fn nodes(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for a in self.agents.values_mut() {
+            let _ = a.child.kill();
+            let _ = a.child.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
