@@ -7,7 +7,9 @@
 //! * this node, once its warm-up is over, unless it is shutting down, one of its announcing
 //!   links is down, or it is fenced (see below);
 //! * a peer whose Lease makes it a member ([`Peer::member`]) and whose heartbeats arrive, and
-//!   that did not say it is leaving.
+//!   that did not say it is leaving, and that is ready or still within its warm-up (a
+//!   restarting agent keeps its VIPs through its warm-up; one stuck before readiness stops
+//!   counting after a few warm-ups, so it cannot hold VIPs that nobody announces).
 //!
 //! Nobody writes anything per VIP: every agent sees the same Leases, heartbeats and
 //! eligibility, so every agent computes the same owner.
@@ -311,6 +313,9 @@ impl Core {
             if let Some(d) = p.lease_deadline(self.trusted_since) {
                 at(d);
             }
+            if let Some(d) = p.patience_deadline(self.patience()) {
+                at(d);
+            }
         }
         if let Some(ok) = self.last_write_ok {
             at(ok + self.config.lease_duration);
@@ -539,7 +544,13 @@ impl Core {
             !p.leaving
                 && p.member(now, self.trusted_since)
                 && p.beating(now, self.config.dead_after())
+                && p.settled(now, self.patience())
         })
+    }
+
+    /// How long a peer that is beating but not ready still counts (its warm-up, generously).
+    fn patience(&self) -> Duration {
+        (self.config.warmup * 4).max(Duration::from_secs(2))
     }
 
     /// Could still be answering although it is not a candidate: a member whose heartbeats

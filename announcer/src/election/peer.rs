@@ -38,6 +38,8 @@ pub(crate) struct Peer {
     pub was_alive: Option<u64>,
     /// The incarnation it had when it was last counted dead.
     pub incarnation_at_death: Option<u64>,
+    /// When the first heartbeat of its current incarnation arrived.
+    pub incarnation_since: Option<Instant>,
 }
 
 impl Peer {
@@ -54,6 +56,7 @@ impl Peer {
             acked_us: false,
             was_alive: None,
             incarnation_at_death: None,
+            incarnation_since: None,
         }
     }
 
@@ -65,6 +68,9 @@ impl Peer {
             return false;
         }
         self.last_beat = Some(now);
+        if beat.incarnation != self.incarnation || self.incarnation_since.is_none() {
+            self.incarnation_since = Some(now);
+        }
         self.incarnation = beat.incarnation;
         self.mac = Some(beat.mac);
         self.leaving = beat.leaving;
@@ -77,6 +83,22 @@ impl Peer {
     /// Heartbeats arrive: the last one is younger than `dead_after`.
     pub fn beating(&self, now: Instant, dead_after: Duration) -> bool {
         self.last_beat.is_some_and(|t| now < t + dead_after)
+    }
+
+    /// Counts in the ranking although not ready: only during its warm-up (`patience` after the
+    /// first heartbeat of this incarnation), so that a restarting agent keeps its VIPs while a
+    /// node stuck before readiness does not hold VIPs nobody announces.
+    pub fn settled(&self, now: Instant, patience: Duration) -> bool {
+        self.ready || self.incarnation_since.is_some_and(|t| now < t + patience)
+    }
+
+    /// When it stops counting unless it becomes ready.
+    pub fn patience_deadline(&self, patience: Duration) -> Option<Instant> {
+        if self.ready {
+            None
+        } else {
+            self.incarnation_since.map(|t| t + patience)
+        }
     }
 
     /// When it stops beating unless another heartbeat arrives.
