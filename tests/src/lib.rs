@@ -9,5 +9,6 @@ pub mod cluster;
 pub mod frames;
 pub mod model;
 pub mod netns;
+pub mod sim;
 pub mod testrun;
 pub mod tools;

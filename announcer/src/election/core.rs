@@ -170,6 +170,8 @@ pub struct Core {
     /// Fingerprint of the candidate set at the last reconcile.
     last_view: Vec<(NodeName, bool, bool, bool)>,
     last_tick: Instant,
+    /// Since when some live peer has reported reaching the API (for fencing).
+    peers_api_ok_since: Option<Instant>,
     stats: Stats,
 }
 
@@ -199,6 +201,7 @@ impl Core {
             leaving: None,
             last_view: Vec::new(),
             last_tick: now,
+            peers_api_ok_since: None,
             stats: Stats::default(),
             config,
         }
@@ -228,6 +231,11 @@ impl Core {
             }
             Input::LeaseWrite(result) => self.lease_written(now, result),
             Input::WatchHealth(ok) => {
+                if ok && !self.watch_ok && !self.write_in_flight {
+                    // Back from an outage: renew now rather than at the next retry, so that
+                    // peers see us renewed before anyone could judge our Lease.
+                    self.next_write = now;
+                }
                 self.watch_ok = ok;
                 if ok {
                     self.synced = true;
@@ -253,12 +261,16 @@ impl Core {
                 force = true;
             }
             Input::Existing(entries) => {
+                // Rewrite them at once: the last refresh of our previous incarnation may be
+                // almost a grace period old.
                 for (vip, iface) in entries {
                     let v = self
                         .vips
                         .entry(vip)
                         .or_insert_with(|| Vip::placeholder(vip));
-                    v.installed = Some(iface);
+                    v.installed = Some(iface.clone());
+                    let ttl = self.config.grace;
+                    self.out.push_back(Output::Install { vip, iface, ttl });
                 }
             }
             Input::Shutdown => {
@@ -487,6 +499,7 @@ impl Core {
     fn tick(&mut self, now: Instant, force: bool) {
         self.last_tick = now;
         self.update_trust(now);
+        self.update_peers_api_ok(now);
         if !self.ready
             && self.leaving.is_none()
             && now >= self.started + self.config.warmup
@@ -563,18 +576,29 @@ impl Core {
             .flatten()
     }
 
+    /// Our Lease has lapsed in the eyes of peers that reach the API: they give us a full Lease
+    /// duration from when they regained trust, so we count from the later of our last
+    /// successful write and the moment some peer started reporting `api_ok`. (Counting from
+    /// our last write alone fenced every node after a long cluster-wide outage.)
     fn fenced(&self, now: Instant) -> bool {
-        let stale = match self.last_write_ok {
-            Some(t) => now >= t + self.config.lease_duration,
-            None => now >= self.started + self.config.lease_duration,
+        let Some(peers_ok) = self.peers_api_ok_since else {
+            return false;
         };
-        stale
-            && self.peers.iter().any(|(n, p)| {
-                p.api_ok
-                    && p.beating(now, self.config.dead_after())
-                    && !p.leaving
-                    && n != &self.config.node
-            })
+        let since = self.last_write_ok.unwrap_or(self.started).max(peers_ok);
+        now >= since + self.config.lease_duration
+    }
+
+    fn update_peers_api_ok(&mut self, now: Instant) {
+        let dead_after = self.config.dead_after();
+        let any = self
+            .peers
+            .values()
+            .any(|p| p.api_ok && p.beating(now, dead_after) && !p.leaving);
+        match (any, self.peers_api_ok_since) {
+            (true, None) => self.peers_api_ok_since = Some(now),
+            (false, Some(_)) => self.peers_api_ok_since = None,
+            _ => {}
+        }
     }
 
     fn reconcile(&mut self, now: Instant, force: bool) {
@@ -700,11 +724,11 @@ impl Core {
         if v.installed.is_none() || self.leaving.is_some() {
             return;
         }
-        // Overlap: we took it from a peer that is back with the same incarnation.
-        if let Some((from, inc, since)) = v.took_from.clone()
-            && owner.as_ref() == Some(&from)
-            && revived.iter().any(|(n, same)| *n == from && *same)
-            && self.peers.get(&from).is_some_and(|p| p.incarnation == inc)
+        // Overlap: we took it while a member ranked above us was cut off, and a peer ranked
+        // above us is back with the same incarnation (so it kept answering all along).
+        let above: Vec<&NodeName> = v.ranking.iter().take_while(|n| **n != me).collect();
+        if let Some((from, _, since)) = v.took_from.clone()
+            && revived.iter().any(|(n, same)| *same && above.contains(&n))
         {
             self.stats.overlaps += 1;
             let secs = now.saturating_duration_since(since).as_secs_f64();

@@ -1,0 +1,167 @@
+//! `soak`: run the election simulator over many seeds and print per-scenario statistics, or
+//! replay one seed with a full trace.
+//!
+//! Why a binary next to the test: the test runs a few thousand seeds on every `cargo test`;
+//! soaking (hundreds of thousands, in release) and replaying a failure with every input and
+//! output shown are jobs for a person at a terminal.
+//!
+//! ```text
+//! cargo run --release -p announcer-tests --bin soak -- --seeds 100000
+//! cargo run -p announcer-tests --bin soak -- --seed 1234 --trace
+//! ```
+
+use std::{
+    io::Write,
+    sync::atomic::{AtomicU64, Ordering},
+    time::Instant,
+};
+
+use announcer::election::Core;
+use announcer_tests::sim::{
+    naive::NaiveCore,
+    report::Summary,
+    run::{default_threads, run_many, run_with},
+    scenario::Scenario,
+};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Soak-test the election core in the discrete-event simulator")]
+struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 1000)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    start: u64,
+    /// Run only this scenario (default: seeds cycle through all of them).
+    #[arg(long)]
+    scenario: Option<Scenario>,
+    /// Replay this single seed (with `--trace`, print every input and output).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// With `--seed`: print the full trace.
+    #[arg(long)]
+    trace: bool,
+    /// Print one JSON document as the last line.
+    #[arg(long)]
+    json: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Drive the simulator's deliberately naive core instead of the real one (to see the
+    /// invariants catch it).
+    #[arg(long)]
+    naive: bool,
+    /// How many violation messages to print in full.
+    #[arg(long, default_value_t = 3)]
+    show: usize,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Some(seed) = args.seed {
+        let (rep, trace) = if args.naive {
+            run_with::<NaiveCore>(seed, args.scenario, args.trace)
+        } else {
+            run_with::<Core>(seed, args.scenario, args.trace)
+        };
+        for l in &trace {
+            println!("{l}");
+        }
+        println!(
+            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} (counted {}), lease writes {:.2}/s, hash {:016x}",
+            rep.scenario.map_or("?", |s| s.name()),
+            rep.violations.len(),
+            rep.failover_ms
+                .iter()
+                .map(|x| x.round() as u64)
+                .collect::<Vec<_>>(),
+            rep.lost_samples,
+            rep.overlaps,
+            rep.overlaps_counted,
+            rep.lease_writes_per_s,
+            rep.trace_hash
+        );
+        for v in &rep.violations {
+            println!("{v}");
+        }
+        std::process::exit(i32::from(!rep.violations.is_empty()));
+    }
+
+    let threads = args.threads.unwrap_or_else(default_threads);
+    let total = args.seeds;
+    let started = Instant::now();
+    let last = AtomicU64::new(0);
+    let progress = |done: u64| {
+        let step = (total / 20).max(1);
+        if done.is_multiple_of(step) && last.fetch_max(done, Ordering::Relaxed) < done {
+            eprint!(
+                "\r{done}/{total} seeds, {:.0} s ",
+                started.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    let range = args.start..args.start + total;
+    let reports = if args.naive {
+        run_many::<NaiveCore>(range, args.scenario, threads, &progress)
+    } else {
+        run_many::<Core>(range, args.scenario, threads, &progress)
+    };
+    eprintln!();
+    let mut summary = Summary::default();
+    let mut failed = Vec::new();
+    for r in &reports {
+        summary.add(r);
+        if !r.violations.is_empty() {
+            failed.push(r);
+        }
+    }
+    for r in failed.iter().take(args.show) {
+        println!("{}\n", r.violations[0]);
+    }
+    // Which invariants broke, by scenario.
+    let mut kinds: std::collections::BTreeMap<(String, String), u64> = Default::default();
+    for r in &failed {
+        for v in &r.violations {
+            let inv = v
+                .split(" invariant ")
+                .nth(1)
+                .and_then(|x| x.split(')').next())
+                .unwrap_or("?");
+            *kinds
+                .entry((
+                    r.scenario.map_or("?", |s| s.name()).to_string(),
+                    format!("{inv})"),
+                ))
+                .or_default() += 1;
+        }
+    }
+    for ((sc, inv), n) in &kinds {
+        println!("{n:>6} x {sc}: invariant {inv}");
+    }
+    if !failed.is_empty() {
+        let seeds: Vec<String> = failed
+            .iter()
+            .take(50)
+            .map(|r| format!("{}:{}", r.seed, r.scenario.map_or("?", |s| s.name())))
+            .collect();
+        println!(
+            "{} of {} runs failed; first seeds: {}",
+            failed.len(),
+            reports.len(),
+            seeds.join(" ")
+        );
+    }
+    print!("{}", summary.table());
+    println!(
+        "{} runs in {:.1} s on {threads} threads",
+        reports.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if args.json {
+        println!("{}", summary.json());
+    }
+    std::process::exit(i32::from(!failed.is_empty()));
+}

@@ -1,0 +1,552 @@
+//! The invariants, checked on a finished run's ground truth.
+//!
+//! Why after the fact: the world records what clients would see every 10 ms ([`Sample`]) and
+//! every action the agents took ([`Record`]); checking afterwards keeps the world free of
+//! judgement and lets one failure message show both the moment and the outputs leading to it.
+//! Each check names the invariant it enforces (numbered as in the design brief):
+//!
+//! 1. steady state: each VIP answered by exactly the rendezvous owner among eligible live nodes;
+//! 2. crash / link down: clients' traffic flows again within 1 s;
+//! 3. SIGTERM handover and restart within grace: no lost traffic sample;
+//! 4. SIGKILL: another node takes over within grace + 1 s;
+//! 5. partition: overlap only while partitioned (+2 s), counted, one owner re-announced after heal;
+//! 6. API outage: no ownership change (with a crash, failover still within 1 s);
+//! 7. API cost: at most 0.5 Lease writes per second per node in steady state.
+
+use std::{fmt::Write, time::Duration};
+
+use announcer::election::{EventKind, Output};
+
+use super::{
+    agent::Agent,
+    queue::VTime,
+    scenario::{Action, Scenario, bit, owner_in},
+    world::{Record, Sample, What, World},
+};
+
+/// What one run produced.
+#[derive(Clone, Debug, Default)]
+pub struct RunReport {
+    /// The seed.
+    pub seed: u64,
+    /// Its scenario.
+    pub scenario: Option<Scenario>,
+    /// Broken invariants, each a self-contained message with a trace.
+    pub violations: Vec<String>,
+    /// Failover (or takeover) times measured, in milliseconds.
+    pub failover_ms: Vec<f64>,
+    /// (VIP, sample) pairs where some client's traffic was lost although a live eligible node
+    /// existed.
+    pub lost_samples: u64,
+    /// Episodes of a VIP answered by two nodes or more.
+    pub overlaps: u64,
+    /// Overlaps the agents counted (`Stats::overlaps`, summed).
+    pub overlaps_counted: u64,
+    /// The highest steady-state Lease write rate of any node (per second).
+    pub lease_writes_per_s: f64,
+    /// Hash of the whole run (equal runs, equal hashes).
+    pub trace_hash: u64,
+}
+
+/// Time after start from which clients are expected to be served.
+pub const WARM: Duration = Duration::from_secs(3);
+const SLACK_OVERLAP: Duration = Duration::from_millis(500);
+const HEAL_BUDGET: Duration = Duration::from_secs(2);
+const FAILOVER_BUDGET: Duration = Duration::from_secs(1);
+
+struct Ctx<'a, A> {
+    w: &'a World<A>,
+    out: Vec<String>,
+}
+
+fn names<A>(w: &World<A>, mask: u16) -> String {
+    let v: Vec<&str> = (0..w.nodes.len())
+        .filter(|i| mask & bit(*i) != 0)
+        .map(|i| w.nodes[i].name.as_str())
+        .collect();
+    if v.is_empty() {
+        "nobody".into()
+    } else {
+        v.join(",")
+    }
+}
+
+fn vip_of(out: &Output) -> Option<std::net::IpAddr> {
+    match out {
+        Output::Install { vip, .. }
+        | Output::Remove { vip, .. }
+        | Output::Announce { vip, .. }
+        | Output::Probe { vip, .. }
+        | Output::Event { vip, .. } => Some(*vip),
+        _ => None,
+    }
+}
+
+impl<'a, A: Agent> Ctx<'a, A> {
+    fn fail(&mut self, inv: &str, vip: Option<usize>, t: VTime, msg: String) {
+        let w = self.w;
+        let scen = w.plan.scenario;
+        let addr = vip.map(|v| w.plan.vips[v].addr);
+        let mut s = format!("seed {} scenario {scen} invariant {inv}", w.plan.seed);
+        if let Some(a) = addr {
+            let _ = write!(s, " VIP {a}");
+        }
+        let _ = write!(s, " at {:.3}s: {msg}", t.as_secs_f64());
+        let _ = write!(
+            s,
+            "\n  replay: cargo run -p announcer-tests --bin soak -- --seed {} --scenario {scen} --trace\n  trace:",
+            w.plan.seed
+        );
+        let relevant = |r: &&Record| {
+            r.t <= t + Duration::from_millis(200)
+                && match &r.what {
+                    What::Out { out, .. } => addr.is_some() && vip_of(out) == addr,
+                    _ => true,
+                }
+        };
+        let lines: Vec<&Record> = w.log.iter().filter(relevant).collect();
+        for r in &lines[lines.len().saturating_sub(16)..] {
+            let who = r.node.map_or("world", |i| w.nodes[i].name.as_str());
+            let _ = write!(s, "\n    {:>9.4}s {who:>8} {:?}", r.t.as_secs_f64(), r.what);
+        }
+        self.out.push(s);
+    }
+
+    fn samples(&self, from: VTime, to: VTime) -> impl Iterator<Item = &'a Sample> + use<'a, A> {
+        let w: &'a World<A> = self.w;
+        w.samples.iter().filter(move |s| s.t >= from && s.t < to)
+    }
+
+    fn before(&self, t: VTime) -> Option<&'a Sample> {
+        let w: &'a World<A> = self.w;
+        w.samples.iter().rev().find(|s| s.t < t)
+    }
+
+    fn eligible(&self, s: &Sample, v: usize) -> u16 {
+        self.w.eligibility[s.epoch][v]
+    }
+
+    fn expected(&self, s: &Sample, v: usize) -> u16 {
+        let w = self.w;
+        owner_in(
+            &w.plan.nodes,
+            w.plan.vips[v].addr,
+            self.eligible(s, v) & s.live,
+        )
+        .map_or(0, bit)
+    }
+
+    /// Invariant 1 over `[from, to)`.
+    fn steady(&mut self, from: VTime, to: VTime, when: &str) {
+        for s in self.samples(from, to) {
+            for (v, st) in s.vips.iter().enumerate() {
+                let want = self.expected(s, v);
+                if st.answerers != want {
+                    let (t, elig, live) = (s.t, self.eligible(s, v), s.live);
+                    let msg = format!(
+                        "{when}: answered by {}, expected {} (eligible {}, live {})",
+                        names(self.w, st.answerers),
+                        names(self.w, want),
+                        names(self.w, elig),
+                        names(self.w, live)
+                    );
+                    self.fail("1 (steady state)", Some(v), t, msg);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// VIPs the victim answered (or clients sent to it) just before `t`, that some other
+    /// eligible node could serve afterwards.
+    fn victims_vips(&self, victim: usize, t: VTime, cached: bool) -> Vec<usize> {
+        let Some(pre) = self.before(t) else {
+            return Vec::new();
+        };
+        let later = self.before(t + Duration::from_secs(1)).unwrap_or(pre);
+        (0..pre.vips.len())
+            .filter(|v| {
+                let st = pre.vips[*v];
+                let mask = if cached { st.cached } else { st.answerers };
+                mask & bit(victim) != 0 && self.eligible(later, *v) & later.live & !bit(victim) != 0
+            })
+            .collect()
+    }
+
+    /// The first sample at or after `t` satisfying `f` for VIP `v`.
+    fn first(&self, t: VTime, f: impl Fn(&Sample) -> bool) -> Option<VTime> {
+        self.w
+            .samples
+            .iter()
+            .filter(|s| s.t >= t)
+            .find(|s| f(s))
+            .map(|s| s.t)
+    }
+
+    fn no_loss(&mut self, inv: &str) {
+        for s in self.samples(WARM, self.w.plan.end + Duration::from_secs(1)) {
+            for (v, st) in s.vips.iter().enumerate() {
+                if self.eligible(s, v) & s.live != 0 && !st.flows {
+                    let msg = format!("traffic lost (clients cache {})", names(self.w, st.cached));
+                    self.fail(inv, Some(v), s.t, msg);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Check every invariant that applies to the finished run in `w`.
+pub fn check<A: Agent>(w: &World<A>) -> RunReport {
+    let plan = &w.plan;
+    let mut c = Ctx { w, out: Vec::new() };
+    let mut rep = RunReport {
+        seed: plan.seed,
+        scenario: Some(plan.scenario),
+        trace_hash: w.trace_hash(),
+        ..Default::default()
+    };
+    let end = plan.end + Duration::from_millis(1);
+    let grace = plan.timing.grace;
+
+    for r in &w.log {
+        if let What::Bad(m) = &r.what {
+            c.fail("0 (well-formed outputs)", None, r.t, m.clone());
+        }
+    }
+
+    // Lost traffic and overlap episodes, for every scenario.
+    for s in c.samples(WARM, end) {
+        for (v, st) in s.vips.iter().enumerate() {
+            if c.eligible(s, v) & s.live != 0 && !st.flows {
+                rep.lost_samples += 1;
+            }
+        }
+    }
+    let window = match (
+        plan.when(|a| matches!(a, Action::Partition(_))),
+        plan.when(|a| *a == Action::Heal),
+    ) {
+        (Some(p), Some(h)) => Some((p, h)),
+        _ => None,
+    };
+    let mut overlapped = Vec::new();
+    for v in 0..plan.vips.len() {
+        let mut start: Option<VTime> = None;
+        let mut last = Duration::ZERO;
+        let samples: Vec<(VTime, bool)> = w
+            .samples
+            .iter()
+            .map(|s| (s.t, s.vips[v].answerers.count_ones() >= 2))
+            .collect();
+        for (t, over) in samples
+            .into_iter()
+            .chain([(end + Duration::from_secs(1), false)])
+        {
+            match (over, start) {
+                (true, None) => start = Some(t),
+                (false, Some(a)) => {
+                    rep.overlaps += 1;
+                    let in_partition = window.is_some_and(|(p, h)| last >= p && a <= h);
+                    if in_partition {
+                        overlapped.push(v);
+                        let h = window.expect("partition").1;
+                        if last >= h + HEAL_BUDGET {
+                            c.fail(
+                                "5 (partition heal)",
+                                Some(v),
+                                h + HEAL_BUDGET,
+                                "still answered by two nodes 2 s after the heal".into(),
+                            );
+                        }
+                    } else if last - a >= SLACK_OVERLAP {
+                        let msg = format!(
+                            "answered by two nodes for {:?} outside any partition",
+                            last - a
+                        );
+                        c.fail("5 (no overlap outside partitions)", Some(v), a, msg);
+                    }
+                    start = None;
+                }
+                _ => {}
+            }
+            last = t;
+        }
+    }
+    rep.overlaps_counted = (0..w.nodes.len()).map(|n| w.stats(n).overlaps).sum();
+
+    // 1: steady before the fault and at the end.
+    c.steady(
+        plan.fault_at.saturating_sub(Duration::from_secs(1)),
+        plan.fault_at,
+        "before the fault",
+    );
+    c.steady(
+        plan.end.saturating_sub(Duration::from_secs(1)),
+        end,
+        "at the end",
+    );
+
+    let victim = plan.victim.unwrap_or(0);
+    match plan.scenario {
+        Scenario::Crash | Scenario::LinkDown | Scenario::OutageCrash => {
+            let tf = plan
+                .when(|a| matches!(a, Action::Crash(_) | Action::LinkDown(_)))
+                .expect("fault");
+            for v in c.victims_vips(victim, tf, true) {
+                let back = c.first(tf, |s| {
+                    s.vips[v].flows && s.vips[v].cached & !s.vips[v].answerers == 0
+                });
+                match back {
+                    Some(t) if t - tf <= FAILOVER_BUDGET => {
+                        rep.failover_ms.push((t - tf).as_secs_f64() * 1e3)
+                    }
+                    _ => {
+                        let msg =
+                            format!("traffic did not flow again within 1 s (back at {back:?})");
+                        c.fail("2 (failover)", Some(v), tf + FAILOVER_BUDGET, msg);
+                    }
+                }
+            }
+        }
+        Scenario::Kill => {
+            let tf = plan.fault_at;
+            for v in c.victims_vips(victim, tf, false) {
+                let took = c.first(tf, |s| s.vips[v].answerers & !bit(victim) != 0);
+                match took {
+                    Some(t) if t - tf <= grace + FAILOVER_BUDGET => {
+                        rep.failover_ms.push((t - tf).as_secs_f64() * 1e3)
+                    }
+                    _ => c.fail(
+                        "4 (takeover after SIGKILL)",
+                        Some(v),
+                        tf + grace + FAILOVER_BUDGET,
+                        format!("nobody else took over (at {took:?})"),
+                    ),
+                }
+            }
+        }
+        Scenario::KillRestart => {
+            let tf = plan.fault_at;
+            let vs = c.victims_vips(victim, tf, false);
+            'outer: for s in c.samples(tf, end).cloned().collect::<Vec<_>>() {
+                for &v in &vs {
+                    if s.vips[v].answerers != bit(victim) {
+                        let msg = format!(
+                            "the restarting node's VIP answered by {}",
+                            names(w, s.vips[v].answerers)
+                        );
+                        c.fail("3 (restart within grace is invisible)", Some(v), s.t, msg);
+                        break 'outer;
+                    }
+                }
+            }
+            c.no_loss("3 (restart within grace is invisible)");
+        }
+        Scenario::Sigterm => {
+            let tf = plan.fault_at;
+            let exited = w.log.iter().find(|r| {
+                r.t >= tf
+                    && r.node == Some(victim)
+                    && matches!(
+                        &r.what,
+                        What::Out {
+                            out: Output::Exit,
+                            ..
+                        }
+                    )
+            });
+            let limit = plan.timing.handover_timeout + FAILOVER_BUDGET;
+            if exited.is_none_or(|r| r.t - tf > limit) {
+                c.fail(
+                    "3 (SIGTERM handover)",
+                    None,
+                    tf + limit,
+                    format!(
+                        "the leaver did not exit in time ({:?})",
+                        exited.map(|r| r.t)
+                    ),
+                );
+            }
+            for v in c.victims_vips(victim, tf, false) {
+                if let Some(t) = c.first(tf, |s| s.vips[v].answerers & !bit(victim) != 0) {
+                    rep.failover_ms.push((t - tf).as_secs_f64() * 1e3);
+                }
+            }
+            c.no_loss("3 (SIGTERM handover)");
+        }
+        Scenario::Partition => {
+            let (tp, th) = window.expect("partition");
+            overlapped.sort();
+            overlapped.dedup();
+            if !overlapped.is_empty() {
+                let events = w.log.iter().any(|r| {
+                    r.t >= tp
+                        && matches!(
+                            &r.what,
+                            What::Out {
+                                out: Output::Event {
+                                    kind: EventKind::Overlap,
+                                    ..
+                                },
+                                ..
+                            }
+                        )
+                });
+                if rep.overlaps_counted == 0 && !events {
+                    c.fail(
+                        "5 (overlap counted)",
+                        Some(overlapped[0]),
+                        th,
+                        "an overlap happened but no node counted it".into(),
+                    );
+                }
+            }
+            let at = th + HEAL_BUDGET;
+            if let Some(s) = c.before(at + Duration::from_millis(1)).cloned() {
+                for v in overlapped {
+                    let a = s.vips[v].answerers;
+                    let last_announce = (a.count_ones() == 1)
+                        .then(|| a.trailing_zeros() as usize)
+                        .and_then(|o| {
+                            w.log.iter().rev().find(|r| {
+                                r.t <= at
+                                    && r.node == Some(o)
+                                    && matches!(&r.what, What::Out { out: Output::Announce { vip, .. }, .. } if *vip == plan.vips[v].addr)
+                            })
+                        })
+                        .map(|r| r.t);
+                    if a.count_ones() != 1 || last_announce.is_none_or(|t| t < th) {
+                        let msg = format!(
+                            "after the heal: answered by {}, last announcement at {last_announce:?}",
+                            names(w, a)
+                        );
+                        c.fail("5 (single owner re-announced after heal)", Some(v), at, msg);
+                    }
+                }
+            }
+        }
+        Scenario::ApiIsolated => {
+            // Fenced or not, the isolated node's machine serves its clients until its VIPs
+            // have moved (make before break).
+            c.no_loss("3 (no loss when a node loses the API)");
+        }
+        Scenario::Outage | Scenario::Join | Scenario::Eligibility => {}
+    }
+
+    // 6: no ownership change during an API outage (crashed node's VIPs excepted).
+    if let (Some(down), Some(up)) = (
+        plan.when(|a| *a == Action::ApiDown),
+        plan.when(|a| *a == Action::ApiUp),
+    ) {
+        let crash = plan.when(|a| matches!(a, Action::Crash(_)));
+        let exempt = crash
+            .map(|t| (t, c.victims_vips(victim, t, false)))
+            .unwrap_or_default();
+        let bad = w.log.iter().find(|r| {
+            let What::Out { out, changed } = &r.what else {
+                return false;
+            };
+            // A re-announcement by the node that already answers is not a change of owner.
+            let change = matches!(out, Output::Install { .. } | Output::Remove { .. }) && *changed;
+            let v = vip_of(out).and_then(|a| plan.vips.iter().position(|x| x.addr == a));
+            let exempted =
+                crash.is_some_and(|t| r.t >= t) && v.is_some_and(|v| exempt.1.contains(&v));
+            change && r.t >= down && r.t < up + Duration::from_secs(1) && !exempted
+        });
+        if let Some(r) = bad {
+            let (t, v) = (r.t, r.node);
+            let What::Out { out, .. } = &r.what else {
+                unreachable!()
+            };
+            let vip = vip_of(out).and_then(|a| plan.vips.iter().position(|x| x.addr == a));
+            let who = v.map_or("?", |n| w.nodes[n].name.as_str());
+            let when = if t < up {
+                "during the outage"
+            } else {
+                "in the first second after it ended"
+            };
+            c.fail(
+                "6 (no flapping during an API outage)",
+                vip,
+                t,
+                format!("{who} did {out:?} {when}"),
+            );
+        }
+    }
+
+    // 7: Lease writes per node, over steady stretches of at least 8 s.
+    for n in 0..w.nodes.len() {
+        // Windows without the API server for this node (retries there are not steady state).
+        let down = |a: &Action| *a == Action::ApiDown || *a == Action::NodeApi(n, false);
+        let up = |a: &Action| *a == Action::ApiUp || *a == Action::NodeApi(n, true);
+        let outages: Vec<(VTime, VTime)> = plan
+            .steps
+            .iter()
+            .filter(|(_, a)| down(a))
+            .map(|(d, _)| {
+                (
+                    *d,
+                    plan.steps
+                        .iter()
+                        .find(|(t, a)| t >= d && up(a))
+                        .map_or(end, |(t, _)| *t),
+                )
+            })
+            .collect();
+        let mut runs: Vec<(VTime, VTime)> = Vec::new();
+        for r in w.log.iter().filter(|r| r.node == Some(n)) {
+            match r.what {
+                What::Started { .. } => runs.push((r.t, end)),
+                What::Stopped => {
+                    if let Some(last) = runs.last_mut() {
+                        last.1 = r.t;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut pieces = runs;
+        for (d, u) in outages {
+            let settle = u + Duration::from_secs(1);
+            pieces = pieces
+                .into_iter()
+                .flat_map(|(a, b)| [(a, b.min(d)), (a.max(settle), b)])
+                .collect();
+        }
+        for (a, b) in pieces
+            .into_iter()
+            .filter(|(a, b)| *b > *a && *b - *a >= Duration::from_secs(8))
+        {
+            let writes = w
+                .log
+                .iter()
+                .filter(|r| {
+                    r.node == Some(n)
+                        && r.t >= a
+                        && r.t < b
+                        && matches!(
+                            &r.what,
+                            What::Out {
+                                out: Output::WriteLease { .. },
+                                ..
+                            }
+                        )
+                })
+                .count();
+            let rate = writes as f64 / (b - a).as_secs_f64();
+            rep.lease_writes_per_s = rep.lease_writes_per_s.max(rate);
+            if rate > 0.5 {
+                let msg = format!(
+                    "{} wrote its Lease {writes} times in {:.1} s",
+                    w.nodes[n].name,
+                    (b - a).as_secs_f64()
+                );
+                c.fail("7 (API cost)", None, b, msg);
+            }
+        }
+    }
+
+    rep.violations = c.out;
+    rep
+}

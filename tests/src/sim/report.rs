@@ -1,0 +1,134 @@
+//! Per-scenario statistics over many runs: the soak binary's table and JSON.
+//!
+//! Why: invariants say "never worse than"; the distribution (p50/p99/max failover, lost
+//! samples, overlaps) shows how close to the bounds the core runs and whether a change made
+//! it better or worse.
+
+use std::{collections::BTreeMap, fmt::Write};
+
+use serde_json::json;
+
+use super::{check::RunReport, scenario::Scenario};
+
+/// Accumulated results of one scenario.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioStats {
+    /// Runs.
+    pub runs: u64,
+    /// Runs with at least one violated invariant.
+    pub failed: u64,
+    /// Every failover time measured (ms).
+    pub failover_ms: Vec<f64>,
+    /// Lost (VIP, sample) pairs.
+    pub lost_samples: u64,
+    /// Overlap episodes.
+    pub overlaps: u64,
+    /// Overlaps the agents counted.
+    pub overlaps_counted: u64,
+    /// Highest steady-state Lease write rate seen (per node, per second).
+    pub max_lease_writes_per_s: f64,
+}
+
+impl ScenarioStats {
+    /// The `q` quantile (0..=1) of the failover times, nearest rank.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        if self.failover_ms.is_empty() {
+            return None;
+        }
+        let mut v = self.failover_ms.clone();
+        v.sort_by(f64::total_cmp);
+        let i = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+        Some(v[i])
+    }
+}
+
+/// Statistics of many runs, by scenario.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// By scenario.
+    pub by_scenario: BTreeMap<Scenario, ScenarioStats>,
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+fn ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+impl Summary {
+    /// Add one run.
+    pub fn add(&mut self, r: &RunReport) {
+        let s = self
+            .by_scenario
+            .entry(r.scenario.unwrap_or(Scenario::Crash))
+            .or_default();
+        s.runs += 1;
+        s.failed += u64::from(!r.violations.is_empty());
+        s.failover_ms.extend(&r.failover_ms);
+        s.lost_samples += r.lost_samples;
+        s.overlaps += r.overlaps;
+        s.overlaps_counted += r.overlaps_counted;
+        s.max_lease_writes_per_s = s.max_lease_writes_per_s.max(r.lease_writes_per_s);
+    }
+
+    /// A fixed-width table, one line per scenario.
+    pub fn table(&self) -> String {
+        let mut t = format!(
+            "{:<13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "scenario",
+            "runs",
+            "failed",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "lost",
+            "overlaps",
+            "counted",
+            "lease/s"
+        );
+        for (sc, s) in &self.by_scenario {
+            let _ = writeln!(
+                t,
+                "{:<13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2}",
+                sc.name(),
+                s.runs,
+                s.failed,
+                ms(s.quantile_ms(0.5)),
+                ms(s.quantile_ms(0.99)),
+                ms(s.quantile_ms(1.0)),
+                s.lost_samples,
+                s.overlaps,
+                s.overlaps_counted,
+                s.max_lease_writes_per_s
+            );
+        }
+        t
+    }
+
+    /// One JSON document; field names carry their units.
+    pub fn json(&self) -> serde_json::Value {
+        let scenarios: Vec<_> = self
+            .by_scenario
+            .iter()
+            .map(|(sc, s)| {
+                json!({
+                    "scenario": sc.name(),
+                    "runs": s.runs,
+                    "failed_runs": s.failed,
+                    "failovers": s.failover_ms.len(),
+                    "p50_ms": s.quantile_ms(0.5).map(round1),
+                    "p99_ms": s.quantile_ms(0.99).map(round1),
+                    "max_ms": s.quantile_ms(1.0).map(round1),
+                    "lost_samples": s.lost_samples,
+                    "lost_ms": s.lost_samples * 10,
+                    "overlaps": s.overlaps,
+                    "overlaps_counted": s.overlaps_counted,
+                    "max_lease_writes_per_s": (s.max_lease_writes_per_s * 1000.0).round() / 1000.0,
+                })
+            })
+            .collect();
+        json!({ "sample_interval_ms": 10, "scenarios": scenarios })
+    }
+}

@@ -1,0 +1,77 @@
+//! Running seeds: one (with an optional full trace) or many on every core.
+//!
+//! Why threads here and not in the callers: the test and the soak binary both want "run these
+//! seeds, give me the reports in seed order", and each run is independent and deterministic,
+//! so a shared work counter over scoped threads is all it takes.
+
+use std::{
+    ops::Range,
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    thread,
+};
+
+use announcer::election::Core;
+
+use super::{
+    agent::Agent,
+    check::{RunReport, check},
+    scenario::{Plan, Scenario},
+    world::World,
+};
+
+/// Run `seed` (its own scenario unless `scenario` is given) with agent type `A`; with
+/// `trace`, also return a line per input and output.
+pub fn run_with<A: Agent>(
+    seed: u64,
+    scenario: Option<Scenario>,
+    trace: bool,
+) -> (RunReport, Vec<String>) {
+    let plan = Plan::generate(seed, scenario.unwrap_or_else(|| Scenario::for_seed(seed)));
+    let mut world: World<A> = World::new(plan, trace);
+    world.run();
+    (check(&world), world.trace.take().unwrap_or_default())
+}
+
+/// Run `seed` with the real election core.
+pub fn run_seed(seed: u64, scenario: Option<Scenario>) -> RunReport {
+    run_with::<Core>(seed, scenario, false).0
+}
+
+/// Run every seed of `seeds` with agent type `A` on `threads` threads; `progress(done)` is
+/// called after each run. Reports come back in seed order.
+pub fn run_many<A: Agent>(
+    seeds: Range<u64>,
+    scenario: Option<Scenario>,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Vec<RunReport> {
+    let next = AtomicU64::new(seeds.start);
+    let done = AtomicU64::new(0);
+    let out = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..threads.max(1) {
+            s.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= seeds.end {
+                        break;
+                    }
+                    let r = run_with::<A>(seed, scenario, false).0;
+                    out.lock().expect("no panics while locked").push(r);
+                    progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+                }
+            });
+        }
+    });
+    let mut v = out.into_inner().expect("no panics while locked");
+    v.sort_by_key(|r| r.seed);
+    v
+}
+
+/// Threads to use: what the machine offers.
+pub fn default_threads() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
+}

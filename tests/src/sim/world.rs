@@ -1,0 +1,564 @@
+//! The simulated cluster: nodes (an [`Agent`] plus a simulated shell), the API server, the
+//! network, the data planes and the clients, driven by one event queue in virtual time.
+//!
+//! Why so much world: the election is only correct if it is correct *as the clients see it*.
+//! So the simulator keeps ground truth the agents cannot see (which nodes' data planes answer a
+//! VIP, where each client's neighbour cache points, whether traffic flows) and samples it every
+//! 10 ms for the checker ([`super::check`]). Everything random comes from one ChaCha8 stream
+//! seeded from the run's seed, and ties in time are broken by push order, so a seed replays
+//! exactly.
+
+use std::{
+    collections::{BTreeMap, hash_map::DefaultHasher},
+    hash::{Hash, Hasher},
+    net::IpAddr,
+    time::Duration,
+};
+
+use announcer::election::{IfaceName, Input, Instant, NodeName, Output, core::Stats};
+use announcer_ebpf::wire::MacAddr;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{
+    agent::Agent,
+    queue::{Queue, VTime},
+    scenario::{Action, Plan, bit},
+};
+
+/// The interface every simulated node announces on.
+pub const IFACE: &str = "eth0";
+/// How often ground truth is sampled.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(10);
+/// How many clients watch the VIPs.
+pub const CLIENTS: usize = 2;
+/// A client re-resolves a VIP whose cached node stopped answering after this long (Linux: the
+/// neighbour entry goes STALE, DELAY, then PROBE fails).
+pub const CLIENT_STALE_AFTER: Duration = Duration::from_secs(5);
+
+mod shell;
+mod truth;
+
+fn us(rng: &mut ChaCha8Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_micros(rng.random_range(lo..hi))
+}
+
+/// What happened, for the checker and for traces (heartbeats are not recorded).
+#[derive(Clone, Debug)]
+pub enum What {
+    /// A node's agent asked for this. `changed`: an `Install` of an entry that was absent or
+    /// expired, or a `Remove` of a live one (a refresh is not a change).
+    Out {
+        /// The output.
+        out: Output,
+        /// Whether it changed the data plane.
+        changed: bool,
+    },
+    /// A planned action took effect.
+    Act(Action),
+    /// A node's agent started (`run` identifies this run of it).
+    Started {
+        /// Agent generation on that node.
+        run: u64,
+    },
+    /// A node's agent stopped (killed, crashed or exited).
+    Stopped,
+    /// The simulator itself found the agent misbehaving (unknown VIP, busy loop…).
+    Bad(String),
+}
+
+/// One line of the run's log.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Virtual time.
+    pub t: VTime,
+    /// The node concerned, if any.
+    pub node: Option<usize>,
+    /// What.
+    pub what: What,
+}
+
+/// Ground truth for one VIP at one sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipState {
+    /// Nodes whose data plane answers it (up, link up, unexpired entry).
+    pub answerers: u16,
+    /// Nodes the clients' caches point to.
+    pub cached: u16,
+    /// Every client's traffic reaches a node (its cached node is up with its link up).
+    pub flows: bool,
+}
+
+/// Ground truth at one instant.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// Virtual time.
+    pub t: VTime,
+    /// Nodes counted as live: agent running past its warm-up and not leaving, machine and
+    /// link up.
+    pub live: u16,
+    /// Index into [`World::eligibility`]: the eligible sets in force.
+    pub epoch: usize,
+    /// Per VIP, same order as the plan.
+    pub vips: Vec<VipState>,
+}
+
+enum Ev {
+    Timer {
+        node: usize,
+        run: u64,
+        at: VTime,
+    },
+    Deliver {
+        node: usize,
+        run: Option<u64>,
+        input: Input,
+    },
+    ApiWrite {
+        node: usize,
+        run: u64,
+        rv: Option<String>,
+        release: bool,
+    },
+    Garp {
+        client: usize,
+        vip: usize,
+        node: usize,
+    },
+    Sample,
+    Act(Action),
+}
+
+struct StoredLease {
+    rv: u64,
+    renew: String,
+    released: bool,
+}
+
+struct Client {
+    cache: Vec<Option<usize>>,
+    stale_since: Vec<Option<VTime>>,
+    next_resolve: Vec<VTime>,
+}
+
+/// One simulated machine.
+pub struct SimNode<A> {
+    /// Its name.
+    pub name: NodeName,
+    /// Its MAC (heartbeats, probes and announcements).
+    pub mac: MacAddr,
+    /// The running agent, if any.
+    pub agent: Option<A>,
+    /// Bumped whenever an agent starts or stops: answers meant for an earlier agent are dropped.
+    pub run: u64,
+    /// The running (or last) agent's incarnation.
+    pub incarnation: u64,
+    /// The machine (kernel, data plane) is up.
+    pub up: bool,
+    /// The announcing link is up.
+    pub link: bool,
+    /// SIGTERM received: not a candidate any more; the machine goes down on exit.
+    pub leaving: bool,
+    /// Data-plane entries: VIP index → expiry.
+    pub dp: BTreeMap<usize, VTime>,
+    /// Counters of agents that already stopped.
+    pub retired: Stats,
+    /// When the running agent started.
+    pub started_at: VTime,
+    timer_at: Option<VTime>,
+}
+
+/// The simulated cluster. See the module docs.
+pub struct World<A> {
+    /// The plan being run.
+    pub plan: Plan,
+    /// Current virtual time.
+    pub now: VTime,
+    origin: Instant,
+    queue: Queue<Ev>,
+    rng: ChaCha8Rng,
+    /// The machines.
+    pub nodes: Vec<SimNode<A>>,
+    /// The eligible sets over time; samples point into it.
+    pub eligibility: Vec<Vec<u16>>,
+    vip_index: BTreeMap<IpAddr, usize>,
+    leases: BTreeMap<usize, StoredLease>,
+    next_rv: u64,
+    /// Per node: whether it can reach the API server.
+    api: Vec<bool>,
+    groups: Vec<u8>,
+    clients: Vec<Client>,
+    /// Everything but heartbeats.
+    pub log: Vec<Record>,
+    /// Ground truth every [`SAMPLE_EVERY`].
+    pub samples: Vec<Sample>,
+    /// Full trace lines (inputs and outputs), when enabled.
+    pub trace: Option<Vec<String>>,
+    hasher: DefaultHasher,
+    same_instant: u64,
+}
+
+impl<A: Agent> World<A> {
+    /// A world for `plan`; `trace` keeps a line per input and output for replays.
+    pub fn new(plan: Plan, trace: bool) -> World<A> {
+        let n = plan.nodes.len();
+        let m = plan.vips.len();
+        let nodes = plan
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, name)| SimNode {
+                name: name.clone(),
+                mac: MacAddr([0x02, 0, 0, 0, 0, i as u8 + 1]),
+                agent: None,
+                run: 0,
+                incarnation: 1000 * (i as u64 + 1),
+                up: false,
+                link: false,
+                leaving: false,
+                dp: BTreeMap::new(),
+                retired: Stats::default(),
+                started_at: Duration::ZERO,
+                timer_at: None,
+            })
+            .collect();
+        let mut queue = Queue::new();
+        for (t, a) in &plan.steps {
+            queue.push(*t, Ev::Act(a.clone()));
+        }
+        queue.push(Duration::ZERO, Ev::Sample);
+        let client = Client {
+            cache: vec![None; m],
+            stale_since: vec![None; m],
+            next_resolve: vec![Duration::ZERO; m],
+        };
+        World {
+            eligibility: vec![plan.vips.iter().map(|v| v.eligible).collect()],
+            vip_index: plan
+                .vips
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.addr, i))
+                .collect(),
+            rng: ChaCha8Rng::seed_from_u64(plan.seed ^ 0x005e_ed0f_5111),
+            plan,
+            now: Duration::ZERO,
+            origin: Instant::now(),
+            queue,
+            nodes,
+            leases: BTreeMap::new(),
+            next_rv: 1,
+            api: vec![true; n],
+            groups: vec![0; n],
+            clients: (0..CLIENTS)
+                .map(|_| Client {
+                    cache: client.cache.clone(),
+                    stale_since: client.stale_since.clone(),
+                    next_resolve: client.next_resolve.clone(),
+                })
+                .collect(),
+            log: Vec::new(),
+            samples: Vec::new(),
+            trace: trace.then(Vec::new),
+            hasher: DefaultHasher::new(),
+            same_instant: 0,
+        }
+    }
+
+    /// Run the plan to its end.
+    pub fn run(&mut self) {
+        self.run_until(self.plan.end);
+    }
+
+    /// Run every event due at or before `t` (at most to the plan's end), to inspect the agents
+    /// midway.
+    pub fn run_until(&mut self, t: VTime) {
+        let t = t.min(self.plan.end);
+        while let Some(at) = self.queue.peek_time() {
+            if at > t {
+                break;
+            }
+            let (at, ev) = self.queue.pop().expect("peeked");
+            if at == self.now {
+                self.same_instant += 1;
+                if self.same_instant > 200_000 {
+                    self.bad(
+                        None,
+                        format!(
+                            "livelock: over 200000 events at {at:?} (a timer that never moves on?)"
+                        ),
+                    );
+                    return;
+                }
+            } else {
+                self.same_instant = 0;
+            }
+            self.now = at;
+            self.dispatch(ev);
+        }
+        self.now = t;
+    }
+
+    /// A hash of everything that happened (outputs, inputs, times): equal for equal runs.
+    pub fn trace_hash(&self) -> u64 {
+        self.hasher.finish()
+    }
+
+    /// Cumulative counters of every agent that ran on `node`.
+    pub fn stats(&self, node: usize) -> Stats {
+        let n = &self.nodes[node];
+        let mut s = n.retired.clone();
+        if let Some(a) = &n.agent {
+            add_stats(&mut s, &a.stats());
+        }
+        s
+    }
+
+    fn instant(&self, t: VTime) -> Instant {
+        self.origin + t
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Timer { node, run, at } => {
+                let n = &mut self.nodes[node];
+                if n.run == run && n.timer_at == Some(at) && n.agent.is_some() {
+                    n.timer_at = None;
+                    self.feed(node, Input::Tick);
+                }
+            }
+            Ev::Deliver { node, run, input } => {
+                if run.is_none_or(|g| g == self.nodes[node].run) && self.nodes[node].agent.is_some()
+                {
+                    self.feed(node, input);
+                }
+            }
+            Ev::ApiWrite {
+                node,
+                run,
+                rv,
+                release,
+            } => self.api_write(node, run, rv, release),
+            Ev::Garp { client, vip, node } => {
+                let c = &mut self.clients[client];
+                c.cache[vip] = Some(node);
+                c.stale_since[vip] = None;
+            }
+            Ev::Sample => {
+                self.sample();
+                self.queue.push(self.now + SAMPLE_EVERY, Ev::Sample);
+            }
+            Ev::Act(a) => self.act(a),
+        }
+    }
+
+    fn record(&mut self, node: Option<usize>, what: What) {
+        if let Some(tr) = &mut self.trace {
+            let who = node.map_or("world".to_string(), |i| self.nodes[i].name.to_string());
+            tr.push(format!(
+                "{:>10.4}s {who:>8} {what:?}",
+                self.now.as_secs_f64()
+            ));
+        }
+        self.log.push(Record {
+            t: self.now,
+            node,
+            what,
+        });
+    }
+
+    fn bad(&mut self, node: Option<usize>, msg: String) {
+        self.record(node, What::Bad(msg));
+    }
+
+    /// Give `input` to the node's agent, then carry out what it asks.
+    fn feed(&mut self, node: usize, input: Input) {
+        let now = self.instant(self.now);
+        self.now.hash(&mut self.hasher);
+        node.hash(&mut self.hasher);
+        hash_input(&input, &mut self.hasher);
+        if let Some(tr) = &mut self.trace
+            && !matches!(input, Input::Heartbeat(_) | Input::Tick)
+        {
+            tr.push(format!(
+                "{:>10.4}s {:>8} <- {input:?}",
+                self.now.as_secs_f64(),
+                self.nodes[node].name.as_str()
+            ));
+        }
+        let Some(agent) = self.nodes[node].agent.as_mut() else {
+            return;
+        };
+        agent.handle(now, input);
+        let mut outs = Vec::new();
+        while let Some(o) = agent.poll_output() {
+            outs.push(o);
+        }
+        let timeout = agent.poll_timeout();
+        for o in outs {
+            self.output(node, o);
+        }
+        let n = &mut self.nodes[node];
+        if n.agent.is_none() {
+            return;
+        }
+        let at = timeout.map(|t| t.saturating_duration_since(self.origin).max(self.now));
+        if let Some(at) = at
+            && Some(at) != n.timer_at
+        {
+            n.timer_at = Some(at);
+            let run = n.run;
+            self.queue.push(at, Ev::Timer { node, run, at });
+        }
+    }
+
+    fn deliver(&mut self, at: VTime, node: usize, run: Option<u64>, input: Input) {
+        self.queue.push(at, Ev::Deliver { node, run, input });
+    }
+
+    fn start_agent(&mut self, node: usize) {
+        self.stop_agent(node);
+        let n = &mut self.nodes[node];
+        if !n.up {
+            n.up = true;
+            n.link = true;
+            n.dp.clear();
+        }
+        n.run += 1;
+        n.incarnation += 1;
+        n.started_at = self.now;
+        n.leaving = false;
+        let mut config = self.plan.timing.clone();
+        config.node = n.name.clone();
+        config.mac = n.mac;
+        n.agent = Some(A::start(config, self.origin + self.now, n.incarnation));
+        let run = n.run;
+        let existing: Vec<(IpAddr, IfaceName)> =
+            n.dp.iter()
+                .filter(|(_, exp)| **exp > self.now)
+                .map(|(v, _)| (self.plan.vips[*v].addr, IfaceName::from(IFACE)))
+                .collect();
+        self.record(Some(node), What::Started { run });
+        self.feed(node, Input::Existing(existing));
+        let at = self.now + us(&mut self.rng, 1000, 10_000);
+        let specs = self.specs_for();
+        self.deliver(at, node, Some(run), Input::Vips(specs));
+        let at = at + us(&mut self.rng, 1000, 10_000);
+        if self.api[node] {
+            self.relist(node, run, at);
+        } else {
+            self.deliver(at, node, Some(run), Input::WatchHealth(false));
+        }
+    }
+
+    fn stop_agent(&mut self, node: usize) {
+        let n = &mut self.nodes[node];
+        if let Some(a) = n.agent.take() {
+            add_stats(&mut n.retired, &a.stats());
+            n.run += 1;
+            n.timer_at = None;
+            self.record(Some(node), What::Stopped);
+        }
+    }
+
+    fn machine_down(&mut self, node: usize) {
+        self.stop_agent(node);
+        let n = &mut self.nodes[node];
+        n.up = false;
+        n.link = false;
+        n.dp.clear();
+    }
+
+    /// The node loses or regains the API server: its watches notice within a second; on
+    /// reconnecting they list everything again.
+    fn set_api(&mut self, n: usize, up: bool) {
+        if self.api[n] == up {
+            return;
+        }
+        self.api[n] = up;
+        let run = self.nodes[n].run;
+        if up {
+            let at = self.now + us(&mut self.rng, 10_000, 500_000);
+            self.relist(n, run, at);
+        } else {
+            let at = self.now + us(&mut self.rng, 1000, 1_000_000);
+            self.deliver(at, n, Some(run), Input::WatchHealth(false));
+        }
+    }
+
+    fn act(&mut self, a: Action) {
+        self.record(None, What::Act(a.clone()));
+        format!("{a:?}").hash(&mut self.hasher);
+        match a {
+            Action::Start(n) => self.start_agent(n),
+            Action::Crash(n) => self.machine_down(n),
+            Action::Kill(n) => self.stop_agent(n),
+            Action::Term(n) => {
+                self.nodes[n].leaving = true;
+                let run = self.nodes[n].run;
+                self.deliver(self.now, n, Some(run), Input::Shutdown);
+            }
+            Action::LinkDown(n) | Action::LinkUp(n) => {
+                let up = matches!(a, Action::LinkUp(_));
+                self.nodes[n].link = up;
+                let run = self.nodes[n].run;
+                self.deliver(
+                    self.now,
+                    n,
+                    Some(run),
+                    Input::Link {
+                        iface: IfaceName::from(IFACE),
+                        up,
+                    },
+                );
+            }
+            Action::ApiDown | Action::ApiUp => {
+                for n in 0..self.nodes.len() {
+                    self.set_api(n, a == Action::ApiUp);
+                }
+            }
+            Action::NodeApi(n, up) => self.set_api(n, up),
+            Action::Partition(g) => self.groups = g,
+            Action::Heal => self.groups.iter_mut().for_each(|g| *g = 0),
+            Action::Eligibility(changes) => {
+                let mut e = self.eligibility.last().expect("initial").clone();
+                for (v, mask) in changes {
+                    e[v] = mask;
+                }
+                self.eligibility.push(e);
+                for n in 0..self.nodes.len() {
+                    let at = self.now + us(&mut self.rng, 1000, 100_000);
+                    let (run, specs) = (self.nodes[n].run, self.specs_for());
+                    self.deliver(at, n, Some(run), Input::Vips(specs));
+                }
+            }
+        }
+    }
+}
+
+fn add_stats(to: &mut Stats, s: &Stats) {
+    to.takeovers += s.takeovers;
+    to.releases += s.releases;
+    to.probes += s.probes;
+    to.probes_answered += s.probes_answered;
+    to.overlaps += s.overlaps;
+    to.lease_writes += s.lease_writes;
+    to.lease_conflicts += s.lease_conflicts;
+    to.lease_failures += s.lease_failures;
+}
+
+fn hash_beat(b: &announcer::election::Beat, h: &mut DefaultHasher) {
+    b.node.as_str().hash(h);
+    (b.incarnation, b.mac.0, b.leaving, b.api_ok, b.ready).hash(h);
+    for a in &b.acks {
+        a.as_str().hash(h);
+    }
+}
+
+fn hash_input(input: &Input, h: &mut DefaultHasher) {
+    match input {
+        Input::Heartbeat(b) => hash_beat(b, h),
+        Input::Tick => 0u8.hash(h),
+        other => format!("{other:?}").hash(h),
+    }
+}

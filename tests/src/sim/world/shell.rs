@@ -1,0 +1,250 @@
+//! The simulated shell and the infrastructure it talks to: what happens to each [`Output`] of
+//! an agent (heartbeats over the network, Lease writes to the API server, data-plane writes,
+//! probes, announcements), and the API server's answers and watch events.
+//!
+//! Why separate from the event loop: this is the part that must behave like the real agent's
+//! shell and the real cluster (409 on a stale `resourceVersion`, a probe answered only by a
+//! data plane that is up, reachable and still holds the entry), so it is kept in one place to
+//! read against them.
+
+use std::{hash::Hash, net::IpAddr};
+
+use announcer::election::{
+    IfaceName, Input, LeaseView, LeaseWriteResult, Output, ServiceRef, VipSpec,
+};
+use rand::Rng;
+
+use super::{Agent, Ev, IFACE, StoredLease, VTime, What, World, bit, hash_beat, us};
+
+impl<A: Agent> World<A> {
+    pub(super) fn reachable(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (&self.nodes[a], &self.nodes[b]);
+        x.up && x.link && y.up && y.link && self.groups[a] == self.groups[b]
+    }
+
+    pub(super) fn answers(&self, node: usize, vip: usize) -> bool {
+        let n = &self.nodes[node];
+        n.up && n.link && n.dp.get(&vip).is_some_and(|exp| *exp > self.now)
+    }
+
+    /// The simulated shell: carry out one output of the node's agent.
+    pub(super) fn output(&mut self, node: usize, out: Output) {
+        if let Output::SendHeartbeat(b) = &out {
+            self.now.hash(&mut self.hasher);
+            node.hash(&mut self.hasher);
+            hash_beat(b, &mut self.hasher);
+            for peer in 0..self.nodes.len() {
+                if peer != node && self.nodes[peer].agent.is_some() && self.reachable(node, peer) {
+                    if self.plan.loss > 0.0 && self.rng.random_bool(self.plan.loss) {
+                        continue;
+                    }
+                    let at = self.now + us(&mut self.rng, 100, 2000);
+                    self.deliver(at, peer, None, Input::Heartbeat(b.clone()));
+                }
+            }
+            return;
+        }
+        format!("{out:?}").hash(&mut self.hasher);
+        let vip_of = |w: &Self, vip: &IpAddr| w.vip_index.get(vip).copied();
+        let run = self.nodes[node].run;
+        let mut changed = false;
+        match &out {
+            Output::WriteLease {
+                resource_version,
+                release,
+            } => {
+                if self.api[node] {
+                    let at = self.now + us(&mut self.rng, 500, 5000);
+                    let (rv, release) = (resource_version.clone(), *release);
+                    self.queue.push(
+                        at,
+                        Ev::ApiWrite {
+                            node,
+                            run,
+                            rv,
+                            release,
+                        },
+                    );
+                } else {
+                    let at = self.now + us(&mut self.rng, 200_000, 1_000_000);
+                    self.deliver(
+                        at,
+                        node,
+                        Some(run),
+                        Input::LeaseWrite(LeaseWriteResult::Failed),
+                    );
+                }
+            }
+            Output::Install { vip, iface, .. }
+            | Output::Remove { vip, iface }
+            | Output::Announce { vip, iface }
+            | Output::Probe { vip, iface, .. } => {
+                let Some(v) = vip_of(self, vip) else {
+                    self.bad(Some(node), format!("{out:?} names a VIP nobody asked for"));
+                    return;
+                };
+                if &**iface != IFACE {
+                    self.bad(Some(node), format!("{out:?} names an unknown interface"));
+                }
+                match &out {
+                    Output::Install { ttl, .. } => {
+                        let expiry = self.now + *ttl;
+                        let n = &mut self.nodes[node];
+                        changed = n.dp.insert(v, expiry).is_none_or(|old| old <= self.now);
+                    }
+                    Output::Remove { .. } => {
+                        changed = self.nodes[node]
+                            .dp
+                            .remove(&v)
+                            .is_some_and(|old| old > self.now);
+                    }
+                    Output::Announce { .. } => {
+                        changed = true;
+                        let n = &self.nodes[node];
+                        if n.up && n.link {
+                            for client in 0..self.clients.len() {
+                                let at = self.now + us(&mut self.rng, 100, 2000);
+                                self.queue.push(
+                                    at,
+                                    Ev::Garp {
+                                        client,
+                                        vip: v,
+                                        node,
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    Output::Probe { mac, .. } => {
+                        let target = self.nodes.iter().position(|n| n.mac == *mac);
+                        if let Some(t) = target
+                            && t != node
+                            && self.reachable(node, t)
+                            && self.answers(t, v)
+                        {
+                            let at = self.now + us(&mut self.rng, 200, 4000);
+                            self.deliver(
+                                at,
+                                node,
+                                Some(run),
+                                Input::ProbeAnswered {
+                                    vip: *vip,
+                                    mac: *mac,
+                                },
+                            );
+                        }
+                    }
+                    _ => unreachable!(),
+                }
+            }
+            Output::Event { .. } | Output::SendHeartbeat(_) => {}
+            Output::Exit => {}
+        }
+        let exit = out == Output::Exit;
+        self.record(Some(node), What::Out { out, changed });
+        if exit {
+            self.stop_agent(node);
+            if self.nodes[node].leaving {
+                self.machine_down(node);
+            }
+        }
+    }
+
+    pub(super) fn lease_view(&self, node: usize) -> Option<LeaseView> {
+        let l = self.leases.get(&node)?;
+        Some(LeaseView {
+            node: self.nodes[node].name.clone(),
+            resource_version: l.rv.to_string(),
+            renew_time: Some(l.renew.clone()),
+            duration: self.plan.timing.lease_duration,
+            released: l.released,
+        })
+    }
+
+    /// The API server: a create or a replace with a `resourceVersion` precondition.
+    pub(super) fn api_write(&mut self, node: usize, run: u64, rv: Option<String>, release: bool) {
+        let reply = self.now + us(&mut self.rng, 500, 5000);
+        if !self.api[node] {
+            self.deliver(
+                reply,
+                node,
+                Some(run),
+                Input::LeaseWrite(LeaseWriteResult::Failed),
+            );
+            return;
+        }
+        let current = self.leases.get(&node).map(|l| l.rv.to_string());
+        let ok = match (&rv, &current) {
+            (None, None) => true,
+            (Some(want), Some(have)) => want == have,
+            _ => false,
+        };
+        if !ok {
+            // The shell re-reads before reporting the conflict.
+            let fresh = match self.lease_view(node) {
+                Some(v) => Input::LeaseSeen(v),
+                None => Input::LeaseGone(self.nodes[node].name.clone()),
+            };
+            self.deliver(reply, node, Some(run), fresh);
+            self.deliver(
+                reply,
+                node,
+                Some(run),
+                Input::LeaseWrite(LeaseWriteResult::Conflict),
+            );
+            return;
+        }
+        let new_rv = self.next_rv;
+        self.next_rv += 1;
+        self.leases.insert(
+            node,
+            StoredLease {
+                rv: new_rv,
+                renew: format!("{}us", self.now.as_micros()),
+                released: release,
+            },
+        );
+        let written = LeaseWriteResult::Written {
+            resource_version: new_rv.to_string(),
+        };
+        self.deliver(reply, node, Some(run), Input::LeaseWrite(written));
+        let view = self.lease_view(node).expect("just written");
+        for watcher in 0..self.nodes.len() {
+            if self.nodes[watcher].agent.is_some() && self.api[watcher] {
+                let at = self.now + us(&mut self.rng, 1000, 20_000);
+                self.deliver(at, watcher, None, Input::LeaseSeen(view.clone()));
+            }
+        }
+    }
+
+    pub(super) fn specs_for(&self) -> Vec<VipSpec> {
+        let elig = self.eligibility.last().expect("initial");
+        self.plan
+            .vips
+            .iter()
+            .enumerate()
+            .map(|(i, v)| VipSpec {
+                vip: v.addr,
+                service: ServiceRef {
+                    namespace: "default".into(),
+                    name: format!("svc-{i}"),
+                },
+                eligible: (0..self.nodes.len())
+                    .filter(|j| elig[i] & bit(*j) != 0)
+                    .map(|j| self.nodes[j].name.clone())
+                    .collect(),
+                local: Some(IfaceName::from(IFACE)),
+            })
+            .collect()
+    }
+
+    /// The shell's list of every Lease, then the watch health, as after a (re)connect.
+    pub(super) fn relist(&mut self, node: usize, run: u64, at: VTime) {
+        for l in 0..self.nodes.len() {
+            if let Some(v) = self.lease_view(l) {
+                self.deliver(at, node, Some(run), Input::LeaseSeen(v));
+            }
+        }
+        self.deliver(at, node, Some(run), Input::WatchHealth(true));
+    }
+}

@@ -1,0 +1,90 @@
+//! Ground truth and the clients: every [`super::SAMPLE_EVERY`], which nodes answer each VIP,
+//! where each client's neighbour cache points, and whether its traffic flows.
+//!
+//! Why clients at all: "exactly one node answers" is not what users feel; a client keeps
+//! sending to the MAC in its neighbour cache until an announcement moves it or, much later,
+//! the entry goes stale and is re-resolved. Traffic flows while that MAC belongs to a node
+//! that is up with its link up (its kernel accepts the VIP's traffic even if its agent died).
+
+use std::time::Duration;
+
+use rand::Rng;
+
+use super::{Agent, CLIENT_STALE_AFTER, Sample, VipState, World, bit};
+
+impl<A: Agent> World<A> {
+    /// Ground truth now; clients re-resolve stale entries.
+    pub(super) fn sample(&mut self) {
+        let now = self.now;
+        let live = (0..self.nodes.len())
+            .filter(|i| {
+                let n = &self.nodes[*i];
+                n.agent.is_some()
+                    && !n.leaving
+                    && n.up
+                    && n.link
+                    && now >= n.started_at + self.plan.timing.warmup
+            })
+            .fold(0u16, |m, i| m | bit(i));
+        let mut answering = vec![0u16; self.plan.vips.len()];
+        for (i, n) in self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up && n.link)
+        {
+            for (v, exp) in &n.dp {
+                if *exp > now {
+                    answering[*v] |= bit(i);
+                }
+            }
+        }
+        let mut vips = Vec::with_capacity(self.plan.vips.len());
+        for (v, &answerers) in answering.iter().enumerate() {
+            let (mut cached, mut flows) = (0u16, true);
+            for c in 0..self.clients.len() {
+                let mut target = self.clients[c].cache[v];
+                let ok = target.is_some_and(|t| self.nodes[t].up && self.nodes[t].link);
+                let cl = &mut self.clients[c];
+                if ok {
+                    cl.stale_since[v] = None;
+                } else if target.is_some() && cl.stale_since[v].is_none() {
+                    cl.stale_since[v] = Some(now);
+                }
+                let stale = cl.stale_since[v].is_some_and(|s| now >= s + CLIENT_STALE_AFTER);
+                if stale || now >= cl.next_resolve[v] {
+                    // Broadcast ARP / NS: the first answer wins.
+                    let who: Vec<usize> = (0..self.nodes.len())
+                        .filter(|i| answerers & bit(*i) != 0)
+                        .collect();
+                    let cl = &mut self.clients[c];
+                    if who.is_empty() {
+                        cl.next_resolve[v] = now + Duration::from_secs(1);
+                    } else {
+                        let pick = who[self.rng.random_range(0..who.len())];
+                        cl.cache[v] = Some(pick);
+                        cl.stale_since[v] = None;
+                        cl.next_resolve[v] =
+                            now + Duration::from_secs(self.rng.random_range(15..45));
+                        target = Some(pick);
+                    }
+                }
+                if let Some(t) = target {
+                    cached |= bit(t);
+                }
+                flows &= ok;
+            }
+            vips.push(VipState {
+                answerers,
+                cached,
+                flows,
+            });
+        }
+        self.samples.push(Sample {
+            t: now,
+            live,
+            epoch: self.eligibility.len() - 1,
+            vips,
+        });
+    }
+}
