@@ -29,6 +29,8 @@ use kube::{
 };
 use serde_json::{Value, json};
 
+use announcer::election::{NodeName, rendezvous};
+
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     cli::announcer_bin,
@@ -173,24 +175,42 @@ impl Cluster {
     /// Creates a LoadBalancer Service with these ingress IPs (status set as a load-balancer
     /// IPAM controller would), `externalTrafficPolicy: Local` if `local`.
     pub async fn add_service(&self, ns: &str, name: &str, ips: &[&str], local: bool) {
+        let policy = if local { "Local" } else { "Cluster" };
+        self.create_service(ns, name, ips, json!({ "externalTrafficPolicy": policy }))
+            .await;
+    }
+
+    /// Creates a LoadBalancer Service whose `spec` is `{type: LoadBalancer, ports: [80]}`
+    /// merged with `spec` (e.g. `{"loadBalancerClass": "other.dev/lb"}`), then sets its ingress
+    /// IPs in the status.
+    pub async fn create_service(&self, ns: &str, name: &str, ips: &[&str], spec: Value) {
+        let mut full = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
+        if let (Some(full), Some(extra)) = (full.as_object_mut(), spec.as_object()) {
+            full.extend(extra.clone());
+        }
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}],
-                     "externalTrafficPolicy": if local { "Local" } else { "Cluster" }},
+            "spec": full,
         }))
         .expect("service");
         let api = Api::<Service>::namespaced(self.client.clone(), ns);
         api.create(&PostParams::default(), &svc)
             .await
             .expect("create service");
+        self.set_ingress(ns, name, ips).await;
+    }
+
+    /// Replaces the Service's `status.loadBalancer.ingress` with these IPs.
+    pub async fn set_ingress(&self, ns: &str, name: &str, ips: &[&str]) {
         let ingress: Vec<Value> = ips.iter().map(|ip| json!({"ip": ip})).collect();
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
-        )
-        .await
-        .expect("service status");
+        Api::<Service>::namespaced(self.client.clone(), ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+            )
+            .await
+            .expect("service status");
     }
 
     /// Deletes a Service.
@@ -339,14 +359,59 @@ impl Cluster {
 
     /// `node`'s `/state`, if it answers.
     pub fn state(&self, node: &str) -> Option<Value> {
-        let a = self.agents.get(node)?;
-        let body = ureq::get(&format!("http://127.0.0.1:{}/state", a.http))
-            .timeout(Duration::from_secs(2))
-            .call()
-            .ok()?
-            .into_string()
-            .ok()?;
-        serde_json::from_str(&body).ok()
+        state_at(self.agents.get(node)?.http)
+    }
+
+    /// The agent of `node`, if one was started.
+    pub fn agent(&self, node: &str) -> Option<&Agent> {
+        self.agents.get(node)
+    }
+
+    /// Whether `node`'s agent process is still running (not exited, not killed).
+    pub fn running(&mut self, node: &str) -> bool {
+        self.agents
+            .get_mut(node)
+            .is_some_and(|a| matches!(a.child.try_wait(), Ok(None)))
+    }
+
+    /// Who announces what right now: for each node whose `/state` answers, its owned VIPs.
+    /// (One `/state` read per agent, so cheaper than [`Self::owners`] per VIP.)
+    pub fn ownership(&self) -> BTreeMap<String, Vec<IpAddr>> {
+        self.agents
+            .iter()
+            .filter_map(|(n, a)| Some((n.clone(), owned_vips(&state_at(a.http)?))))
+            .collect()
+    }
+
+    /// For each of `vips`, the nodes that announce it, from one [`Self::ownership`] snapshot.
+    pub fn owners_of(&self, vips: &[&str]) -> BTreeMap<IpAddr, Vec<String>> {
+        let snap = self.ownership();
+        vips.iter()
+            .map(|v| {
+                let vip: IpAddr = v.parse().expect("vip");
+                let owners = snap
+                    .iter()
+                    .filter(|(_, owned)| owned.contains(&vip))
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                (vip, owners)
+            })
+            .collect()
+    }
+
+    /// Waits until every started agent answers `/state` with `ready: true`.
+    pub async fn wait_ready(&self, timeout: Duration) {
+        self.wait_for("every agent ready", timeout, |c| c.all_ready())
+            .await;
+    }
+
+    /// Full Events (`events.k8s.io/v1`) in `ns`, oldest first by creation.
+    pub async fn event_objects(&self, ns: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list events")
+            .items
     }
 
     /// The nodes whose agents say they announce `vip`.
@@ -394,6 +459,53 @@ impl Cluster {
         );
     }
 
+    /// Polls `cond` every 50 ms for `duration` and panics with `what` (and the log tails) the
+    /// first time it does not hold: for "nothing changes while …" assertions.
+    pub async fn hold(
+        &self,
+        what: &str,
+        duration: Duration,
+        mut cond: impl FnMut(&Cluster) -> bool,
+    ) {
+        let end = Instant::now() + duration;
+        loop {
+            assert!(cond(self), "{what} stopped holding\n{}", self.log_tails());
+            if Instant::now() >= end {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits up to `timeout` for an Event in `ns` matching `pred`; returns it. Panics with the
+    /// Events seen and the log tails if none comes.
+    pub async fn wait_for_event(
+        &self,
+        ns: &str,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&Event) -> bool,
+    ) -> Event {
+        let end = Instant::now() + timeout;
+        loop {
+            let events = self.event_objects(ns).await;
+            if let Some(e) = events.iter().find(|e| pred(e)) {
+                return e.clone();
+            }
+            if Instant::now() >= end {
+                let seen: Vec<_> = events
+                    .iter()
+                    .map(|e| (e.type_.clone(), e.reason.clone(), e.note.clone()))
+                    .collect();
+                panic!(
+                    "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
+                    self.log_tails()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Events (`events.k8s.io/v1`) in `ns`: (reason, note, reporting instance).
     pub async fn events(&self, ns: &str) -> Vec<(String, String, String)> {
         Api::<Event>::namespaced(self.client.clone(), ns)
@@ -431,6 +543,37 @@ impl Cluster {
     pub fn nodes(&self) -> Vec<String> {
         self.agents.keys().cloned().collect()
     }
+}
+
+/// The `/state` of the agent serving on `127.0.0.1:http`, if it answers.
+pub fn state_at(http: u16) -> Option<Value> {
+    let body = ureq::get(&format!("http://127.0.0.1:{http}/state"))
+        .timeout(Duration::from_secs(2))
+        .call()
+        .ok()?
+        .into_string()
+        .ok()?;
+    serde_json::from_str(&body).ok()
+}
+
+/// The VIPs a `/state` document says are owned.
+pub fn owned_vips(state: &Value) -> Vec<IpAddr> {
+    state["owned"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["vip"].as_str()?.parse().ok())
+        .collect()
+}
+
+/// The rendezvous owner of `vip` among `nodes`: whom the election must settle on when all of
+/// them are eligible, alive and ready (computed with the agent's own ranking function).
+pub fn rendezvous_owner(vip: &str, nodes: &[&str]) -> String {
+    let vip: IpAddr = vip.parse().expect("vip");
+    let names: Vec<NodeName> = nodes.iter().map(|n| NodeName::from(*n)).collect();
+    rendezvous::owner(vip, &names)
+        .expect("at least one node")
+        .to_string()
 }
 
 impl Drop for Cluster {

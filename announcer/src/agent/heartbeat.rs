@@ -120,25 +120,32 @@ pub struct SendReport {
 /// counters, so one task can receive while another sends.
 #[derive(Clone, Debug)]
 pub struct HeartbeatSocket {
-    sock: Arc<UdpSocket>,
+    /// Receives, through the tokio reactor.
+    rx: Arc<UdpSocket>,
+    /// The same socket (a duplicated descriptor), non-blocking, for sends that never wait:
+    /// tokio's `try_send_to` would refuse until the reactor has seen the socket writable.
+    tx: Arc<std::net::UdpSocket>,
     stats: Arc<Stats>,
 }
 
 impl HeartbeatSocket {
     /// Binds to `addr` (usually [`DEFAULT_BIND`]). Must be called within a tokio runtime.
-    pub async fn bind(addr: SocketAddr) -> Result<Self, HeartbeatError> {
-        let sock = UdpSocket::bind(addr)
-            .await
-            .map_err(|source| HeartbeatError::Bind { addr, source })?;
+    pub fn bind(addr: SocketAddr) -> Result<Self, HeartbeatError> {
+        let err = |source| HeartbeatError::Bind { addr, source };
+        let sock = std::net::UdpSocket::bind(addr).map_err(err)?;
+        sock.set_nonblocking(true).map_err(err)?;
+        let tx = sock.try_clone().map_err(err)?;
+        let rx = UdpSocket::from_std(sock).map_err(err)?;
         Ok(Self {
-            sock: Arc::new(sock),
+            rx: Arc::new(rx),
+            tx: Arc::new(tx),
             stats: Arc::default(),
         })
     }
 
     /// The address actually bound (the port, if 0 was asked for).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.local_addr()
+        self.rx.local_addr()
     }
 
     /// The counters.
@@ -151,7 +158,7 @@ impl HeartbeatSocket {
     pub fn send(&self, datagram: &[u8], peers: &[SocketAddr]) -> SendReport {
         let mut report = SendReport::default();
         for &peer in peers {
-            match self.sock.try_send_to(datagram, peer) {
+            match self.tx.send_to(datagram, peer) {
                 Ok(n) if n == datagram.len() => {
                     report.sent += 1;
                     Stats::bump(&self.stats.sent);
@@ -191,7 +198,7 @@ impl HeartbeatSocket {
             let (n, from) = tokio::select! {
                 () = &mut shutdown => return,
                 () = out.closed() => return,
-                r = self.sock.recv_from(&mut buf) => match r {
+                r = self.rx.recv_from(&mut buf) => match r {
                     Ok(r) => r,
                     Err(error) => {
                         Stats::bump(&self.stats.receive_errors);

@@ -36,7 +36,7 @@ use tokio::sync::{mpsc, watch as tokio_watch};
 
 use self::{
     config::{AgentArgs, ConfigError, Election},
-    eligibility::{Plan, ProblemReason, Selection, SelectorError},
+    eligibility::{Plan, Selection, SelectorError},
     events::Events,
     heartbeat::HeartbeatError,
     http::{AgentState, Shared},
@@ -410,10 +410,6 @@ impl Context {
             }
             self.reported.insert(key);
             tracing::warn!(service = %p.service, vip = ?p.vip, reason = p.reason.event_reason(), "{}", p.message);
-            // The core raises NoEligibleNode itself, per VIP.
-            if matches!(p.reason, ProblemReason::NoEligibleNode) {
-                continue;
-            }
             if reporter(&p.service.to_string()) {
                 self.events.publish(
                     &p.service,

@@ -37,7 +37,7 @@ const LINK_CHECK: Duration = Duration::from_millis(250);
 pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let node = NodeName::from(ctx.args.node_name.as_str());
     let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
-    let socket = HeartbeatSocket::bind(hb_addr).await?;
+    let socket = HeartbeatSocket::bind(hb_addr)?;
     let lease = Arc::new(NodeLease::new(
         ctx.client.clone(),
         &ctx.args.namespace,

@@ -21,9 +21,10 @@ use std::{
     hash::Hash,
     pin::pin,
     sync::{Arc, Mutex},
+    time::Duration,
 };
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::{
     coordination::v1::Lease,
     core::v1::{Node, Secret, Service},
@@ -32,7 +33,6 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        WatchStreamExt,
         reflector::{self, Store, store::WriterDropped},
         watcher,
     },
@@ -357,71 +357,95 @@ fn spawn<K>(
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
     (shared, shutdown): (&Arc<Shared>, &watch::Receiver<bool>),
-    mut modify: impl FnMut(&mut K) + Send + 'static,
+    modify: impl FnMut(&mut K) + Send + 'static,
     after: impl FnMut() + Send + 'static,
 ) -> JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    let stream = watcher(api, cfg)
-        .modify(move |o: &mut K| {
-            o.managed_fields_mut().clear();
-            modify(o);
-        })
-        .default_backoff()
-        .reflect(writer);
     tokio::spawn(drive(
         source,
-        stream,
+        (api, cfg, writer),
         shared.clone(),
         shutdown.clone(),
-        after,
+        (modify, after),
     ))
 }
 
+/// Backoff between a failed watch and the fresh one that replaces it.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+/// The longest backoff: an API server that is back is noticed within this.
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Runs one watch until shutdown. After an error the watcher is not resumed but replaced by a
+/// fresh one (after a backoff): a resumed watch that finds nothing new emits nothing, so the
+/// health flag would never learn that the API server is back. The fresh watcher re-lists, its
+/// end-of-list event marks the watch healthy again, and the store is swapped atomically, so
+/// objects deleted meanwhile disappear too.
 async fn drive<K>(
     source: Source,
-    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    (api, cfg, mut writer): (Api<K>, watcher::Config, reflector::store::Writer<K>),
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
-    mut after: impl FnMut(),
-) {
-    let mut stream = pin!(stream);
+    (mut modify, mut after): (impl FnMut(&mut K), impl FnMut()),
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let mut retry = RETRY_FIRST;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = until_true(&mut shutdown) => break,
-            next = stream.next() => next,
-        };
-        match next {
-            None => {
-                tracing::warn!(watch = ?source, "watch stream ended");
-                break;
+        let mut stream = pin!(watcher(api.clone(), cfg.clone()));
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = until_true(&mut shutdown) => return,
+                next = stream.next() => next,
+            };
+            let ev = match next {
+                None => {
+                    tracing::warn!(watch = ?source, "watch stream ended; restarting it");
+                    break;
+                }
+                Some(Err(e)) => {
+                    shared.failure(source, &e);
+                    break;
+                }
+                Some(Ok(ev)) => ev,
+            };
+            let ev = ev.modify(|o: &mut K| {
+                o.managed_fields_mut().clear();
+                modify(o);
+            });
+            writer.apply_watcher_event(&ev);
+            let (changed, synced) = match ev {
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) => (true, false),
+                watcher::Event::InitDone => (true, true),
+                watcher::Event::Init | watcher::Event::InitApply(_) => (false, false),
+            };
+            shared.success(source, synced);
+            if synced {
+                retry = RETRY_FIRST;
             }
-            Some(Err(e)) => shared.failure(source, &e),
-            Some(Ok(ev)) => {
-                let (changed, synced) = match ev {
-                    watcher::Event::Apply(_) | watcher::Event::Delete(_) => (true, false),
-                    watcher::Event::InitDone => (true, true),
-                    watcher::Event::Init | watcher::Event::InitApply(_) => (false, false),
-                };
-                shared.success(source, synced);
-                if changed {
-                    after();
-                    let signal = match source {
-                        Source::Services | Source::EndpointSlices | Source::Nodes => {
-                            Some(&shared.changed)
-                        }
-                        Source::Secret => Some(&shared.secret_changed),
-                        Source::Leases => None,
-                    };
-                    if let Some(s) = signal {
-                        s.send_modify(|g| *g = g.wrapping_add(1));
+            if changed {
+                after();
+                let signal = match source {
+                    Source::Services | Source::EndpointSlices | Source::Nodes => {
+                        Some(&shared.changed)
                     }
+                    Source::Secret => Some(&shared.secret_changed),
+                    Source::Leases => None,
+                };
+                if let Some(s) = signal {
+                    s.send_modify(|g| *g = g.wrapping_add(1));
                 }
             }
         }
+        tokio::select! {
+            _ = until_true(&mut shutdown) => return,
+            () = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(RETRY_MAX);
     }
 }
 

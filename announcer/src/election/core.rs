@@ -714,12 +714,6 @@ impl Core {
         // Not ours.
         let v = self.vips.get_mut(&ip).expect("present");
         v.probe = None;
-        if owner.is_none() && v.spec.eligible.is_empty() && self.is_reporter(&ip.to_string(), now) {
-            let svc = self.vips[&ip].spec.service.clone();
-            self.report(ip, EventKind::NoEligibleNode, format!(
-                "{ip} of {svc} is not announced: no eligible node (none Ready, matching the node selector and, with externalTrafficPolicy Local, hosting a ready endpoint)"
-            ));
-        }
         let v = self.vips.get(&ip).expect("present");
         if v.installed.is_none() || self.leaving.is_some() {
             return;

@@ -26,9 +26,9 @@ pub const TAG_LEN: usize = 16;
 pub const MAX_NAME_LEN: usize = 253;
 /// Most acks in one heartbeat.
 pub const MAX_ACKS: usize = 8;
-/// Largest heartbeat, tag included: 1232 = 1280 (the IPv6 minimum link MTU, RFC 8200 §5)
-/// - 40 (IPv6 header) - 8 (UDP header), so a heartbeat is never fragmented on any link
-/// that carries IPv6 at all. The sender packs acks to stay within it (see
+/// Largest heartbeat, tag included: 1232 bytes, the IPv6 minimum link MTU of 1280
+/// (RFC 8200 §5) less 40 for the IPv6 header and 8 for UDP, so a heartbeat is never
+/// fragmented on any link that carries IPv6 at all. The sender packs acks to stay within it (see
 /// [`super::Sealer::seal`]); the receiver rejects anything larger.
 pub const MAX_DATAGRAM: usize = 1232;
 /// Size of a heartbeat with a one-byte name and no acks: the shortest one possible.
@@ -48,7 +48,7 @@ pub mod flags {
 }
 
 /// Field offsets. Fields after the node name are at fixed offsets from the name's end `n`
-/// (`n = NAME + name length`); the acks follow at [`acks(n)`](acks), then the tag.
+/// (`n = NAME + name length`); the acks follow at [`acks(n)`](field::acks), then the tag.
 pub mod field {
     use std::ops::Range;
 
