@@ -194,7 +194,12 @@ fn arping_impl(
             let interval = (timeout.as_secs_f64() / count as f64).max(0.01);
             cmd.args(["-i", iface, "-c", &count_s])
                 .args(["-W", &format!("{interval:.3}")])
-                .args(["-w", &format!("{:.3}", timeout.as_secs_f64().max(0.01))]);
+                // The deadline leaves slack beyond the spread, so that on a loaded machine
+                // the last requests are still sent and their answers still awaited.
+                .args([
+                    "-w",
+                    &format!("{:.3}", timeout.as_secs_f64().max(0.01) * 1.5 + 1.0),
+                ]);
             if dad {
                 cmd.arg("-0");
             }
@@ -209,7 +214,7 @@ fn arping_impl(
     }
     cmd.arg(&target_s);
     let described = format!("{cmd:?}");
-    let (out, killed) = output_with_timeout(&mut cmd, timeout + Duration::from_secs(3));
+    let (out, killed) = output_with_timeout(&mut cmd, timeout * 2 + Duration::from_secs(3));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let finished = stdout.contains("transmitted") || stdout.contains("Sent ");
@@ -274,7 +279,7 @@ fn ndisc6_impl(
     .arg(target.to_string())
     .arg(iface);
     let described = format!("{cmd:?}");
-    let (out, killed) = output_with_timeout(&mut cmd, timeout + Duration::from_secs(3));
+    let (out, killed) = output_with_timeout(&mut cmd, timeout * 2 + Duration::from_secs(3));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let macs: Vec<[u8; 6]> = stdout

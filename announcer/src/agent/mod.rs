@@ -181,6 +181,9 @@ fn announce_event_type(kind: &EventKind) -> (EventType, &'static str) {
     }
 }
 
+/// An interface's name, state and addresses, compared to notice changes.
+type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
+
 /// What both election modes share: the client, watches, configuration, interfaces, data
 /// plane, Events and the state endpoint.
 pub(crate) struct Context {
@@ -319,7 +322,7 @@ impl Context {
     }
 
     /// What decides interface choice and link state, to notice changes.
-    fn iface_fingerprint(&self) -> Vec<(String, bool, Vec<(IpAddr, u8)>)> {
+    fn iface_fingerprint(&self) -> Vec<IfaceFingerprint> {
         self.ifaces
             .iter()
             .map(|i| {
