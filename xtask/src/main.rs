@@ -104,7 +104,7 @@ fn main() -> Result<()> {
         Cmd::Test { args } => {
             require_root("the test suite attaches XDP programs in network namespaces")?;
             setup::ensure()?;
-            let mut a = vec!["test", "--workspace"];
+            let mut a = vec!["test", "--workspace", "--no-fail-fast"];
             a.extend(args.iter().map(String::as_str));
             test_summary::run(&root, &a)
         }
