@@ -20,7 +20,7 @@ use announcer_tests::sim::{
 
 /// Enough seeds to cover every scenario a few hundred times within about a minute in the
 /// debug profile on two cores.
-const DEFAULT_SEEDS: u64 = 1500;
+const DEFAULT_SEEDS: u64 = 2000;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().map_or(default, |v| {

@@ -6,7 +6,7 @@
 //!
 //! * this node, once its warm-up is over, unless it is shutting down, one of its announcing
 //!   links is down, or it is fenced (see below);
-//! * a peer whose Lease makes it a member ([`Peer::member`]) and whose heartbeats arrive, and
+//! * a peer whose Lease makes it a member (see `Peer::member`) and whose heartbeats arrive, and
 //!   that did not say it is leaving, and that is ready or still within its warm-up (a
 //!   restarting agent keeps its VIPs through its warm-up; one stuck before readiness stops
 //!   counting after a few warm-ups, so it cannot hold VIPs that nobody announces).

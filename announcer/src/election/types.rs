@@ -130,10 +130,10 @@ pub struct Beat {
     pub acks: Vec<NodeName>,
 }
 
-/// Events fed to [`Core::handle`]. Time is passed alongside.
+/// Events fed to [`Core::handle`](super::Core::handle). Time is passed alongside.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Input {
-    /// Nothing happened but time passed (a timer from [`Core::poll_timeout`] fired).
+    /// Nothing happened but time passed (a timer from [`Core::poll_timeout`](super::Core::poll_timeout) fired).
     Tick,
     /// The full set of VIPs the cluster wants, recomputed after any watch change.
     Vips(Vec<VipSpec>),
@@ -183,7 +183,7 @@ pub enum EventKind {
     Overlap,
 }
 
-/// Actions the core asks of the shell, drained with [`Core::poll_output`].
+/// Actions the core asks of the shell, drained with [`Core::poll_output`](super::Core::poll_output).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
     /// Create (`resource_version: None`) or update (carrying the last seen
