@@ -34,7 +34,7 @@ use announcer_ebpf::wire::{
     ethernet::ethertype,
     frame::{self, MAX_FRAME},
 };
-use nix::sys::socket::{self, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockType, SockaddrLike};
+use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
 
 /// `MAX_NEIGHBOR_ADVERTISEMENT` (RFC 4861 §10): the most unsolicited Neighbor Advertisements a
 /// node may send for one change of link-layer address (§7.2.6).
@@ -262,11 +262,6 @@ impl PacketSocket {
     /// Opens a socket sending on the interface with index `ifindex`. Needs `CAP_NET_RAW`.
     pub fn open(ifindex: u32) -> Result<Self, AnnounceError> {
         let open_err = |source| AnnounceError::Open { ifindex, source };
-        // 0 would bind to "any interface", on which send(2) fails; reject it up front.
-        let sll_ifindex = i32::try_from(ifindex)
-            .ok()
-            .filter(|&i| i > 0)
-            .ok_or_else(|| open_err(io::Error::new(io::ErrorKind::InvalidInput, "bad ifindex")))?;
         let fd = socket::socket(
             AddressFamily::Packet,
             SockType::Raw,
@@ -274,22 +269,8 @@ impl PacketSocket {
             None,
         )
         .map_err(|e| open_err(e.into()))?;
-        let sll = libc::sockaddr_ll {
-            sll_family: libc::AF_PACKET as libc::sa_family_t,
-            sll_protocol: 0, // receive nothing
-            sll_ifindex,
-            // Only used when receiving, or when sending without a bound interface.
-            sll_hatype: 0,
-            sll_pkttype: 0,
-            sll_halen: 0,
-            sll_addr: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: the pointer is to a live, initialized sockaddr_ll of exactly `len` bytes
-        // whose family is AF_PACKET, which is what LinkAddr requires.
-        let addr = unsafe { LinkAddr::from_raw((&raw const sll).cast(), Some(len)) }
-            .expect("a sockaddr_ll with family AF_PACKET is a LinkAddr");
-        socket::bind(fd.as_raw_fd(), &addr).map_err(|e| open_err(e.into()))?;
+        // Protocol 0: receive nothing.
+        crate::packet::bind(&fd, ifindex, 0).map_err(open_err)?;
         Ok(Self { fd, ifindex })
     }
 

@@ -15,6 +15,7 @@ pub mod linkinfo;
 pub mod loader;
 pub mod logs;
 pub mod netif;
+pub mod packet;
 
 pub use announcer_ebpf::{maps, wire};
 pub mod agent;

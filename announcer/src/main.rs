@@ -187,12 +187,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
+            print_error(&e);
             if let Some(h) = e.hint() {
                 eprintln!("  fix: {h}");
             }
@@ -235,12 +230,7 @@ fn agent(args: announcer::agent::config::AgentArgs, pin_root: PathBuf) -> ExitCo
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
+            print_error(&e);
             // EX_CONFIG for configuration problems, EX_UNAVAILABLE otherwise.
             ExitCode::from(match e {
                 announcer::agent::AgentError::Config(_)
@@ -251,6 +241,16 @@ fn agent(args: announcer::agent::config::AgentArgs, pin_root: PathBuf) -> ExitCo
                 _ => 69,
             })
         }
+    }
+}
+
+/// Prints `e` and its chain of causes on stderr.
+fn print_error(e: &dyn std::error::Error) {
+    eprintln!("error: {e}");
+    let mut src = e.source();
+    while let Some(s) = src {
+        eprintln!("  caused by: {s}");
+        src = s.source();
     }
 }
 

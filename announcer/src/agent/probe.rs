@@ -44,7 +44,7 @@ use announcer_ebpf::wire::{
     ipv6::NEXT_HEADER_ICMPV6,
     ndisc::HOP_LIMIT,
 };
-use nix::sys::socket::{self, AddressFamily, LinkAddr, MsgFlags, SockFlag, SockType, SockaddrLike};
+use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::mpsc,
@@ -53,6 +53,7 @@ use tokio::{
 use crate::{
     announce::{AnnounceError, MAX_VLAN_ID, PacketSocket},
     election::Input,
+    packet::{bind, setsockopt},
 };
 
 /// A data plane's answer: `mac` says it has `vip`.
@@ -384,10 +385,6 @@ impl Answers {
     /// (`PACKET_IGNORE_OUTGOING`).
     pub fn open(ifindex: u32) -> Result<Self, ProbeError> {
         let err = |source| ProbeError::Listen { ifindex, source };
-        let sll_ifindex = i32::try_from(ifindex)
-            .ok()
-            .filter(|&i| i > 0)
-            .ok_or_else(|| err(io::Error::new(io::ErrorKind::InvalidInput, "bad ifindex")))?;
         let fd = socket::socket(
             AddressFamily::Packet,
             SockType::Raw,
@@ -401,21 +398,7 @@ impl Answers {
         };
         setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog).map_err(err)?;
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32).map_err(err)?;
-        let sll = libc::sockaddr_ll {
-            sll_family: libc::AF_PACKET as libc::sa_family_t,
-            sll_protocol: (libc::ETH_P_ALL as u16).to_be(),
-            sll_ifindex,
-            sll_hatype: 0,
-            sll_pkttype: 0,
-            sll_halen: 0,
-            sll_addr: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: the pointer is to a live, initialized sockaddr_ll of exactly `len` bytes
-        // whose family is AF_PACKET, which is what LinkAddr requires.
-        let addr = unsafe { LinkAddr::from_raw((&raw const sll).cast(), Some(len)) }
-            .expect("a sockaddr_ll with family AF_PACKET is a LinkAddr");
-        socket::bind(fd.as_raw_fd(), &addr).map_err(|e| err(e.into()))?;
+        bind(&fd, ifindex, libc::ETH_P_ALL as u16).map_err(err)?;
         // SAFETY: the OwnedFd is open, owned by the AsyncFd from here on, and always returns
         // the same descriptor.
         let fd = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
@@ -478,25 +461,6 @@ impl Answers {
                 }
             }
         }
-    }
-}
-
-fn setsockopt<T>(fd: &OwnedFd, level: i32, name: i32, value: &T) -> Result<(), io::Error> {
-    // SAFETY: `value` points to a live T of the given size for the duration of the call; the
-    // kernel copies it.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (value as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
     }
 }
 

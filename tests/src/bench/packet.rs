@@ -92,21 +92,7 @@ impl PacketSocket {
     }
 
     fn setsockopt<T>(&self, level: i32, name: i32, value: &T) -> io::Result<()> {
-        // SAFETY: value points to a live T of the given size.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                level,
-                name,
-                (value as *const T).cast(),
-                std::mem::size_of::<T>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        announcer::packet::setsockopt(&self.fd, level, name, value)
     }
 
     /// Sends one whole frame out of the bound interface (as EtherType `protocol`).
