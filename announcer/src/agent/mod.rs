@@ -62,7 +62,7 @@ pub enum AgentError {
     Selector(#[from] SelectorError),
     /// A label selector flag that does not parse.
     #[error(transparent)]
-    SelectorSyntax(#[from] selector::ParseError),
+    SelectorSyntax(#[from] selector::SelectorError),
     /// No usable kubeconfig / in-cluster configuration.
     #[error("no Kubernetes configuration: {0}")]
     KubeConfig(String),

@@ -10,52 +10,9 @@ use serde_json::Value;
 use super::resources::NameRule;
 use super::status::Cause;
 
-/// RFC 1123 label: lower-case alphanumerics and `-`, alphanumeric at both ends, ≤ 63 bytes.
-pub(crate) fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
-/// RFC 1123 subdomain: dot-separated labels, ≤ 253 bytes.
-pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
-}
-
-/// RFC 1035 label: an RFC 1123 label that starts with a letter.
-pub(crate) fn is_dns1035_label(s: &str) -> bool {
-    is_dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
-}
-
-/// A label/annotation key: optional DNS-subdomain prefix and `/`, then a ≤ 63-byte name of
-/// alphanumerics, `-`, `_`, `.` with alphanumerics at both ends (`IsQualifiedName`).
-pub(crate) fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    prefix.is_none_or(|p| !p.is_empty() && is_dns1123_subdomain(p))
-        && is_label_value(name)
-        && !name.is_empty()
-}
-
-/// A label value: empty, or ≤ 63 bytes of alphanumerics, `-`, `_`, `.` with alphanumerics at
-/// both ends (`IsValidLabelValue`).
-pub(crate) fn is_label_value(s: &str) -> bool {
-    let b = s.as_bytes();
-    if b.is_empty() {
-        return true;
-    }
-    b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-}
+pub(crate) use announcer::agent::selector::{
+    is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
+};
 
 /// `ValidateObjectMeta`: the name rule of the kind and well-formed labels and annotation keys.
 pub(crate) fn object_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {
