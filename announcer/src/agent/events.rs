@@ -115,6 +115,8 @@ pub struct EventStats {
     pub suppressed: u64,
     /// Rejected by, or not delivered to, the API server.
     pub failed: u64,
+    /// Not sent: over the rate limit (still logged).
+    pub rate_limited: u64,
 }
 
 #[derive(Default)]
@@ -122,6 +124,42 @@ struct Counters {
     sent: AtomicU64,
     suppressed: AtomicU64,
     failed: AtomicU64,
+    rate_limited: AtomicU64,
+}
+
+/// Events one agent may write per second in the long run, and in a burst. A failover of a
+/// node that announced many VIPs raises one Event per VIP; beyond the burst they are logged
+/// but not written, so that a flapping cluster cannot flood the API server with Events.
+const RATE_PER_S: f64 = 10.0;
+/// See [`RATE_PER_S`].
+const BURST: f64 = 100.0;
+
+/// A token bucket.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(now: Instant) -> Self {
+        Bucket {
+            tokens: BURST,
+            at: now,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        let refill = now.saturating_duration_since(self.at).as_secs_f64() * RATE_PER_S;
+        self.tokens = (self.tokens + refill).min(BURST);
+        self.at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Publishes Events on Services without ever blocking or failing the caller.
@@ -131,6 +169,7 @@ pub struct Events {
     reporter: Reporter,
     services: Option<Store<Service>>,
     dedupe: Arc<Mutex<Dedupe<Recorder>>>,
+    bucket: Arc<Mutex<Bucket>>,
     counters: Arc<Counters>,
 }
 
@@ -145,6 +184,7 @@ impl Events {
             },
             services: None,
             dedupe: Arc::new(Mutex::new(Dedupe::new(DEDUPE_WINDOW))),
+            bucket: Arc::new(Mutex::new(Bucket::new(Instant::now()))),
             counters: Arc::default(),
         }
     }
@@ -161,6 +201,7 @@ impl Events {
             sent: self.counters.sent.load(Ordering::Relaxed),
             suppressed: self.counters.suppressed.load(Ordering::Relaxed),
             failed: self.counters.failed.load(Ordering::Relaxed),
+            rate_limited: self.counters.rate_limited.load(Ordering::Relaxed),
         }
     }
 
@@ -207,6 +248,21 @@ impl Events {
             EventType::Normal => tracing::info!(service = %service, reason, "{note}"),
             EventType::Warning => tracing::warn!(service = %service, reason, "{note}"),
         }
+        let admitted = self
+            .bucket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(Instant::now());
+        if !admitted {
+            let n = self.counters.rate_limited.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n + 1,
+                    "Events over {RATE_PER_S}/s are logged only"
+                );
+            }
+            return;
+        }
         self.counters.sent.fetch_add(1, Ordering::Relaxed);
         let event = Event {
             type_,
@@ -237,6 +293,23 @@ fn action(reason: &str) -> &'static str {
         "Announcing" => "Announce",
         "Released" => "Release",
         _ => "Elect",
+    }
+}
+
+#[cfg(test)]
+mod bucket_tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn burst_then_rate() {
+        let t = Instant::now();
+        let mut b = Bucket::new(t);
+        assert_eq!((0..200).filter(|_| b.take(t)).count(), BURST as usize);
+        // One second later, RATE_PER_S more.
+        let t2 = t + Duration::from_secs(1);
+        assert_eq!((0..200).filter(|_| b.take(t2)).count(), RATE_PER_S as usize);
     }
 }
 

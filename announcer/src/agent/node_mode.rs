@@ -13,7 +13,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::runtime::events::EventType;
 use tokio::sync::mpsc;
 
 use super::{
@@ -29,6 +28,9 @@ use crate::{
     heartbeat::{Sealer, Verified, Verifier},
     wire::MacAddr,
 };
+
+/// How often `/state` is refreshed when nothing happens.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 
 /// How often interfaces are re-read (link up/down, addresses).
 const LINK_CHECK: Duration = Duration::from_millis(250);
@@ -95,6 +97,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     }
 
     let mut term = ctx.term_rx.clone();
+    let mut last_publish = Instant::now();
     loop {
         let deadline = core.poll_timeout().map(tokio::time::Instant::from_std);
         let input = tokio::select! {
@@ -147,7 +150,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
             core.handle(Instant::now(), input);
         }
         let mut exit = false;
+        let mut acted = false;
         while let Some(out) = core.poll_output() {
+            acted |= !matches!(out, Output::SendHeartbeat(_));
             match out {
                 Output::WriteLease {
                     resource_version,
@@ -190,22 +195,23 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 }
                 Output::Event {
                     service,
-                    vip,
                     kind,
                     message,
+                    ..
                 } => {
+                    // Logged by `publish`, also when the Event itself is not written.
                     let (type_, reason) = announce_event_type(&kind);
-                    if type_ == EventType::Warning {
-                        tracing::warn!(%vip, service = %service, reason, "{message}");
-                    } else {
-                        tracing::info!(%vip, service = %service, reason, "{message}");
-                    }
                     ctx.events.publish(&service, type_, reason, &message);
                 }
                 Output::Exit => exit = true,
             }
         }
-        ctx.publish(state(&core, &ctx, &services));
+        // `/state` is for people and tests: rebuild it when something was done, else at most
+        // every 250 ms (heartbeats arrive hundreds of times a second on large clusters).
+        if acted || exit || last_publish.elapsed() >= PUBLISH_EVERY {
+            ctx.publish(state(&core, &ctx, &services));
+            last_publish = Instant::now();
+        }
         if exit {
             if let Some(w) = pending_write.take() {
                 let _ = tokio::time::timeout(Duration::from_secs(2), w).await;

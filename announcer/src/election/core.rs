@@ -172,6 +172,8 @@ pub struct Core {
     last_tick: Instant,
     /// Since when some live peer has reported reaching the API (for fencing).
     peers_api_ok_since: Option<Instant>,
+    /// VIPs with a probe pending, so that timers and probes do not scan every VIP.
+    probing: BTreeSet<IpAddr>,
     stats: Stats,
 }
 
@@ -202,6 +204,7 @@ impl Core {
             last_view: Vec::new(),
             last_tick: now,
             peers_api_ok_since: None,
+            probing: BTreeSet::new(),
             stats: Stats::default(),
             config,
         }
@@ -332,8 +335,8 @@ impl Core {
         if let Some(ok) = self.last_write_ok {
             at(ok + self.config.lease_duration);
         }
-        for v in self.vips.values() {
-            if let Some(p) = &v.probe {
+        for ip in &self.probing {
+            if let Some(p) = self.vips.get(ip).and_then(|v| v.probe.as_ref()) {
                 at(p.deadline);
             }
         }
@@ -434,6 +437,9 @@ impl Core {
             }
         }
         self.vips = next;
+        let vips = &self.vips;
+        self.probing
+            .retain(|ip| vips.get(ip).is_some_and(|v| v.probe.is_some()));
     }
 
     fn lease_seen(&mut self, now: Instant, view: LeaseView) {
@@ -714,6 +720,7 @@ impl Core {
         // Not ours.
         let v = self.vips.get_mut(&ip).expect("present");
         v.probe = None;
+        self.probing.remove(&ip);
         let v = self.vips.get(&ip).expect("present");
         if v.installed.is_none() || self.leaving.is_some() {
             return;
@@ -761,6 +768,7 @@ impl Core {
         v.probe = None;
         v.installed = Some(iface.clone());
         v.took_from = displaced;
+        self.probing.remove(&ip);
         v.reported = None;
         let svc = v.spec.service.clone();
         self.stats.takeovers += 1;
@@ -806,6 +814,7 @@ impl Core {
             deadline,
             answered: false,
         });
+        self.probing.insert(ip);
         self.stats.probes += 1;
         self.out.push_back(Output::Probe {
             vip: ip,
@@ -818,14 +827,15 @@ impl Core {
     /// repeated at its deadline. A probe whose target is no longer a suspect is re-decided.
     fn probes(&mut self, now: Instant) {
         let pending: Vec<(IpAddr, Probe)> = self
-            .vips
+            .probing
             .iter()
-            .filter_map(|(ip, v)| Some((*ip, v.probe.clone()?)))
+            .filter_map(|ip| Some((*ip, self.vips.get(ip)?.probe.clone()?)))
             .collect();
         for (ip, p) in pending {
             if self.suspect(&p.target, now).is_none() {
                 // Its heartbeats returned, it left, or its Lease expired: decide afresh.
                 self.vips.get_mut(&ip).expect("present").probe = None;
+                self.probing.remove(&ip);
                 self.reconcile_vip(now, ip, &[]);
                 continue;
             }

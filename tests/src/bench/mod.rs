@@ -11,6 +11,7 @@
 
 pub mod attach;
 pub mod bpfstats;
+pub mod control_plane;
 pub mod cost;
 pub mod cpu;
 pub mod flood;

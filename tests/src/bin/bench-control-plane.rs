@@ -1,0 +1,207 @@
+//! `cargo xtask bench control-plane`: the agents' API reads and writes per second against the
+//! in-repo API server, for 3, 10 and 50 agents (`--no-dataplane`) and 10, 100 and 1,000
+//! Services, node-lease and lease-per-service election side by side. Each case gets a fresh
+//! server and fresh agent processes; the counters are reset once every VIP has one owner and
+//! read after `--window`. Progress on stderr, a table and the verdicts on stdout, an SVG plot,
+//! and with `--json` one JSON document as the last stdout line. Missed targets print FAIL but
+//! do not fail the run.
+
+use std::{path::PathBuf, time::Duration, time::Instant};
+
+use announcer_tests::{
+    bench::control_plane::{self, Mode, Settings, plot, report},
+    cli::announcer_bin,
+};
+use anyhow::{Context, Result, ensure};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Benchmark the agents' Kubernetes API cost in both election modes")]
+struct Args {
+    /// Also print one JSON document as the last line of stdout.
+    #[arg(long)]
+    json: bool,
+    /// A short run: 6 s windows, {3, 10} agents × {10, 100} Services.
+    #[arg(long)]
+    quick: bool,
+    /// Measurement window per case (default 20s; 6s with --quick).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    window: Option<Duration>,
+    /// Most to wait per case for every agent ready and every VIP with exactly one owner;
+    /// after it the case is measured anyway and marked.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
+    converge_timeout: Duration,
+    /// Election modes to run (default both).
+    #[arg(long = "mode", value_delimiter = ',', value_parser = parse_mode)]
+    modes: Vec<Mode>,
+    /// Agent counts (default 3,10,50; 3,10 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    agents: Vec<usize>,
+    /// Service counts (default 10,100,1000; 10,100 with --quick).
+    #[arg(long, value_delimiter = ',')]
+    services: Vec<usize>,
+    /// Skip cases with more agents than this.
+    #[arg(long)]
+    max_agents: Option<usize>,
+    /// Skip cases with more Services than this.
+    #[arg(long)]
+    max_services: Option<usize>,
+    /// Skip the lease-per-service cases that demand more than 10,000 GETs/s (50 agents ×
+    /// 1,000 Services: 25,000/s), which only measure how saturated the machine gets.
+    #[arg(long)]
+    skip_heavy: bool,
+    /// Concurrent requests while creating Nodes and Services.
+    #[arg(long, default_value_t = 32)]
+    create_concurrency: usize,
+    /// A flag for every agent, after the mode's (repeatable), e.g.
+    /// `--agent-arg=--heartbeat-interval=300ms`.
+    #[arg(long = "agent-arg", allow_hyphen_values = true)]
+    agent_args: Vec<String>,
+    /// Where to write the plot (SVG).
+    #[arg(long, default_value = "target/bench/control-plane.svg")]
+    plot: PathBuf,
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    Mode::parse(s).ok_or_else(|| format!("unknown mode {s:?}: node-lease or lease-per-service"))
+}
+
+fn progress(line: &str) {
+    eprintln!("[bench-control-plane] {line}");
+}
+
+/// 50 agents with hundreds of pooled connections each, all to the in-process server: raise
+/// the open-file limit (inherited by the agents) as far as allowed.
+fn raise_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid resource and a pointer to a live struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return;
+        }
+        let want = lim.rlim_max.max(262_144);
+        let raised = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: want,
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let window = args.window.unwrap_or(if args.quick {
+        Duration::from_secs(6)
+    } else {
+        Duration::from_secs(20)
+    });
+    ensure!(!window.is_zero(), "--window must be positive");
+    let or = |v: &[usize], full: &[usize], quick: &[usize]| -> Vec<usize> {
+        match (v.is_empty(), args.quick) {
+            (false, _) => v.to_vec(),
+            (true, false) => full.to_vec(),
+            (true, true) => quick.to_vec(),
+        }
+    };
+    let agents = or(&args.agents, &[3, 10, 50], &[3, 10]);
+    let services = or(&args.services, &[10, 100, 1000], &[10, 100]);
+    ensure!(
+        agents.iter().chain(&services).all(|&n| n > 0),
+        "agent and Service counts must be at least 1"
+    );
+    let bin = announcer_bin();
+    progress(&format!("agents run {}", bin.display()));
+    raise_nofile();
+
+    let modes = if args.modes.is_empty() {
+        Mode::ALL.to_vec()
+    } else {
+        args.modes.clone()
+    };
+    let m = control_plane::matrix(
+        &modes,
+        &agents,
+        &services,
+        args.max_agents,
+        args.max_services,
+        args.skip_heavy,
+    );
+    ensure!(!m.cases.is_empty(), "every case was skipped");
+    for (c, why) in &m.skipped {
+        progress(&format!("skipping {}: {why}", c.label()));
+    }
+    let settings = Settings {
+        window,
+        converge_timeout: args.converge_timeout,
+        create_concurrency: args.create_concurrency,
+        agent_args: args.agent_args.clone(),
+    };
+    if !settings.agent_args.is_empty() {
+        progress(&format!(
+            "extra agent flags: {}",
+            settings.agent_args.join(" ")
+        ));
+    }
+    let started = Instant::now();
+    let mut results = Vec::new();
+    for (i, case) in m.cases.iter().enumerate() {
+        progress(&format!(
+            "[{}/{}] {}: starting",
+            i + 1,
+            m.cases.len(),
+            case.label()
+        ));
+        let r = control_plane::run_case(*case, &settings, &progress).await;
+        progress(&format!(
+            "[{}/{}] {}: {:.1} reads/s, {:.2} writes/s ({:.3}/node), owners {}{} ({:.0} s elapsed)",
+            i + 1,
+            m.cases.len(),
+            case.label(),
+            r.reads_per_s(),
+            r.writes_per_s(),
+            r.writes_per_s_per_node(),
+            if r.end.single_owner() {
+                "ok"
+            } else {
+                "NOT one each"
+            },
+            if r.saturated() { ", SATURATED" } else { "" },
+            started.elapsed().as_secs_f64()
+        ));
+        results.push(r);
+    }
+    let total_s = started.elapsed().as_secs_f64();
+
+    plot::write(&results, &args.plot)
+        .with_context(|| format!("writing {}", args.plot.display()))?;
+    let plot_path = std::fs::canonicalize(&args.plot)
+        .unwrap_or(args.plot.clone())
+        .display()
+        .to_string();
+    let verdicts = report::verdicts(&results);
+    print!(
+        "{}",
+        report::table(
+            &results,
+            &m.skipped,
+            &verdicts,
+            &plot_path,
+            window.as_secs_f64()
+        )
+    );
+    println!("total: {total_s:.0} s for {} cases", results.len());
+    if args.json {
+        println!(
+            "{}",
+            report::json(&results, &m.skipped, &verdicts, &plot_path, total_s)
+        );
+    }
+    Ok(())
+}
