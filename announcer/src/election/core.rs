@@ -246,13 +246,25 @@ impl Core {
             }
             Input::Heartbeat(beat) => self.heartbeat(now, beat),
             Input::ProbeAnswered { vip, mac } => {
-                if let Some(p) = self.vips.get_mut(&vip).and_then(|v| v.probe.as_mut())
-                    && p.mac == mac
-                    && !p.answered
-                {
-                    p.answered = true;
-                    p.deadline = now + self.config.reprobe_interval();
+                // One answer proves the old owner's data plane alive for every VIP waiting on
+                // it: probes to one MAC are shared (see `probe`).
+                let asked = self
+                    .vips
+                    .get(&vip)
+                    .and_then(|v| v.probe.as_ref())
+                    .is_some_and(|p| p.mac == mac && !p.answered);
+                if asked {
                     self.stats.probes_answered += 1;
+                    let deadline = now + self.config.reprobe_interval();
+                    for ip in &self.probing {
+                        if let Some(p) = self.vips.get_mut(ip).and_then(|v| v.probe.as_mut())
+                            && p.mac == mac
+                            && !p.answered
+                        {
+                            p.answered = true;
+                            p.deadline = deadline;
+                        }
+                    }
                 }
             }
             Input::Link { iface, up } => {
@@ -802,8 +814,17 @@ impl Core {
         }
     }
 
+    /// Probes the data plane at `mac` about `ip`. If a probe to the same MAC is already in
+    /// flight, this VIP joins it instead of sending another frame: when a node with many VIPs
+    /// goes silent, its successors send one probe per node and interval, not one per VIP.
     fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
-        let deadline = now + self.config.probe_timeout;
+        let in_flight = self
+            .probing
+            .iter()
+            .filter(|other| **other != ip)
+            .filter_map(|other| self.vips.get(other)?.probe.as_ref())
+            .find(|p| p.mac == mac && !p.answered && p.deadline > now)
+            .map(|p| p.deadline);
         let v = self.vips.get_mut(&ip).expect("present");
         let Some(iface) = v.spec.local.clone() else {
             return;
@@ -811,16 +832,18 @@ impl Core {
         v.probe = Some(Probe {
             target,
             mac,
-            deadline,
+            deadline: in_flight.unwrap_or(now + self.config.probe_timeout),
             answered: false,
         });
         self.probing.insert(ip);
-        self.stats.probes += 1;
-        self.out.push_back(Output::Probe {
-            vip: ip,
-            iface,
-            mac,
-        });
+        if in_flight.is_none() {
+            self.stats.probes += 1;
+            self.out.push_back(Output::Probe {
+                vip: ip,
+                iface,
+                mac,
+            });
+        }
     }
 
     /// Drive pending probes: silence past the deadline means take over; an answered probe is
