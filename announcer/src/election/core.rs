@@ -172,6 +172,11 @@ pub struct Core {
     last_tick: Instant,
     /// Since when some live peer has reported reaching the API (for fencing).
     peers_api_ok_since: Option<Instant>,
+    /// When the watches first listed everything. The warm-up counts from the later of this and
+    /// the start: peers' Leases are only known from then, and their heartbeats must be heard
+    /// for a while before this node may judge anyone dead (an agent whose first lists were
+    /// slow would otherwise take every VIP at once).
+    synced_at: Instant,
     /// VIPs with a probe pending, so that timers and probes do not scan every VIP.
     probing: BTreeSet<IpAddr>,
     stats: Stats,
@@ -204,6 +209,7 @@ impl Core {
             last_view: Vec::new(),
             last_tick: now,
             peers_api_ok_since: None,
+            synced_at: now,
             probing: BTreeSet::new(),
             stats: Stats::default(),
             config,
@@ -240,8 +246,9 @@ impl Core {
                     self.next_write = now;
                 }
                 self.watch_ok = ok;
-                if ok {
+                if ok && !self.synced {
                     self.synced = true;
+                    self.synced_at = now;
                 }
             }
             Input::Heartbeat(beat) => self.heartbeat(now, beat),
@@ -328,7 +335,7 @@ impl Core {
             at(self.next_refresh);
         }
         if !self.ready {
-            at(self.started + self.config.warmup);
+            at(self.started.max(self.synced_at) + self.config.warmup);
         }
         if let Some(l) = self.leaving {
             at(l.deadline);
@@ -520,8 +527,8 @@ impl Core {
         self.update_peers_api_ok(now);
         if !self.ready
             && self.leaving.is_none()
-            && now >= self.started + self.config.warmup
             && self.synced
+            && now >= self.started.max(self.synced_at) + self.config.warmup
             && self.vips_known
         {
             self.ready = true;

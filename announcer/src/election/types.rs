@@ -268,7 +268,8 @@ pub struct Config {
     pub grace: Duration,
     /// How long to wait for an answer to a probe of the old owner's data plane.
     pub probe_timeout: Duration,
-    /// After start, how long to listen for peers before taking or dropping VIPs.
+    /// After start and the first complete lists of the watches, how long to listen for peers
+    /// before taking or dropping VIPs.
     pub warmup: Duration,
     /// On shutdown, the longest to wait for successors' acks before leaving anyway.
     pub handover_timeout: Duration,
