@@ -336,7 +336,7 @@ impl Context {
     }
 
     /// Link state of the interfaces VIPs were placed on.
-    fn link_states(&self, _core: &Core) -> Vec<(IfaceName, bool)> {
+    fn link_states(&self) -> Vec<(IfaceName, bool)> {
         self.used_ifaces
             .iter()
             .map(|name| {

@@ -131,7 +131,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 let mut inputs = Vec::new();
                 if last_plan_inputs.as_ref() != Some(&fingerprint) {
                     last_plan_inputs = Some(fingerprint);
-                    for (iface, up) in ctx.link_states(&core) {
+                    for (iface, up) in ctx.link_states() {
                         inputs.push(Input::Link { iface, up });
                     }
                     if let Some(specs) = ctx.specs(&core, &mut services) {
