@@ -131,39 +131,9 @@ fn main() -> Result<()> {
                     ],
                 )?;
             }
-            let mut a = vec![
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "announcer-tests",
-                "--bin",
-                bin,
-                "--",
-            ];
-            if json {
-                a.push("--json");
-            }
-            a.extend(args.iter().map(String::as_str));
-            cargo(&root, &a)
+            run_tests_bin(&root, bin, json, &args)
         }
-        Cmd::Soak { json, args } => {
-            let mut a = vec![
-                "run",
-                "--release",
-                "--quiet",
-                "-p",
-                "announcer-tests",
-                "--bin",
-                "soak",
-                "--",
-            ];
-            if json {
-                a.push("--json");
-            }
-            a.extend(args.iter().map(String::as_str));
-            cargo(&root, &a)
-        }
+        Cmd::Soak { json, args } => run_tests_bin(&root, "soak", json, &args),
         Cmd::Demo => {
             require_root("the demo creates network namespaces and attaches XDP")?;
             setup::ensure()?;
@@ -186,6 +156,26 @@ fn main() -> Result<()> {
             run(&mut Command::new(root.join("target/release/demo")))
         }
     }
+}
+
+/// Runs a binary of the `announcer-tests` crate in release, with `--json` if asked and then
+/// `args`.
+fn run_tests_bin(root: &Path, bin: &str, json: bool, args: &[String]) -> Result<()> {
+    let mut a = vec![
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "announcer-tests",
+        "--bin",
+        bin,
+        "--",
+    ];
+    if json {
+        a.push("--json");
+    }
+    a.extend(args.iter().map(String::as_str));
+    cargo(root, &a)
 }
 
 fn workspace_root() -> PathBuf {
