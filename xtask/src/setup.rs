@@ -21,6 +21,7 @@ const APT_PACKAGES: &[&str] = &[
     "iproute2",
     "bpftool",
     "arping",
+    "keepalived",
     "ndisc6",
     "tcpdump",
     "ethtool",
