@@ -10,5 +10,7 @@ pub mod frames;
 pub mod model;
 pub mod netns;
 pub mod sim;
+pub mod testbed;
 pub mod testrun;
+pub mod timeline_plot;
 pub mod tools;

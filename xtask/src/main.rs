@@ -47,20 +47,23 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Run a benchmark: `xdp` (responder cost and flood throughput) or `control-plane` (API
+    /// Run a benchmark: `xdp` (responder cost and flood throughput), `control-plane` (API
     /// reads and writes per second for 3/10/50 agents and 10/100/1,000 Services, both election
-    /// modes).
+    /// modes) or `failover` (failover time as a client feels it, against keepalived and
+    /// lease-per-service, on the namespace testbed). Arguments after the name go to the
+    /// benchmark, e.g. `cargo xtask bench failover --trials 5 --json`.
     Bench {
         /// Which benchmark.
         which: String,
         /// Also print one JSON document on the last line.
         #[arg(long)]
         json: bool,
-        /// Extra arguments for the benchmark binary.
-        #[arg(last = true)]
+        /// Arguments for the benchmark binary (`--help` lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The demo: the responder answering ARP and NDP in a pair of network namespaces.
+    /// The demo: 3 nodes and a client on a namespace LAN; the busiest node crashes and the
+    /// client's traffic moves, with the timeline printed and plotted.
     Demo,
     /// Run the election simulator over many more seeds than the test suite (arguments go to
     /// the `soak` binary, e.g. `cargo xtask soak -- --seeds 100000`).
@@ -108,15 +111,29 @@ fn main() -> Result<()> {
             a.extend(args.iter().map(String::as_str));
             test_summary::run(&root, &a)
         }
-        Cmd::Bench { which, json, args } => {
+        Cmd::Bench {
+            which,
+            mut json,
+            mut args,
+        } => {
             require_root("benchmarks load BPF programs")?;
             setup::ensure()?;
+            // `--json` may also come after the benchmark's name, among its own arguments.
+            let before = args.len();
+            args.retain(|a| a != "--json");
+            json |= args.len() != before;
+            if args.first().is_some_and(|a| a == "--") {
+                args.remove(0);
+            }
             let bin = match which.as_str() {
                 "xdp" => "bench-xdp",
                 "control-plane" => "bench-control-plane",
-                other => bail!("unknown benchmark {other:?}; available: xdp, control-plane"),
+                "failover" => "bench-failover",
+                other => {
+                    bail!("unknown benchmark {other:?}; available: xdp, control-plane, failover")
+                }
             };
-            if bin == "bench-control-plane" {
+            if bin != "bench-xdp" {
                 // The benchmark starts agents from the release binary.
                 cargo(
                     &root,

@@ -39,7 +39,9 @@ impl Connected<IncomingStream<'_, KillListener>> for ConnHandle {
     }
 }
 
-pub(crate) struct KillListener(pub TcpListener);
+/// The server's listeners (the first is the main one, whose address is reported); a connection
+/// is accepted from whichever is ready first.
+pub(crate) struct KillListener(pub Vec<TcpListener>);
 
 impl Listener for KillListener {
     type Io = KillIo;
@@ -47,7 +49,10 @@ impl Listener for KillListener {
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
-            match self.0.accept().await {
+            // `TcpListener::accept` is cancel safe: the losers of the race keep no state.
+            let accepts = self.0.iter().map(|l| Box::pin(l.accept()));
+            let (accepted, _, _) = futures::future::select_all(accepts).await;
+            match accepted {
                 Ok((stream, remote)) => {
                     let _ = stream.set_nodelay(true);
                     let kill = Arc::new(AtomicBool::new(false));
@@ -70,7 +75,11 @@ impl Listener for KillListener {
 
     fn local_addr(&self) -> io::Result<Self::Addr> {
         Ok(ConnHandle {
-            remote: self.0.local_addr()?,
+            remote: self
+                .0
+                .first()
+                .ok_or_else(|| io::Error::other("no listener"))?
+                .local_addr()?,
             kill: Arc::default(),
         })
     }

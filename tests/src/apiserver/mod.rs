@@ -118,6 +118,7 @@ pub struct ApiServerBuilder {
     watch_timeout: Duration,
     fault_seed: u64,
     seed_objects: Vec<Value>,
+    extra_listeners: Vec<Arc<std::net::TcpListener>>,
 }
 
 impl Default for ApiServerBuilder {
@@ -129,6 +130,7 @@ impl Default for ApiServerBuilder {
             watch_timeout: Duration::from_secs(1800),
             fault_seed: 0,
             seed_objects: Vec::new(),
+            extra_listeners: Vec::new(),
         }
     }
 }
@@ -165,6 +167,14 @@ impl ApiServerBuilder {
         self
     }
 
+    /// Also serve on this already-bound listener, e.g. one bound inside another network
+    /// namespace (a socket stays in the namespace it was created in), so processes there reach
+    /// the same server. [`ApiServerHandle::addr`] stays the main listener's address.
+    pub fn extra_listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.extra_listeners.push(Arc::new(listener));
+        self
+    }
+
     /// Objects to create at start (full objects with `apiVersion` and `kind`).
     pub fn seed_objects(mut self, objects: impl IntoIterator<Item = Value>) -> Self {
         self.seed_objects.extend(objects);
@@ -196,13 +206,19 @@ impl ApiServerBuilder {
             .await
             .map_err(ApiServerError::Bind)?;
         let addr = listener.local_addr().map_err(ApiServerError::Bind)?;
+        let mut listeners = vec![listener];
+        for extra in &self.extra_listeners {
+            let l = extra.try_clone().map_err(ApiServerError::Bind)?;
+            l.set_nonblocking(true).map_err(ApiServerError::Bind)?;
+            listeners.push(tokio::net::TcpListener::from_std(l).map_err(ApiServerError::Bind)?);
+        }
         let router = Router::new()
             .nest("/_admin", admin::router())
             .fallback(http::api)
             .with_state(shared.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let serve = axum::serve(
-            KillListener(listener),
+            KillListener(listeners),
             router.into_make_service_with_connect_info::<ConnHandle>(),
         )
         .with_graceful_shutdown(async move {

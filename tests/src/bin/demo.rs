@@ -1,161 +1,311 @@
-//! `cargo xtask demo`: the XDP responder answering ARP and NDP for VIPs between two network
-//! namespaces, shown step by step with the tools an operator would use. Everything it creates
-//! (namespaces, veths, pins) is removed at the end, also on failure or Ctrl-C.
-//!
-//! (The failover demo with several nodes arrives with the control plane and the testbed.)
+//! `cargo xtask demo`: three nodes, a client and the in-repo API server on one simulated L2
+//! segment (network namespaces around a bridge); LoadBalancer Services with IPv4 and IPv6 VIPs;
+//! the real agent with its XDP data plane on every node. It shows who announces what, crashes
+//! the busiest node while the client probes every VIP every 10 ms, and prints (and plots) what
+//! the client saw and when the successors announced. Everything it creates is removed at the
+//! end, also on failure or Ctrl-C.
 
 use std::{
-    net::{Ipv4Addr, Ipv6Addr},
-    process::Command,
-    time::Duration,
+    collections::BTreeMap,
+    net::IpAddr,
+    path::PathBuf,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use announcer_tests::{
-    cli::Cli,
-    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
-    tools::{arping, capture, ndisc6, neigh_flush},
+    netns::{fmt_mac, require_root},
+    testbed::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
+    timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 
-const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
-const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
-const T: Duration = Duration::from_millis(500);
+/// The Services of the demo: name and VIPs (indices into the testbed's VIP ranges).
+fn services() -> Vec<(&'static str, Vec<IpAddr>)> {
+    vec![
+        ("web", vec![vip4(0).into(), vip6(0).into()]),
+        ("api", vec![vip4(1).into()]),
+        ("shop", vec![vip4(2).into(), vip6(2).into()]),
+        ("dns", vec![vip4(3).into()]),
+        ("grafana", vec![vip4(4).into()]),
+        ("mail", vec![vip6(5).into()]),
+        ("git", vec![vip4(6).into()]),
+        ("chat", vec![vip4(7).into(), vip6(7).into()]),
+    ]
+}
 
 fn step(n: u32, total: u32, what: &str) {
     println!("\n\x1b[1m[{n}/{total}] {what}\x1b[0m");
 }
 
-fn show(out: &str) {
-    for l in out.lines() {
-        println!("    {l}");
-    }
+fn spinner(msg: &str) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(
+        ProgressStyle::with_template("    {spinner} {elapsed_precise} {msg}").expect("template"),
+    );
+    pb.enable_steady_tick(Duration::from_millis(80));
+    pb.set_message(msg.to_owned());
+    pb
 }
 
-fn main() {
+fn out_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"));
+    target.join("demo")
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<()> {
     require_root();
-    // Ctrl-C: unwind through the guards instead of dying with namespaces left behind.
-    ctrlc_unwind();
-    let total = 7;
+    install_ctrlc_cleanup();
+    let total = 6;
+    let nodes = 3;
+
     step(
         1,
         total,
-        "two network namespaces joined by a veth: a node (10.77.0.1, fd77::1) and a client",
+        "a LAN in network namespaces: a bridge, 3 nodes, a client, the API server",
     );
-    let pair = Pair::new("demo");
-    println!("    node   {} eth0 {}", pair.node.name(), fmt_mac(NODE_MAC));
-    println!("    client {} eth0", pair.client.name());
+    let pb = spinner("creating namespaces, veths, the API server");
+    let mut tb = Testbed::start(TestbedConfig {
+        nodes,
+        native_xdp: false,
+        tag: "demo".into(),
+    })
+    .await;
+    pb.finish_and_clear();
+    for node in tb.nodes() {
+        println!(
+            "    {node}: eth0 {} {}  (agent with XDP, generic mode)",
+            tb.node_ip4(&node),
+            fmt_mac(tb.node_mac(&node))
+        );
+    }
+    println!(
+        "    client: eth0 10.78.0.250, probes the VIPs; API server on the bridge, 10.78.0.254"
+    );
 
     step(
         2,
         total,
-        "load the XDP responder on the node's eth0 (pinned: it outlives this command)",
+        "LoadBalancer Services (IPv4 and IPv6 VIPs) and one agent per node",
     );
-    let cli = Cli::new(&pair.node);
-    show(&cli.ok(&["load", "--iface", NODE_IF]));
-    // A veth delivers native-mode XDP_TX frames only if its peer runs XDP too; the responder
-    // with no VIPs passes everything, so it serves as that on the client end.
-    let peer = Cli::new(&pair.client);
-    peer.ok(&["load", "--iface", CLIENT_IF]);
+    let names = tb.nodes();
+    let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut vips: Vec<(String, IpAddr)> = Vec::new();
+    for (name, ips) in services() {
+        tb.add_service(name, &ips, false, &all).await;
+        vips.extend(ips.iter().map(|ip| (name.to_string(), *ip)));
+    }
+    tb.start_agents(&[]);
+    let pb = spinner("agents electing owners");
+    let started = Instant::now();
+    loop {
+        let owned = vips
+            .iter()
+            .filter(|(_, v)| tb.owners(*v).len() == 1)
+            .count();
+        pb.set_message(format!(
+            "{owned}/{} VIPs announced by exactly one node",
+            vips.len()
+        ));
+        if owned == vips.len() {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "the agents did not converge in 30 s; agent logs:\n{}",
+            names
+                .iter()
+                .map(|n| format!("--- {n}\n{}", tb.agent_log_tail(n)))
+                .collect::<String>()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    pb.finish_and_clear();
     println!(
-        "    (and on the client's end of the veth, with no VIPs: veth needs XDP on both ends for native XDP_TX)"
+        "    all {} VIPs announced after {:.1} s",
+        vips.len(),
+        started.elapsed().as_secs_f64()
     );
 
     step(
         3,
         total,
-        "the node takes over two VIPs: one map write each, then the announcement burst",
+        "who announces what: the agents' /state and what the client sees",
     );
-    let capture = capture(&pair.client, CLIENT_IF, 3, "arp or icmp6");
-    for vip in [VIP4.to_string(), VIP6.to_string()] {
-        show(&cli.add_vip(
-            &vip,
-            NODE_IF,
-            &["--permanent", "--announce", "--count", "1"],
-        ));
+    println!(
+        "    {:<8} {:<14} {:<8} {:<27} {:<8}",
+        "SERVICE", "VIP", "OWNER", "CLIENT ARP/NDP", "ECHO"
+    );
+    let mut by_owner: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+    for (svc, vip) in &vips {
+        let owner = tb.owners(*vip).join(",");
+        let macs = tb.arp_macs(*vip, Duration::from_millis(600));
+        let mac = macs
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} ({})",
+                    fmt_mac(*m),
+                    tb.node_by_mac(*m).unwrap_or_else(|| "?".into())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
+        let echo = tb
+            .ask(*vip, Duration::from_millis(500))
+            .unwrap_or_else(|| "-".into());
+        println!(
+            "    {svc:<8} {:<14} {owner:<8} {mac:<27} {echo:<8}",
+            vip.to_string()
+        );
+        by_owner.entry(owner).or_default().push(*vip);
     }
-    let seen = capture.finish();
-    println!("    the client saw (tcpdump):");
-    show(&seen);
+    let (busiest, moved) = by_owner
+        .iter()
+        .max_by_key(|(_, v)| v.len())
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .context("no owner")?;
 
     step(
         4,
         total,
-        "the client resolves the VIPs: answered by XDP, the kernel never sees the requests",
+        &format!(
+            "crash {busiest} (link down, agent killed) while the client probes every VIP every 10 ms"
+        ),
     );
-    neigh_flush(&pair.client, CLIENT_IF);
-    let r = arping(&pair.client, CLIENT_IF, VIP4, 3, T);
-    println!(
-        "    arping {VIP4}: {} of 3 answered, by {:?}",
-        r.replies,
-        r.unique_macs().into_iter().map(fmt_mac).collect::<Vec<_>>()
-    );
-    let m = ndisc6(&pair.client, VIP6, CLIENT_IF, T);
-    println!(
-        "    ndisc6 {VIP6}: {}",
-        m.map(fmt_mac).unwrap_or_else(|| "no answer".into())
-    );
+    let targets: Vec<IpAddr> = vips.iter().map(|(_, v)| *v).collect();
+    let capture = tb
+        .client()
+        .nsenter_cmd("tcpdump")
+        .args(["-tt", "-n", "-e", "-l", "-i", "eth0", "arp or icmp6"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting tcpdump in the client namespace")?;
+    let prober = tb.start_prober(&targets, Duration::from_millis(10));
+    let pb = spinner("steady traffic for 1 s");
+    std::thread::sleep(Duration::from_secs(1));
+    let wall_at_crash = SystemTime::now();
+    let crash_instant = Instant::now();
+    prober.mark(&format!("crash {busiest}"));
+    tb.crash(&busiest);
+    let deadline = Duration::from_secs(15);
+    loop {
+        let elapsed = crash_instant.elapsed();
+        let done = moved
+            .iter()
+            .filter(|v| {
+                let o = tb.owners(**v);
+                o.len() == 1 && o[0] != busiest
+            })
+            .count();
+        pb.set_message(format!(
+            "{:>5} ms after the crash: {done}/{} of {busiest}'s VIPs taken over",
+            elapsed.as_millis(),
+            moved.len()
+        ));
+        if done == moved.len() || elapsed > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pb.set_message("1 s more of traffic");
+    std::thread::sleep(Duration::from_secs(1));
+    pb.finish_and_clear();
+    let timeline = prober.stop();
+    let mut capture = capture;
+    let _ = capture.kill();
+    let dump = capture
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let crash_at = crash_instant.saturating_duration_since(timeline.start);
+    let wall_crash = wall_at_crash
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64();
+    let announcements: Vec<Announcement> = parse_announcements(&dump)
+        .into_iter()
+        .filter(|(ts, _, _)| *ts >= wall_crash)
+        .map(|(ts, vip, mac)| Announcement {
+            at: crash_at + Duration::from_secs_f64(ts - wall_crash),
+            vip,
+            mac,
+        })
+        .collect();
 
     step(
         5,
         total,
-        "what the node shows: announcer status, and bpftool on the pinned map",
+        "the failover timeline, as the client saw it (ms after the crash)",
     );
-    show(&cli.ok(&["status"]));
-    let dump = Command::new("bpftool")
-        .args(["map", "dump", "pinned"])
-        .arg(cli.root().join(NODE_IF).join("VIPS_V4"))
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_else(|e| format!("(bpftool: {e})"));
     println!(
-        "    $ bpftool map dump pinned {}/eth0/VIPS_V4",
-        cli.root().display()
+        "    {:<16} {:<8} {:<8} {:>10} {:>12} {:>10} {:>6}",
+        "VIP", "BEFORE", "AFTER", "LAST OK", "ANNOUNCED", "FIRST OK", "LOST"
     );
-    show(&dump);
-
-    step(
-        6,
-        total,
-        "the node lets go of the IPv4 VIP: answers stop at once",
-    );
-    show(&cli.ok(&["vip", "del", &VIP4.to_string(), "--iface", NODE_IF]));
-    neigh_flush(&pair.client, CLIENT_IF);
-    let r = arping(&pair.client, CLIENT_IF, VIP4, 2, T);
-    println!("    arping {VIP4}: {} of 2 answered", r.replies);
-
-    step(
-        7,
-        total,
-        "clean up: unload (detaches, removes exactly its pins), delete the namespaces",
-    );
-    show(&cli.ok(&["unload", "--iface", NODE_IF]));
-    drop(cli);
-    drop(peer);
-    drop(pair);
-    println!("\ndone: no namespace, link or pin is left behind.");
-}
-
-/// Turns SIGINT/SIGTERM into a panic on the main thread's next check, so guards run. A simple
-/// flag is enough here: every step is short.
-fn ctrlc_unwind() {
-    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
-    extern "C" fn on_signal(_: i32) {
-        // Namespaces are deleted by the harness's sweep of dead processes' namespaces on the next
-        // run; here, remove ours right away through `ip netns` before exiting.
-        let pid = std::process::id();
-        let _ = Command::new("sh")
-            .arg("-c")
-            .arg(format!("for n in $(ip netns list | awk '{{print $1}}' | grep -- '-{pid}-'); do ip netns del $n; done; rm -rf /sys/fs/bpf/anntest-{pid}-*"))
-            .status();
-        std::process::exit(130);
+    let rel = |d: Option<Duration>| match d {
+        Some(d) => format!(
+            "{:+.0}",
+            d.as_secs_f64() * 1e3 - crash_at.as_secs_f64() * 1e3
+        ),
+        None => "-".into(),
+    };
+    let mut worst = Duration::ZERO;
+    for vip in &targets {
+        let o = timeline.outage(*vip, ProbeKind::Udp, crash_at);
+        let announced = announcements
+            .iter()
+            .find(|a| a.vip == *vip && tb.node_by_mac(a.mac).as_deref() != Some(&busiest))
+            .map(|a| a.at);
+        if moved.contains(vip) {
+            worst = worst.max(o.gap);
+        }
+        println!(
+            "    {:<16} {:<8} {:<8} {:>10} {:>12} {:>10} {:>6}",
+            vip.to_string(),
+            o.before.clone().unwrap_or_else(|| "-".into()),
+            o.after.clone().unwrap_or_else(|| "-".into()),
+            rel(o.last_ok_before),
+            if moved.contains(vip) {
+                rel(announced)
+            } else {
+                "-".into()
+            },
+            rel(o.recovered_at),
+            o.lost
+        );
     }
-    let act = SigAction::new(
-        SigHandler::Handler(on_signal),
-        SaFlags::empty(),
-        SigSet::empty(),
+    println!(
+        "    the busiest node's {} VIPs moved; the slowest answered again {:.0} ms after the crash",
+        moved.len(),
+        worst.as_secs_f64() * 1e3
     );
-    // SAFETY: installing a handler; it only spawns a cleanup command and exits.
-    unsafe {
-        let _ = sigaction(Signal::SIGINT, &act);
-        let _ = sigaction(Signal::SIGTERM, &act);
-    }
+    let svg = out_dir().join("failover-timeline.svg");
+    let mut rows = moved.clone();
+    rows.extend(targets.iter().filter(|v| !moved.contains(v)).take(2));
+    write_timeline(
+        &svg,
+        &TimelinePlot {
+            title: &format!("announcer demo: {busiest} crashes (link down + agent killed)"),
+            timeline: &timeline,
+            vips: &rows,
+            nodes: &names,
+            crash: crash_at,
+            announcements: &announcements,
+            window: (
+                Duration::from_millis(300),
+                worst + Duration::from_millis(500),
+            ),
+        },
+    )?;
+    println!("    plot: {}", svg.display());
+
+    step(6, total, "tear down: agents, pins, namespaces");
+    drop(tb);
+    println!("    done: no namespace, link, pin or process is left behind.");
+    Ok(())
 }
