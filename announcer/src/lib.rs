@@ -6,6 +6,7 @@
 //! * [`logs`]: the program's rare events, forwarded into `tracing`.
 //! * [`netif`], [`clock`]: interface facts and the monotonic clock expiry is judged on.
 //! * [`error`]: typed errors with exit codes and fixes.
+//! * [`metrics`]: the agent's Prometheus metrics; [`status`]: `announcer status`, the node's view.
 
 pub mod announce;
 pub mod clock;
@@ -14,8 +15,10 @@ pub mod error;
 pub mod linkinfo;
 pub mod loader;
 pub mod logs;
+pub mod metrics;
 pub mod netif;
 pub mod packet;
+pub mod status;
 
 pub use announcer_ebpf::{maps, wire};
 pub mod agent;

@@ -97,14 +97,25 @@ enum Cmd {
     },
     /// Run the Kubernetes agent: watch Services, elect owners, drive the data plane.
     Agent(Box<announcer::agent::config::AgentArgs>),
-    /// What is loaded where, with counters.
+    /// Create the heartbeat-key Secret if it does not exist (the install's Job runs this).
+    Keygen(announcer::agent::config::keygen::KeygenArgs),
+    /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
+    /// and Service per the agent, and the agent's peers with their heartbeat age.
     Status {
         /// Only this interface (default: every interface with pins).
         #[arg(long)]
         iface: Option<String>,
-        /// JSON instead of a table.
+        /// One JSON document instead of a table.
         #[arg(long)]
         json: bool,
+        /// The agent's HTTP address. Without it the default (http://127.0.0.1:9746) is asked
+        /// and an unreachable agent is only reported; given, an unreachable agent also makes
+        /// the command exit 69 (after printing what the maps say).
+        #[arg(long, env = "ANNOUNCER_AGENT")]
+        agent: Option<String>,
+        /// Do not ask the agent: the data plane only.
+        #[arg(long, conflicts_with = "agent")]
+        no_agent: bool,
     },
 }
 
@@ -183,6 +194,24 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format);
     if let Cmd::Agent(args) = cli.cmd {
         return agent(*args, cli.pin_root);
+    }
+    if let Cmd::Keygen(args) = cli.cmd {
+        return announcer::agent::config::keygen::main(args);
+    }
+    if let Cmd::Status {
+        iface,
+        json,
+        agent,
+        no_agent,
+    } = &cli.cmd
+    {
+        return status(
+            &cli.pin_root,
+            iface.as_deref(),
+            *json,
+            agent.as_deref(),
+            *no_agent,
+        );
     }
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -387,8 +416,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             Vip::new(vip, at.vlan)?;
             send_burst(&at, vip, mac, &burst.config())?;
         }
-        Cmd::Status { iface, json } => status(root, iface.as_deref(), json)?,
-        Cmd::Agent(_) => unreachable!("handled in main"),
+        Cmd::Agent(_) | Cmd::Keygen(_) | Cmd::Status { .. } => unreachable!("handled in main"),
         Cmd::Logs { iface, duration } => {
             let mut log = announcer::logs::attach(root, &iface)?;
             let until = duration.map(|d| std::time::Instant::now() + d);
@@ -434,18 +462,10 @@ fn send_burst(at: &At, vip: IpAddr, mac: MacAddr, cfg: &BurstConfig) -> Result<(
 
 /// Interfaces with pins under `root`, or just `only`.
 fn interfaces(root: &Path, only: Option<&str>) -> Vec<String> {
-    if let Some(i) = only {
-        return vec![i.to_owned()];
+    match only {
+        Some(i) => vec![i.to_owned()],
+        None => announcer::status::pinned_interfaces(root),
     }
-    let mut v: Vec<String> = std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().join("link").exists())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    v.sort();
-    v
 }
 
 fn collect(root: &Path, only: Option<&str>) -> Result<Vec<(String, VipStatus)>, Error> {
@@ -505,64 +525,42 @@ fn print_vips(rows: &[(String, VipStatus)], json: bool) {
     }
 }
 
-fn status(root: &Path, only: Option<&str>, json: bool) -> Result<(), Error> {
-    let mut out = Vec::new();
-    for iface in interfaces(root, only) {
-        let dp = match Dataplane::open(root, &iface) {
-            Ok(dp) => dp,
-            Err(Error::NoSuchInterface(_)) if only.is_none() => {
-                eprintln!(
-                    "warning: pins for {iface} remain but the interface is gone; \
-                     remove them with `announcer unload --iface {iface}`"
-                );
-                continue;
+/// `announcer status`: the maps, merged with the agent's `/state` (see `announcer::status`).
+fn status(
+    root: &Path,
+    only: Option<&str>,
+    json: bool,
+    agent: Option<&str>,
+    no_agent: bool,
+) -> ExitCode {
+    let url = (!no_agent).then(|| agent.unwrap_or(announcer::status::DEFAULT_AGENT));
+    let report = match announcer::status::gather(root, only, url) {
+        Ok(r) => r,
+        Err(e) => {
+            print_error(&e);
+            if let Some(h) = e.hint() {
+                eprintln!("  fix: {h}");
             }
-            Err(e) => return Err(e),
-        };
-        let counters = dp.counters()?;
-        let vips = dp.list()?;
-        out.push((iface, dp.ifindex(), counters, vips));
+            return ExitCode::from(e.exit_code());
+        }
+    };
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
     }
     if json {
-        let v: Vec<_> = out
-            .iter()
-            .map(|(iface, ifindex, counters, vips)| {
-                let c: serde_json::Map<String, serde_json::Value> = counters
-                    .iter()
-                    .map(|(o, n)| (o.name().to_owned(), (*n).into()))
-                    .collect();
-                serde_json::json!({
-                    "iface": iface,
-                    "ifindex": ifindex,
-                    "counters": c,
-                    "vips": vips.iter().map(|r| vip_json(iface, r)).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(v));
-        return Ok(());
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::from(70);
+            }
+        }
+    } else {
+        print!("{}", announcer::status::render(&report));
     }
-    if out.is_empty() {
-        println!("not loaded on any interface (pin root {})", root.display());
+    if report.agent_unreachable() && agent.is_some() {
+        // EX_UNAVAILABLE: the maps were shown, the agent asked for did not answer.
+        return ExitCode::from(69);
     }
-    for (iface, ifindex, counters, vips) in &out {
-        let c: Vec<String> = counters
-            .iter()
-            .map(|(o, n)| format!("{}={n}", o.name()))
-            .collect();
-        println!(
-            "{iface} (ifindex {ifindex}): {} VIPs; {}",
-            vips.len(),
-            c.join(" ")
-        );
-    }
-    let rows: Vec<_> = out
-        .iter()
-        .flat_map(|(i, _, _, v)| v.iter().map(move |r| (i.clone(), r.clone())))
-        .collect();
-    if !rows.is_empty() {
-        println!();
-        print_vips(&rows, false);
-    }
-    Ok(())
+    ExitCode::SUCCESS
 }

@@ -98,7 +98,8 @@ impl<'a> Cli<'a> {
     /// A counter from `status --json` for `iface`.
     pub fn counter(&self, iface: &str, name: &str) -> u64 {
         let s = self.status();
-        s.as_array()
+        s["interfaces"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|i| i["iface"] == iface)

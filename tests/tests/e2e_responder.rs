@@ -411,7 +411,7 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
     make();
     cli.load("dum0", "generic");
     cli.add_vip(VIP4, "dum0", &["--permanent"]);
-    let before = cli.status()[0]["ifindex"].as_u64().unwrap();
+    let before = cli.status()["interfaces"][0]["ifindex"].as_u64().unwrap();
 
     pair.node.ip(&["link", "del", "dum0"]);
     make();
@@ -430,9 +430,13 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
             .contains("xdpgeneric")
     );
     let s = cli.status();
-    let after = s[0]["ifindex"].as_u64().unwrap();
+    let after = s["interfaces"][0]["ifindex"].as_u64().unwrap();
     assert_ne!(before, after);
-    assert_eq!(s[0]["vips"][0]["vip"], VIP4.to_string(), "{s}");
+    assert_eq!(
+        s["interfaces"][0]["vips"][0]["vip"],
+        VIP4.to_string(),
+        "{s}"
+    );
     let dump = std::process::Command::new("bpftool")
         .args(["-j", "map", "dump", "pinned"])
         .arg(cli.root().join("dum0/VIPS_V4"))

@@ -7,6 +7,8 @@
 //!   crate with.
 //! * `bpf-linker` 0.10.0 (LLVM 22, loaded from that toolchain at run time).
 //! * Test and bench tools: iproute2, bpftool, arping, ndisc6, tcpdump, ethtool.
+//! * `kubernetes-validate` from PyPI, which checks `deploy/` against the Kubernetes OpenAPI
+//!   schemas it bundles, offline (`tests/tests/deploy.rs`).
 
 use std::{path::Path, process::Command};
 
@@ -29,12 +31,15 @@ const APT_PACKAGES: &[&str] = &[
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";
+/// Bundles the schemas of Kubernetes 1.25 to 1.37.
+const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 
 /// Runs every step that is not already done.
 pub fn ensure() -> Result<()> {
     apt()?;
     link_toolchain()?;
     bpf_linker()?;
+    kubernetes_validate()?;
     Ok(())
 }
 
@@ -91,4 +96,48 @@ fn bpf_linker() -> Result<()> {
     }
     eprintln!("xtask: installing bpf-linker {BPF_LINKER_VERSION} (a minute or two)");
     run(Command::new("cargo").args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION]))
+}
+
+/// `kubernetes-validate`, for the `python3` on PATH (the one the deploy test runs). Installed
+/// with pip past PEP 668's guard, because Debian's python3 refuses plain `pip install` and the
+/// package has no Debian build; it adds one small pure-Python package and its two dependencies.
+fn kubernetes_validate() -> Result<()> {
+    let ok = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--version"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout).trim() == KUBERNETES_VALIDATE_VERSION
+        });
+    if ok {
+        return Ok(());
+    }
+    let has_pip = Command::new("python3")
+        .args(["-m", "pip", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_pip {
+        eprintln!("xtask: installing python3-pip with apt-get");
+        run(Command::new("apt-get").args(["update", "-q"]))?;
+        run(Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-q",
+                "--no-install-recommends",
+                "python3-pip",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    eprintln!("xtask: installing kubernetes-validate {KUBERNETES_VALIDATE_VERSION} with pip");
+    run(Command::new("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--break-system-packages",
+        "--root-user-action=ignore",
+        &format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"),
+    ]))
+    .context("pip install kubernetes-validate (is PyPI reachable?)")
 }

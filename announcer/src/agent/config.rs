@@ -1,14 +1,30 @@
 //! `announcer agent` flags. Every timing has a default that meets the project's targets and can
 //! be set lower; `--help` says what each one trades.
+//!
+//! The same settings can come from a YAML file (`--config`, in a cluster the `announcer-config`
+//! ConfigMap, see [`file`]), because a DaemonSet's argument list is a poor place to document
+//! and review them. A flag given on the command line (or through its environment variable)
+//! always wins over the file, so an operator can override one setting for one node without
+//! editing the ConfigMap. The merge happens while clap builds [`AgentArgs`], so every caller
+//! of the parser gets the merged settings without knowing a file exists.
 
-use std::{net::SocketAddr, path::PathBuf, time::Duration};
+pub mod file;
+pub mod keygen;
 
-use clap::{Args, ValueEnum};
+use std::{
+    net::SocketAddr,
+    ops::{Deref, DerefMut},
+    path::PathBuf,
+    time::Duration,
+};
+
+use clap::{ArgMatches, Args, FromArgMatches, ValueEnum};
 
 use crate::{announce::BurstConfig, election, loader::Mode};
 
 /// How VIP owners are elected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Election {
     /// One Lease per node plus UDP heartbeats and rendezvous hashing (the default: sub-second
     /// failover, API writes independent of the number of Services).
@@ -19,7 +35,8 @@ pub enum Election {
 }
 
 /// XDP attach mode for the agent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum XdpMode {
     /// Native, falling back to generic.
     Auto,
@@ -43,9 +60,68 @@ fn dur(s: &str) -> Result<Duration, humantime::DurationError> {
     humantime::parse_duration(s)
 }
 
-/// `announcer agent`.
+/// `announcer agent`: the flags, with the `--config` file merged under them. Derefs to the
+/// [`AgentFlags`].
+#[derive(Clone, Debug)]
+pub struct AgentArgs(pub AgentFlags);
+
+impl Deref for AgentArgs {
+    type Target = AgentFlags;
+    fn deref(&self) -> &AgentFlags {
+        &self.0
+    }
+}
+
+impl DerefMut for AgentArgs {
+    fn deref_mut(&mut self) -> &mut AgentFlags {
+        &mut self.0
+    }
+}
+
+impl Args for AgentArgs {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        AgentFlags::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        AgentFlags::augment_args_for_update(cmd)
+    }
+}
+
+impl FromArgMatches for AgentArgs {
+    /// Parses the flags, then fills every setting not given explicitly from `--config`. A bad
+    /// file is a usage error (exit 2) that names the file, the key and the line.
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = AgentFlags::from_arg_matches(matches)?;
+        if let Some(path) = flags.config.clone() {
+            let explicit = |id: &str| {
+                matches!(
+                    matches.value_source(id),
+                    Some(clap::parser::ValueSource::CommandLine)
+                        | Some(clap::parser::ValueSource::EnvVariable)
+                )
+            };
+            file::ConfigFile::load(&path)
+                .map(|f| f.apply(&mut flags, explicit))
+                .map_err(|e| {
+                    clap::Error::raw(clap::error::ErrorKind::InvalidValue, e.to_string())
+                })?;
+        }
+        Ok(AgentArgs(flags))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(matches)?;
+        Ok(())
+    }
+}
+
+/// The `announcer agent` flags as given (before the `--config` file is merged).
 #[derive(Args, Clone, Debug)]
-pub struct AgentArgs {
+pub struct AgentFlags {
+    /// YAML file with agent settings (in a cluster: the `announcer-config` ConfigMap). Flags
+    /// given on the command line override it; see docs/configure.md for its keys.
+    #[arg(long, env = "ANNOUNCER_CONFIG")]
+    pub config: Option<PathBuf>,
     /// This node's name (from the downward API).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
@@ -141,7 +217,7 @@ pub struct AgentArgs {
     pub http_address: SocketAddr,
 }
 
-impl AgentArgs {
+impl AgentFlags {
     /// The election core's configuration.
     pub fn election_config(&self, mac: crate::wire::MacAddr) -> election::Config {
         let mut c = election::Config::new(self.node_name.as_str());
@@ -169,32 +245,40 @@ impl AgentArgs {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |msg: String| Err(ConfigError(msg));
         if self.heartbeat_misses == 0 {
-            return bad("--heartbeat-misses must be at least 1".into());
+            return bad("--heartbeat-misses (heartbeat.misses) must be at least 1".into());
         }
         if self.heartbeat_interval < Duration::from_millis(5) {
-            return bad("--heartbeat-interval below 5ms is not supported".into());
+            return bad(
+                "--heartbeat-interval (heartbeat.interval) below 5ms is not supported".into(),
+            );
         }
         if self.lease_renew >= self.lease_duration {
             return bad(format!(
-                "--lease-renew ({:?}) must be shorter than --lease-duration ({:?})",
+                "--lease-renew (lease.renew, {:?}) must be shorter than --lease-duration (lease.duration, {:?})",
                 self.lease_renew, self.lease_duration
             ));
         }
         if self.lease_duration.as_secs() == 0 || self.lease_duration.subsec_nanos() != 0 {
             return bad(
-                "--lease-duration must be a whole number of seconds (leaseDurationSeconds)".into(),
+                "--lease-duration (lease.duration) must be a whole number of seconds (leaseDurationSeconds)".into(),
             );
         }
         if self.grace < self.heartbeat_interval * 3 {
-            return bad("--grace must be at least three heartbeat intervals".into());
+            return bad("--grace (grace) must be at least three heartbeat intervals".into());
         }
         if self.service_lease_renew_deadline >= self.service_lease_duration
             || self.service_lease_retry >= self.service_lease_renew_deadline
         {
-            return bad("lease-per-service timings need retry < renew deadline < duration".into());
+            return bad("lease-per-service timings need --service-lease-retry < --service-lease-renew-deadline < --service-lease-duration (serviceLease.retry < renewDeadline < duration)".into());
+        }
+        if self.burst_count == 0 {
+            return bad("--burst-count (announcement.count) must be at least 1".into());
         }
         if self.no_ipv4 && self.no_ipv6 {
-            return bad("--no-ipv4 and --no-ipv6 together announce nothing".into());
+            return bad(
+                "--no-ipv4 and --no-ipv6 (ipv4: false, ipv6: false) together announce nothing"
+                    .into(),
+            );
         }
         Ok(())
     }

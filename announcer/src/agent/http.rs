@@ -1,5 +1,5 @@
-//! `/healthz`, `/readyz` and `/state`: what the kubelet probes and what `announcer status` and
-//! the tests read from a running agent.
+//! `/healthz`, `/readyz`, `/state` and `/metrics`: what the kubelet probes, what
+//! `announcer status` and the tests read from a running agent, and what Prometheus scrapes.
 //!
 //! Why `/state` is JSON over HTTP rather than only logs: tests and operators need to ask "which
 //! VIPs do you announce, whom do you see" at any moment, also with `--no-dataplane`, where there
@@ -11,13 +11,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
-use serde::Serialize;
+use axum::{
+    Json, Router,
+    extract::State,
+    http::{StatusCode, header},
+    routing::get,
+};
+use serde::{Deserialize, Serialize};
 
-use crate::election::core::Stats;
+use crate::{election::core::Stats, metrics::Metrics};
 
 /// One VIP this node announces.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct OwnedVip {
     /// The VIP.
     pub vip: std::net::IpAddr,
@@ -28,7 +33,7 @@ pub struct OwnedVip {
 }
 
 /// One peer as this agent sees it.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PeerState {
     /// Node name.
     pub node: String,
@@ -42,8 +47,8 @@ pub struct PeerState {
     pub leaving: bool,
 }
 
-/// The agent's state as served on `/state`.
-#[derive(Clone, Debug, Default, Serialize)]
+/// The agent's state as served on `/state` (and read back by `announcer status`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct AgentState {
     /// This node.
     pub node: String,
@@ -97,6 +102,23 @@ const STUCK_AFTER: Duration = Duration::from_secs(10);
 
 /// The router (separate from [`serve`] so tests can drive it without a socket).
 pub fn router(shared: Shared) -> Router {
+    router_with_metrics(shared, Arc::new(Metrics::new()))
+}
+
+/// The router with `/metrics` served from `metrics`.
+pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
+    let scrape = Router::new()
+        .route(
+            "/metrics",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                // Encoding reads the pinned maps: off the async workers.
+                let body = tokio::task::spawn_blocking(move || m.encode())
+                    .await
+                    .unwrap_or_default();
+                ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
+            }),
+        )
+        .with_state(metrics);
     Router::new()
         .route(
             "/healthz",
@@ -128,17 +150,19 @@ pub fn router(shared: Shared) -> Router {
             get(|State(s): State<Shared>| async move { Json(s.get().0) }),
         )
         .with_state(shared)
+        .merge(scrape)
 }
 
 /// Serve on `addr` until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
     shared: Shared,
+    metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(%addr, "serving /healthz, /readyz and /state");
-    axum::serve(listener, router(shared))
+    tracing::info!(%addr, "serving /healthz, /readyz, /state and /metrics");
+    axum::serve(listener, router_with_metrics(shared, metrics))
         .with_graceful_shutdown(shutdown)
         .await
 }

@@ -5,7 +5,7 @@
 //! only connects it to the world: watches ([`watch`]), the eligibility rules ([`eligibility`]),
 //! interface choice ([`iface`]), the node Lease ([`node_lease`]), heartbeats ([`heartbeat`]),
 //! probes of an old owner's data plane ([`probe`]), the data plane itself ([`plane`]), Events
-//! ([`events`]) and the health/state endpoint ([`http`]). The lease-per-service mode
+//! ([`events`]) and the health/state/metrics endpoint ([`http`], [`crate::metrics`]). The lease-per-service mode
 //! ([`per_service`]) is the comparison baseline, built the way Cilium and kube-vip elect.
 
 pub mod config;
@@ -29,6 +29,7 @@ use std::{
     future::Future,
     net::IpAddr,
     path::PathBuf,
+    sync::Arc,
 };
 
 use kube::{Client, runtime::events::EventType};
@@ -48,6 +49,7 @@ use self::{
 use crate::{
     election::{Core, EventKind, IfaceName, Input, VipSpec},
     heartbeat::{Key, KeyError, Keys},
+    metrics::{Metrics, Recorder, Sources},
     wire::MacAddr,
 };
 
@@ -99,11 +101,17 @@ pub async fn run(
         let _ = term_tx.send(true);
     });
     let shared = Shared::default();
+    let metrics = Arc::new(Metrics::new());
+    metrics.sources().set_state(shared.clone());
+    if !args.no_dataplane {
+        metrics.sources().set_dataplane(pin_root.clone());
+    }
     {
         let (addr, shared, mut stop) = (args.http_address, shared.clone(), stop_rx.clone());
+        let metrics = metrics.clone();
         tokio::spawn(async move {
             let stop = async move { watch::until_true(&mut stop).await };
-            if let Err(e) = http::serve(addr, shared, stop).await {
+            if let Err(e) = http::serve(addr, shared, metrics, stop).await {
                 tracing::error!(%addr, error = %e, "health endpoint failed");
             }
         });
@@ -117,9 +125,14 @@ pub async fn run(
         &args.heartbeat_secret,
         stop_rx.clone(),
     );
+    metrics.sources().set_watches(watches.counters.clone());
+    let events = Events::new(client.clone(), &args.node_name.as_str().into())
+        .with_services(watches.services.clone());
+    metrics.sources().set_events(events.clone());
     let mut ctx = Context {
-        events: Events::new(client.clone(), &args.node_name.as_str().into())
-            .with_services(watches.services.clone()),
+        events,
+        recorder: metrics.recorder(),
+        sources: metrics.sources().clone(),
         plane: Plane::new(
             pin_root,
             args.xdp_mode.into(),
@@ -191,6 +204,10 @@ pub(crate) struct Context {
     client: Client,
     watches: Watches,
     events: Events,
+    /// Durations and heartbeat loss, as they happen.
+    recorder: Recorder,
+    /// What `/metrics` reads at scrape time (the modes add their parts).
+    sources: Sources,
     plane: Plane,
     selection: Selection,
     iface_cfg: IfaceConfig,
@@ -258,6 +275,19 @@ impl Context {
             .iter()
             .find(|i| i.addrs.iter().any(|a| a.ip == self.heartbeat_ip))
             .and_then(|i| i.mac);
+        // The interfaces VIPs are known to land on (the InternalIP's, and `--interface` names
+        // that are not globs) get the program before the election starts; see
+        // `Plane::prepare`.
+        let early: Vec<String> = self
+            .ifaces
+            .iter()
+            .filter(|i| {
+                i.addrs.iter().any(|a| a.ip == self.heartbeat_ip)
+                    || self.args.interfaces.iter().any(|p| *p == i.name)
+            })
+            .map(|i| i.name.clone())
+            .collect();
+        self.plane.prepare(&early);
         tracing::info!(
             node = %self.args.node_name,
             heartbeat = %self.heartbeat_ip,

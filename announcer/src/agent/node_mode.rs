@@ -4,10 +4,12 @@
 //! core's timer, watch changes (recomputed into [`Input::Vips`]), Lease events, verified
 //! heartbeats, probe answers, Lease-write results, link changes and SIGTERM. Outputs: Lease
 //! writes (in a task, one at a time, the result fed back), sealed heartbeats to every peer's
-//! advertised address, map writes and bursts ([`Plane`]), probes, Events.
+//! advertised address, map writes and bursts ([`Plane`]), probes, Events. Along the way it
+//! records what only it can time: Lease write latency, probe round trips, heartbeat loss and
+//! the takeover duration of each failover the core reports ([`crate::metrics::Recorder`]).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -26,6 +28,7 @@ use super::{
 use crate::{
     election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Sealer, Verified, Verifier},
+    metrics::{LossTracker, Recorder},
     wire::MacAddr,
 };
 
@@ -40,6 +43,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let node = NodeName::from(ctx.args.node_name.as_str());
     let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
     let socket = HeartbeatSocket::bind(hb_addr)?;
+    ctx.sources.set_heartbeat(socket.stats());
     let lease = Arc::new(NodeLease::new(
         ctx.client.clone(),
         &ctx.args.namespace,
@@ -87,6 +91,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let mut secret_changed = ctx.watches.secret_changed.clone();
     let mut last_plan_inputs = None;
     let mut pending_write: Option<tokio::task::JoinHandle<()>> = None;
+    let mut loss = LossTracker::default();
+    // Probes in flight, by the MAC asked: when each was sent, for the round trip.
+    let mut probes_sent: HashMap<MacAddr, Instant> = HashMap::new();
 
     core.handle(
         Instant::now(),
@@ -108,9 +115,27 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 Some(Input::Shutdown)
             }
             Some(r) = writes.recv() => Some(Input::LeaseWrite(r)),
-            Some(v) = beats.recv() => Some(Input::Heartbeat(v.beat)),
-            Some(a) = answers.recv() => Some(a),
-            Some(ev) = ctx.watches.lease_events.recv() => lease_input(ev, &node, &mut peers),
+            Some(v) = beats.recv() => {
+                record_beat(&ctx.recorder, &mut loss, &v);
+                Some(Input::Heartbeat(v.beat))
+            }
+            Some(a) = answers.recv() => {
+                if let Input::ProbeAnswered { mac, .. } = &a
+                    && let Some(sent) = probes_sent.remove(mac)
+                {
+                    ctx.recorder.probe_rtt(sent.elapsed());
+                }
+                Some(a)
+            }
+            Some(ev) = ctx.watches.lease_events.recv() => {
+                if let LeaseEvent::Deleted(l) = &ev
+                    && let Some(n) = node_lease::node_of(l)
+                {
+                    loss.forget(&n);
+                    ctx.recorder.forget_peer(&n);
+                }
+                lease_input(ev, &node, &mut peers)
+            }
             Ok(()) = healthy.changed() => Some(Input::WatchHealth(*healthy.borrow_and_update())),
             Ok(()) = changed.changed() => {
                 changed.borrow_and_update();
@@ -159,8 +184,11 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     release,
                 } => {
                     let (lease, tx) = (lease.clone(), write_tx.clone());
+                    let recorder = ctx.recorder.clone();
                     pending_write = Some(tokio::spawn(async move {
+                        let started = Instant::now();
                         let r = lease.write(resource_version, release).await;
+                        recorder.lease_write(started.elapsed());
                         let _ = tx.send(r).await;
                     }));
                 }
@@ -191,6 +219,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     }
                 }
                 Output::Probe { vip, iface, mac } => {
+                    probes_sent.insert(mac, Instant::now());
                     ctx.probe(&mut probers, &iface, vip, mac, &answer_tx);
                 }
                 Output::Event {
@@ -206,6 +235,13 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 Output::Exit => exit = true,
             }
         }
+        // The map writes and first announcement rounds of this batch are done: the failovers
+        // among them end now.
+        for f in core.take_failovers() {
+            let took = f.last_heard.elapsed();
+            ctx.recorder.takeover(took);
+            tracing::info!(vip = %f.vip, from = %f.from, took_ms = took.as_millis() as u64, "took over");
+        }
         // `/state` is for people and tests: rebuild it when something was done, else at most
         // every 250 ms (heartbeats arrive hundreds of times a second on large clusters).
         if acted || exit || last_publish.elapsed() >= PUBLISH_EVERY {
@@ -220,6 +256,14 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
             return Ok(());
         }
     }
+}
+
+/// Counts the heartbeats `v`'s sender sent since its previous one that never arrived, and the
+/// one-way delay by the two wall clocks.
+fn record_beat(recorder: &Recorder, loss: &mut LossTracker, v: &Verified) {
+    let missed = loss.observe(&v.beat.node, v.beat.incarnation, v.sequence);
+    let delay_ms = unix_ms_now() as i128 - i128::from(v.sent_unix_ms);
+    recorder.heartbeat(&v.beat.node, missed, delay_ms as f64 / 1000.0);
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

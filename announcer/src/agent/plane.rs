@@ -42,6 +42,10 @@ pub struct Plane {
     ifaces: BTreeMap<IfaceName, Iface>,
     /// What is installed (also kept when disabled).
     installed: BTreeSet<(IpAddr, IfaceName)>,
+    /// The rest of each VIP's burst, running in the background: aborted when the VIP is
+    /// removed (a node that let a VIP go must not keep pointing clients at itself) or
+    /// announced again.
+    bursts: BTreeMap<(IpAddr, IfaceName), tokio::task::JoinHandle<()>>,
 }
 
 impl Plane {
@@ -54,6 +58,22 @@ impl Plane {
             enabled,
             ifaces: BTreeMap::new(),
             installed: BTreeSet::new(),
+            bursts: BTreeMap::new(),
+        }
+    }
+
+    /// Loads and attaches the program on `names` now, before the election starts: attaching
+    /// takes from tens of milliseconds to over a second, and done lazily inside the event loop
+    /// it would hold back heartbeats long enough for peers to declare this node dead.
+    pub fn prepare(&mut self, names: &[String]) {
+        if !self.enabled {
+            return;
+        }
+        for name in names {
+            let name: IfaceName = Arc::from(name.as_str());
+            if let Err(e) = self.iface(&name) {
+                tracing::warn!(iface = %name, error = %e, "cannot attach the data plane yet");
+            }
         }
     }
 
@@ -129,6 +149,9 @@ impl Plane {
     /// Delete the entry.
     pub fn remove(&mut self, vip: IpAddr, iface: &IfaceName) -> Result<(), Error> {
         self.installed.remove(&(vip, iface.clone()));
+        if let Some(rest) = self.bursts.remove(&(vip, iface.clone())) {
+            rest.abort();
+        }
         if !self.enabled {
             return Ok(());
         }
@@ -142,6 +165,9 @@ impl Plane {
             return Ok(());
         }
         let burst = self.burst;
+        if let Some(rest) = self.bursts.remove(&(vip, iface.clone())) {
+            rest.abort();
+        }
         let i = self.iface(iface)?;
         let (sock, mac) = (i.sock.clone(), i.mac);
         // Round 0 now, on this thread: the first frame is what moves clients at failover.
@@ -155,10 +181,12 @@ impl Plane {
                 count: burst.count - 1,
                 interval: burst.interval,
             };
-            tokio::spawn(async move {
+            let task = tokio::spawn(async move {
                 tokio::time::sleep(rest.interval).await;
                 announce::burst(&sock, mac, vip, None, &rest).await;
             });
+            self.bursts.retain(|_, t| !t.is_finished());
+            self.bursts.insert((vip, iface.clone()), task);
         }
         Ok(())
     }

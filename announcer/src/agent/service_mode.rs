@@ -12,7 +12,7 @@ use super::{
     http::{AgentState, OwnedVip},
     per_service::{self, Ownership, Stats, Timing},
 };
-use crate::election::{IfaceName, NodeName, ServiceRef};
+use crate::election::{IfaceName, NodeName, ServiceRef, core::Stats as Counts};
 
 /// Runs until SIGTERM, then releases every Lease it holds.
 pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
@@ -26,6 +26,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let (own_tx, mut owns) = mpsc::channel::<Ownership>(1024);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stats = Arc::new(Stats::default());
+    ctx.sources.set_service_leases(stats.clone());
+    // Takeovers and handovers, as the node-lease core counts them, for `/state` and metrics.
+    let mut counts = Counts::default();
     let contender = tokio::spawn(per_service::run(
         ctx.client.clone(),
         per_service::Config {
@@ -59,7 +62,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     let _ = plan_tx.send(plan);
                 }
             }
-            Some(o) = owns.recv() => apply(&mut ctx, &mut owned, o, &node),
+            Some(o) = owns.recv() => apply(&mut ctx, &mut owned, o, &node, &mut counts),
             _ = refresh.tick() => {
                 for (vip, (iface, _)) in &owned {
                     if let Err(e) = ctx.plane.install(*vip, iface, grace) {
@@ -73,13 +76,13 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 }
                 // Drain the last ownership changes (releases) and stop.
                 while let Ok(o) = owns.try_recv() {
-                    apply(&mut ctx, &mut owned, o, &node);
+                    apply(&mut ctx, &mut owned, o, &node, &mut counts);
                 }
-                ctx.publish(state(&ctx, &owned, &stats));
+                ctx.publish(state(&ctx, &owned, &counts));
                 return Ok(());
             }
         }
-        ctx.publish(state(&ctx, &owned, &stats));
+        ctx.publish(state(&ctx, &owned, &counts));
     }
 }
 
@@ -88,6 +91,7 @@ fn apply(
     owned: &mut BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
     o: Ownership,
     node: &NodeName,
+    counts: &mut Counts,
 ) {
     // Drop VIPs of this Service that it no longer has (or all, when released).
     let stale: Vec<IpAddr> = owned
@@ -97,6 +101,7 @@ fn apply(
         .collect();
     for vip in stale {
         let (iface, _) = owned.remove(&vip).expect("listed");
+        counts.releases += 1;
         match ctx.plane.remove(vip, &iface) {
             Ok(()) => tracing::info!(%vip, service = %o.service, "released"),
             Err(e) => tracing::error!(%vip, error = %e, "map delete failed"),
@@ -119,6 +124,7 @@ fn apply(
         if let Err(e) = ctx.plane.announce(vip, &iface) {
             tracing::error!(%vip, %iface, error = %e, "announcement failed");
         }
+        counts.takeovers += 1;
         let note = format!("announcing {vip} from {node} on {iface}");
         tracing::info!(%vip, service = %o.service, "{note}");
         ctx.events
@@ -130,7 +136,7 @@ fn apply(
 fn state(
     ctx: &Context,
     owned: &BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
-    _stats: &Stats,
+    counts: &Counts,
 ) -> AgentState {
     AgentState {
         node: ctx.args.node_name.clone(),
@@ -147,7 +153,7 @@ fn state(
             })
             .collect(),
         peers: Vec::new(),
-        stats: Default::default(),
+        stats: counts.clone(),
         api_ok: *ctx.watches.healthy.borrow(),
     }
 }

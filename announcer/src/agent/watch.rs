@@ -20,7 +20,10 @@ use std::{
     fmt::Debug,
     hash::Hash,
     pin::pin,
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -72,6 +75,40 @@ impl Source {
 
     fn index(self) -> usize {
         self as usize
+    }
+
+    /// The resource's plural name, for logs and metric labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Source::Services => "services",
+            Source::EndpointSlices => "endpointslices",
+            Source::Nodes => "nodes",
+            Source::Leases => "leases",
+            Source::Secret => "secrets",
+        }
+    }
+}
+
+/// How often each watch failed and was replaced, for metrics.
+#[derive(Debug, Default)]
+pub struct WatchCounters {
+    /// Per [`Source`] (in [`Source::ALL`] order): watches replaced after an error or the end
+    /// of their stream.
+    restarts: [AtomicU64; 5],
+    /// Per source: errors from the API server or the connection.
+    errors: [AtomicU64; 5],
+}
+
+impl WatchCounters {
+    /// `(source, restarts, errors)` for every source.
+    pub fn snapshot(&self) -> [(Source, u64, u64); 5] {
+        Source::ALL.map(|s| {
+            (
+                s,
+                self.restarts[s.index()].load(Ordering::Relaxed),
+                self.errors[s.index()].load(Ordering::Relaxed),
+            )
+        })
     }
 }
 
@@ -187,6 +224,8 @@ pub struct Watches {
     pub lease_events: mpsc::UnboundedReceiver<LeaseEvent>,
     /// The watch tasks: they end on shutdown.
     pub tasks: Vec<JoinHandle<()>>,
+    /// Restarts and errors per watch.
+    pub counters: Arc<WatchCounters>,
 }
 
 /// Shared by the watch tasks.
@@ -195,6 +234,7 @@ struct Shared {
     healthy: watch::Sender<bool>,
     changed: watch::Sender<u64>,
     secret_changed: watch::Sender<u64>,
+    counters: Arc<WatchCounters>,
 }
 
 impl Shared {
@@ -209,6 +249,7 @@ impl Shared {
     }
 
     fn failure(&self, s: Source, e: &watcher::Error) {
+        self.counters.errors[s.index()].fetch_add(1, Ordering::Relaxed);
         let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
         b.failure(s);
         tracing::warn!(watch = ?s, error = %e, "watch failed; retrying with backoff");
@@ -237,6 +278,7 @@ impl Watches {
             healthy: healthy_tx,
             changed: changed_tx,
             secret_changed: secret_tx,
+            counters: Arc::default(),
         });
         let (lease_tx, lease_events) = mpsc::unbounded_channel();
         let cfg = watcher::Config::default;
@@ -325,6 +367,7 @@ impl Watches {
             healthy,
             lease_events,
             tasks,
+            counters: shared.counters.clone(),
         }
     }
 
@@ -418,12 +461,17 @@ async fn drive<K>(
                 modify(o);
             });
             writer.apply_watcher_event(&ev);
+            // `Init` only announces a (re)list about to start, before any request: no sign
+            // that the API server answers, so it must not clear a failure.
+            let answered = !matches!(ev, watcher::Event::Init);
             let (changed, synced) = match ev {
                 watcher::Event::Apply(_) | watcher::Event::Delete(_) => (true, false),
                 watcher::Event::InitDone => (true, true),
                 watcher::Event::Init | watcher::Event::InitApply(_) => (false, false),
             };
-            shared.success(source, synced);
+            if answered {
+                shared.success(source, synced);
+            }
             if synced {
                 retry = RETRY_FIRST;
             }
@@ -445,6 +493,7 @@ async fn drive<K>(
             _ = until_true(&mut shutdown) => return,
             () = tokio::time::sleep(retry) => {}
         }
+        shared.counters.restarts[source.index()].fetch_add(1, Ordering::Relaxed);
         retry = (retry * 2).min(RETRY_MAX);
     }
 }
@@ -586,6 +635,20 @@ mod tests {
         let (stop, shutdown) = watch::channel(false);
         let mut w = Watches::start(client, "announcer", "a=b", "key", shutdown);
         assert!(!*w.healthy.borrow());
+        // Every watch fails to connect, is counted, and is replaced after its backoff.
+        let counted = || {
+            w.counters
+                .snapshot()
+                .iter()
+                .all(|(_, restarts, errors)| *restarts >= 1 && *errors >= 1)
+        };
+        for _ in 0..200 {
+            if counted() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(counted(), "{:?}", w.counters.snapshot());
         stop.send(true).unwrap();
         for t in w.tasks.drain(..) {
             t.await.unwrap();

@@ -86,7 +86,7 @@ pub struct PeerStatus {
 }
 
 /// Counters the shell exports as metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     /// VIPs taken over (installed and announced).
     pub takeovers: u64,
@@ -105,6 +105,27 @@ pub struct Stats {
     /// Lease writes that failed otherwise.
     pub lease_failures: u64,
 }
+
+/// A failover: this node took a VIP that a peer ranked above it announced until that peer went
+/// silent or said it was leaving. The shell turns these into the takeover-duration histogram:
+/// from `last_heard` (the previous owner's last heartbeat) to when the map write and the first
+/// announcement round are done.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failover {
+    /// The VIP taken.
+    pub vip: IpAddr,
+    /// Its previous owner.
+    pub from: NodeName,
+    /// When the previous owner's last heartbeat arrived (the start of the outage as this
+    /// node can know it).
+    pub last_heard: Instant,
+    /// When this node decided to take it.
+    pub decided: Instant,
+}
+
+/// Failovers kept for the shell to collect; older ones are dropped if it never does (the
+/// simulator does not).
+const MAX_FAILOVERS: usize = 1024;
 
 /// A takeover waiting on a probe of the previous owner's data plane.
 #[derive(Clone, Debug)]
@@ -133,6 +154,9 @@ struct Vip {
     reported: Option<EventKind>,
     /// Listed in the last [`Input::Vips`]; false for entries only found at start.
     wanted: bool,
+    /// When this node first learnt of the VIP: a peer silent since before then never
+    /// announced it, so taking it is no failover.
+    since: Instant,
 }
 
 /// The state of a shutdown handover.
@@ -180,6 +204,8 @@ pub struct Core {
     /// VIPs with a probe pending, so that timers and probes do not scan every VIP.
     probing: BTreeSet<IpAddr>,
     stats: Stats,
+    /// Failovers not yet collected by [`Core::take_failovers`].
+    failovers: VecDeque<Failover>,
 }
 
 impl Core {
@@ -212,6 +238,7 @@ impl Core {
             synced_at: now,
             probing: BTreeSet::new(),
             stats: Stats::default(),
+            failovers: VecDeque::new(),
             config,
         }
     }
@@ -225,7 +252,7 @@ impl Core {
         match input {
             Input::Tick => {}
             Input::Vips(specs) => {
-                self.set_vips(specs);
+                self.set_vips(now, specs);
                 self.vips_known = true;
                 force = true;
             }
@@ -289,7 +316,7 @@ impl Core {
                     let v = self
                         .vips
                         .entry(vip)
-                        .or_insert_with(|| Vip::placeholder(vip));
+                        .or_insert_with(|| Vip::placeholder(vip, now));
                     v.installed = Some(iface.clone());
                     let ttl = self.config.grace;
                     self.out.push_back(Output::Install { vip, iface, ttl });
@@ -389,6 +416,11 @@ impl Core {
         self.stats.clone()
     }
 
+    /// The failovers since the last call, oldest first (at most the last 1024).
+    pub fn take_failovers(&mut self) -> Vec<Failover> {
+        self.failovers.drain(..).collect()
+    }
+
     /// Whether the warm-up is over (the readiness probe).
     pub fn is_ready(&self) -> bool {
         self.ready
@@ -417,7 +449,7 @@ impl Core {
 
     // ---- inputs ----
 
-    fn set_vips(&mut self, specs: Vec<VipSpec>) {
+    fn set_vips(&mut self, now: Instant, specs: Vec<VipSpec>) {
         let mut next = BTreeMap::new();
         for spec in specs {
             let ranking = rendezvous::ranking(spec.vip, &spec.eligible)
@@ -442,6 +474,7 @@ impl Core {
                     took_from: None,
                     reported: None,
                     wanted: true,
+                    since: now,
                 },
             };
             let mut v = v;
@@ -780,10 +813,17 @@ impl Core {
                 })
                 .map(|n| (n.clone(), self.peers[n].incarnation, now))
         };
+        let failover = self.failover(now, ip);
         let v = self.vips.get_mut(&ip).expect("present");
         let Some(iface) = v.spec.local.clone() else {
             return;
         };
+        if let Some(f) = failover {
+            if self.failovers.len() == MAX_FAILOVERS {
+                self.failovers.pop_front();
+            }
+            self.failovers.push_back(f);
+        }
         v.probe = None;
         v.installed = Some(iface.clone());
         v.took_from = displaced;
@@ -806,6 +846,24 @@ impl Core {
             kind: EventKind::Announcing,
             message: format!("announcing {ip} from {me} on {iface}"),
         });
+    }
+
+    /// Whether taking `ip` now is a failover: a peer ranked above us, a member or leaving,
+    /// was heard since we learnt of the VIP (so it announced it), and is no candidate now.
+    fn failover(&self, now: Instant, ip: IpAddr) -> Option<Failover> {
+        let me = &self.config.node;
+        let v = &self.vips[&ip];
+        v.ranking.iter().take_while(|n| *n != me).find_map(|n| {
+            let p = self.peers.get(n)?;
+            let heard = p.last_beat?;
+            let owned = heard >= v.since && (p.leaving || p.member(now, self.trusted_since));
+            owned.then(|| Failover {
+                vip: ip,
+                from: n.clone(),
+                last_heard: heard,
+                decided: now,
+            })
+        })
     }
 
     fn release(&mut self, ip: IpAddr) {
@@ -968,7 +1026,7 @@ impl Core {
 
 impl Vip {
     /// An entry found in the data plane before the watches said whether it is wanted.
-    fn placeholder(vip: IpAddr) -> Self {
+    fn placeholder(vip: IpAddr, now: Instant) -> Self {
         Vip {
             spec: VipSpec {
                 vip,
@@ -985,6 +1043,7 @@ impl Vip {
             took_from: None,
             reported: None,
             wanted: false,
+            since: now,
         }
     }
 }

@@ -16,7 +16,7 @@ mod peer;
 pub mod rendezvous;
 mod types;
 
-pub use self::core::Core;
+pub use self::core::{Core, Failover};
 pub use types::*;
 
 /// Time as the core sees it. The agent passes `Instant::now()`; the simulator passes a fixed

@@ -325,3 +325,46 @@ fn sigterm_hands_over_before_leaving() {
     assert_eq!(a.len(), 1);
     assert_ne!(a[0], owner);
 }
+
+#[test]
+fn failovers_name_the_old_owner_and_when_it_was_last_heard() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    // Taking a VIP nobody held (start-up) is no failover.
+    for n in &mut w.nodes {
+        assert_eq!(n.core.take_failovers(), vec![]);
+    }
+    w.nodes[owner].up = false;
+    let crash = w.t;
+    w.run_for(Duration::from_secs(2));
+    let successor = w.answering()[0];
+    let failovers = w.nodes[successor].core.take_failovers();
+    assert_eq!(failovers.len(), 1, "{failovers:?}");
+    let f = &failovers[0];
+    assert_eq!((f.vip, &f.from), (w.vip, &World::name(owner)));
+    // Heard within one heartbeat interval before the crash; decided after it.
+    let beat = w.nodes[successor].core.config().heartbeat_interval;
+    assert!(
+        f.last_heard <= crash && crash - f.last_heard <= beat,
+        "{f:?}"
+    );
+    assert!(f.decided > crash);
+    // Collected once.
+    assert_eq!(w.nodes[successor].core.take_failovers(), vec![]);
+    let third = (0..3).find(|i| *i != owner && *i != successor).unwrap();
+    assert_eq!(w.nodes[third].core.take_failovers(), vec![]);
+}
+
+#[test]
+fn a_handover_on_sigterm_is_a_failover_too() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    w.input(owner, Input::Shutdown);
+    w.run_for(Duration::from_secs(1));
+    let f = w.nodes[other].core.take_failovers();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].from, World::name(owner));
+}

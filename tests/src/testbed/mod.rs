@@ -243,6 +243,11 @@ impl Testbed {
         tb
     }
 
+    /// Same as the free function [`install_ctrlc_cleanup`].
+    pub fn install_ctrlc_cleanup() {
+        install_ctrlc_cleanup();
+    }
+
     /// The configuration it was built with.
     pub fn config(&self) -> &TestbedConfig {
         &self.cfg

@@ -369,6 +369,29 @@ impl Testbed {
         })
     }
 
+    /// Whether `from` reaches `to` over the LAN right now: a UDP echo from inside `from`'s
+    /// namespace to `to`'s IPv4 address, answered within `timeout` (sent every 200 ms). For
+    /// checking faults such as [`Testbed::partition`].
+    pub fn reachable(&self, from: &str, to: &str, timeout: Duration) -> bool {
+        let dst = SocketAddr::from((self.node_ip4(to), UDP_PORT));
+        self.node_ns(from).enter(|| {
+            let sock = UdpSocket::bind(SocketAddr::from(([0, 0, 0, 0], 0))).expect("socket");
+            sock.set_read_timeout(Some(Duration::from_millis(200)))
+                .expect("read timeout");
+            let end = Instant::now() + timeout;
+            let mut buf = [0u8; 512];
+            while Instant::now() < end {
+                let _ = sock.send_to(b"reachable", dst);
+                if let Ok(n) = sock.recv(&mut buf)
+                    && buf[..n].starts_with(to.as_bytes())
+                {
+                    return true;
+                }
+            }
+            false
+        })
+    }
+
     /// ARP (IPv4, `arping`) or a Neighbor Solicitation (IPv6, `ndisc6 -m`) for `vip` from the
     /// client, listening for `timeout`: every distinct MAC that answered.
     pub fn arp_macs(&self, vip: IpAddr, timeout: Duration) -> Vec<[u8; 6]> {

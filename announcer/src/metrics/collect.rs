@@ -1,0 +1,464 @@
+//! The scrape-time families: read from where the numbers already live, when Prometheus asks.
+//!
+//! Why at scrape time: the data plane's counters are per-CPU map values that only the kernel
+//! updates, and the agent's counters are kept by their owners (the core, the heartbeat socket,
+//! the Event publisher, the watches). Reading them when scraped costs nothing between scrapes
+//! and is never stale; polling them into metric objects would be both.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+};
+
+use prometheus_client::{
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
+};
+
+use crate::{
+    agent::{
+        events::{EventStats, Events},
+        heartbeat::Stats as HeartbeatStats,
+        http::Shared,
+        per_service::Stats as ServiceLeaseStats,
+        watch::WatchCounters,
+    },
+    dataplane::Dataplane,
+    maps::Outcome,
+};
+
+/// What the collector reads; filled in by the agent as it starts each part. A part not (yet)
+/// started contributes no families.
+#[derive(Clone, Default)]
+pub struct Sources(Arc<Mutex<Inner>>);
+
+#[derive(Clone, Default)]
+struct Inner {
+    state: Option<Shared>,
+    heartbeat: Option<Arc<HeartbeatStats>>,
+    events: Option<Events>,
+    watches: Option<Arc<WatchCounters>>,
+    service_leases: Option<Arc<ServiceLeaseStats>>,
+    dataplane: Option<PathBuf>,
+}
+
+impl fmt::Debug for Sources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = self.get();
+        f.debug_struct("Sources")
+            .field("state", &i.state.is_some())
+            .field("heartbeat", &i.heartbeat.is_some())
+            .field("events", &i.events.is_some())
+            .field("watches", &i.watches.is_some())
+            .field("service_leases", &i.service_leases.is_some())
+            .field("dataplane", &i.dataplane)
+            .finish()
+    }
+}
+
+impl Sources {
+    fn get(&self) -> Inner {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The agent's published state (`/state`): ownership, peers, the core's counters.
+    pub fn set_state(&self, state: Shared) {
+        self.with(|i| i.state = Some(state));
+    }
+
+    /// The heartbeat socket's counters.
+    pub fn set_heartbeat(&self, stats: Arc<HeartbeatStats>) {
+        self.with(|i| i.heartbeat = Some(stats));
+    }
+
+    /// The Event publisher's counters.
+    pub fn set_events(&self, events: Events) {
+        self.with(|i| i.events = Some(events));
+    }
+
+    /// The watches' restart and error counters.
+    pub fn set_watches(&self, counters: Arc<WatchCounters>) {
+        self.with(|i| i.watches = Some(counters));
+    }
+
+    /// The lease-per-service mode's API request counters.
+    pub fn set_service_leases(&self, stats: Arc<ServiceLeaseStats>) {
+        self.with(|i| i.service_leases = Some(stats));
+    }
+
+    /// The data plane pinned under `pin_root` (never called with `--no-dataplane`).
+    pub fn set_dataplane(&self, pin_root: PathBuf) {
+        self.with(|i| i.dataplane = Some(pin_root));
+    }
+}
+
+/// The [`prometheus_client::collector::Collector`] over [`Sources`].
+#[derive(Debug)]
+pub struct Collector {
+    sources: Sources,
+}
+
+impl Collector {
+    /// A collector reading `sources`.
+    pub fn new(sources: Sources) -> Self {
+        Collector { sources }
+    }
+}
+
+impl prometheus_client::collector::Collector for Collector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let i = self.sources.get();
+        if let Some(s) = &i.state {
+            state(&mut enc, s)?;
+        }
+        if let Some(h) = &i.heartbeat {
+            heartbeat(&mut enc, h)?;
+        }
+        api(
+            &mut enc,
+            i.state.as_ref(),
+            i.events.as_ref().map(Events::stats),
+            i.watches.as_deref(),
+        )?;
+        if let Some(s) = &i.service_leases {
+            service_leases(&mut enc, s)?;
+        }
+        if let Some(root) = &i.dataplane {
+            dataplane(&mut enc, root)?;
+        }
+        Ok(())
+    }
+}
+
+/// A counter without labels (the encoder appends `_total` to `name`).
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
+    let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(v).encode(m)
+}
+
+/// A gauge without labels.
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> fmt::Result {
+    let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(v).encode(m)
+}
+
+/// A family of counters (the encoder appends `_total` to `name`).
+fn counters<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, u64)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A family of gauges.
+fn gauges<L: EncodeLabelSet, V>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (L, V)>,
+) -> fmt::Result
+where
+    ConstGauge<V>: EncodeMetric,
+{
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn state(enc: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
+    let (st, _) = shared.get();
+    gauges(
+        enc,
+        "announcer_agent_info",
+        "This agent: its node and election mode",
+        [(
+            [("node", st.node.clone()), ("election", st.election.clone())],
+            1i64,
+        )],
+    )?;
+    gauge(
+        enc,
+        "announcer_ready",
+        "1 once the warm-up is over and this node takes VIPs",
+        i64::from(st.ready),
+    )?;
+    gauge(
+        enc,
+        "announcer_api_reachable",
+        "1 while every watch of the API server is listed and healthy",
+        i64::from(st.api_ok),
+    )?;
+    let mut per_iface: BTreeMap<&str, i64> = BTreeMap::new();
+    for o in &st.owned {
+        *per_iface.entry(o.iface.as_str()).or_default() += 1;
+    }
+    gauges(
+        enc,
+        "announcer_vips_owned",
+        "VIPs this node announces, per interface (\"none\" with --no-dataplane)",
+        per_iface.into_iter().map(|(i, n)| ([("iface", i)], n)),
+    )?;
+    gauge(
+        enc,
+        "announcer_peers",
+        "Peers known (by Lease or heartbeat)",
+        st.peers.len() as i64,
+    )?;
+    gauge(
+        enc,
+        "announcer_peers_alive",
+        "Peers counted in the ranking now",
+        st.peers.iter().filter(|p| p.alive).count() as i64,
+    )?;
+    gauges(
+        enc,
+        "announcer_peer_heartbeat_age_seconds",
+        "Time since the peer's last heartbeat",
+        st.peers.iter().filter_map(|p| {
+            let age = p.heartbeat_age_ms? as f64 / 1000.0;
+            Some(([("peer", p.node.as_str())], age))
+        }),
+    )?;
+    let s = &st.stats;
+    counter(
+        enc,
+        "announcer_takeovers",
+        "VIPs this node took (installed and announced)",
+        s.takeovers,
+    )?;
+    counter(
+        enc,
+        "announcer_handovers",
+        "VIPs this node released to another node (or withdrew)",
+        s.releases,
+    )?;
+    counter(
+        enc,
+        "announcer_probes",
+        "Probes of a silent owner's data plane sent",
+        s.probes,
+    )?;
+    counter(
+        enc,
+        "announcer_probes_answered",
+        "Probes answered: the old owner's data plane still answered, takeover deferred",
+        s.probes_answered,
+    )?;
+    counter(
+        enc,
+        "announcer_partition_overlaps",
+        "VIPs found answered by two nodes after a partition healed",
+        s.overlaps,
+    )?;
+    counter(
+        enc,
+        "announcer_lease_writes",
+        "Writes of this node's Lease attempted",
+        s.lease_writes,
+    )?;
+    counters(
+        enc,
+        "announcer_lease_renew_errors",
+        "Lease writes that did not succeed, by reason (conflict: 409, re-read and retried)",
+        [
+            ([("reason", "conflict")], s.lease_conflicts),
+            ([("reason", "failed")], s.lease_failures),
+        ],
+    )
+}
+
+fn heartbeat(enc: &mut DescriptorEncoder, h: &HeartbeatStats) -> fmt::Result {
+    let s = h.snapshot();
+    counter(
+        enc,
+        "announcer_heartbeats_sent",
+        "Heartbeat datagrams sent (one per peer)",
+        s.sent,
+    )?;
+    counter(
+        enc,
+        "announcer_heartbeat_send_errors",
+        "Heartbeat datagrams that could not be sent",
+        s.send_errors,
+    )?;
+    counter(
+        enc,
+        "announcer_heartbeats_received",
+        "Heartbeats verified and accepted",
+        s.accepted,
+    )?;
+    counter(
+        enc,
+        "announcer_heartbeat_receive_errors",
+        "Failed receives on the heartbeat socket",
+        s.receive_errors,
+    )?;
+    counters(
+        enc,
+        "announcer_heartbeats_rejected",
+        "Datagrams rejected on the heartbeat port, by reason",
+        s.rejects().map(|(r, n)| ([("reason", r)], n)),
+    )
+}
+
+fn api(
+    enc: &mut DescriptorEncoder,
+    state: Option<&Shared>,
+    events: Option<EventStats>,
+    watches: Option<&WatchCounters>,
+) -> fmt::Result {
+    let mut errors: Vec<([(&str, &str); 2], u64)> = Vec::new();
+    if let Some(w) = watches {
+        let snap = w.snapshot();
+        counters(
+            enc,
+            "announcer_watch_restarts",
+            "Watches replaced by a fresh list+watch after an error or the end of their stream",
+            snap.iter()
+                .map(|(s, restarts, _)| ([("resource", s.name())], *restarts)),
+        )?;
+        errors.extend(
+            snap.iter()
+                .map(|(s, _, e)| ([("request", "watch"), ("resource", s.name())], *e)),
+        );
+    }
+    if let Some(s) = state {
+        let failures = s.get().0.stats.lease_failures;
+        errors.push(([("request", "write"), ("resource", "leases")], failures));
+    }
+    if let Some(e) = events {
+        errors.push(([("request", "create"), ("resource", "events")], e.failed));
+        counters(
+            enc,
+            "announcer_events",
+            "Kubernetes Events on Services, by outcome (suppressed: repeats; rate_limited: logged only)",
+            [
+                ([("outcome", "sent")], e.sent),
+                ([("outcome", "suppressed")], e.suppressed),
+                ([("outcome", "failed")], e.failed),
+                ([("outcome", "rate_limited")], e.rate_limited),
+            ],
+        )?;
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    counters(
+        enc,
+        "announcer_api_errors",
+        "Requests to the API server that failed, by request and resource",
+        errors,
+    )
+}
+
+fn service_leases(enc: &mut DescriptorEncoder, s: &ServiceLeaseStats) -> fmt::Result {
+    use std::sync::atomic::Ordering::Relaxed;
+    counters(
+        enc,
+        "announcer_service_lease_requests",
+        "Lease-per-service mode: API requests on Service Leases, by verb",
+        [
+            ([("verb", "get")], s.gets.load(Relaxed)),
+            ([("verb", "write")], s.writes.load(Relaxed)),
+        ],
+    )?;
+    counter(
+        enc,
+        "announcer_service_lease_conflicts",
+        "Lease-per-service mode: Service Lease writes that hit 409",
+        s.conflicts.load(Relaxed),
+    )
+}
+
+/// Labels of one data-plane entry.
+type VipLabels = [(&'static str, String); 3];
+
+fn dataplane(enc: &mut DescriptorEncoder, root: &std::path::Path) -> fmt::Result {
+    let mut frames = Vec::new();
+    let mut entries = Vec::new();
+    let mut vips: Vec<(VipLabels, crate::dataplane::VipStatus)> = Vec::new();
+    for iface in crate::status::pinned_interfaces(root) {
+        let read = Dataplane::open(root, &iface).and_then(|dp| Ok((dp.counters()?, dp.list()?)));
+        let (counters, list) = match read {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(%iface, error = %e, "cannot read the data plane for /metrics");
+                continue;
+            }
+        };
+        for (o, n) in counters {
+            frames.push((
+                [("iface", iface.clone()), ("outcome", o.name().to_owned())],
+                n,
+            ));
+        }
+        entries.push(([("iface", iface.clone())], list.len() as i64));
+        for r in list {
+            let labels = [
+                ("iface", iface.clone()),
+                ("vip", r.vip.addr.to_string()),
+                ("vlan", r.vip.vlan.to_string()),
+            ];
+            vips.push((labels, r));
+        }
+    }
+    debug_assert!(Outcome::ALL.len() == Outcome::COUNT as usize);
+    counters(
+        enc,
+        "announcer_dataplane_frames",
+        "Frames the XDP program saw, per interface and outcome (arp_answered, ns_answered, passed, malformed, expired)",
+        frames,
+    )?;
+    gauges(
+        enc,
+        "announcer_dataplane_vips",
+        "Entries in the interface's VIP maps (live or expired)",
+        entries,
+    )?;
+    let per_vip = |f: fn(&crate::maps::VipStats) -> u64| {
+        vips.iter()
+            .map(move |(l, r)| (l.clone(), f(&r.stats)))
+            .collect::<Vec<_>>()
+    };
+    counters(
+        enc,
+        "announcer_dataplane_answered",
+        "ARP requests / Neighbor Solicitations answered for the VIP",
+        per_vip(|s| s.answered),
+    )?;
+    counters(
+        enc,
+        "announcer_dataplane_expired",
+        "Requests for the VIP seen after its entry expired (left to the kernel)",
+        per_vip(|s| s.expired),
+    )?;
+    counters(
+        enc,
+        "announcer_dataplane_malformed",
+        "Malformed requests for the VIP (left to the kernel)",
+        per_vip(|s| s.malformed),
+    )?;
+    gauges(
+        enc,
+        "announcer_dataplane_vip_expires_in_seconds",
+        "Time before the program stops answering for the VIP unless refreshed (+Inf: permanent; 0: expired)",
+        vips.iter().map(|(l, r)| {
+            let left = r.expires_in.map_or(f64::INFINITY, |d| d.as_secs_f64());
+            (l.clone(), left)
+        }),
+    )
+}

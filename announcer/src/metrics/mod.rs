@@ -1,0 +1,229 @@
+//! The agent's Prometheus metrics, served on `/metrics` next to `/healthz`, `/readyz` and
+//! `/state` (the `--http-address` port, 9746 by default).
+//!
+//! Why two kinds of metric: most numbers already exist somewhere — the election core counts
+//! takeovers, handovers and overlaps ([`crate::election::core::Stats`]), the heartbeat socket
+//! counts what it sent and rejected, the Event publisher and the watches count their failures,
+//! and the XDP program counts every answer in per-CPU maps. Copying them into metric objects
+//! on a timer would add a loop and a lag, so [`collect::Collector`] reads them *at scrape
+//! time* (the per-CPU map values summed over CPUs, as `announcer status` does). What exists
+//! nowhere else — durations (takeover, Lease renewal, probe round trip) and per-peer heartbeat
+//! loss — is recorded as it happens through a [`Recorder`].
+//!
+//! Every name starts with `announcer_` and carries its unit (`_seconds`, `_total`). With
+//! `--no-dataplane` the `announcer_dataplane_*` families are absent rather than zero, so a
+//! dashboard cannot mistake "no data plane" for "nothing answered".
+//!
+//! Heartbeat RTT: heartbeats carry no echo of the peer's last one, and adding one would change
+//! the authenticated wire format (a version bump every peer must understand during an
+//! upgrade). Two faithful numbers come without it: `announcer_probe_rtt_seconds`, the true
+//! round trip of the unicast ARP/NS probes sent to a silent owner's data plane (over the
+//! announcing network, answered by the peer's XDP program), and
+//! `announcer_heartbeat_delay_seconds{peer}`, the one-way delay of the last heartbeat by the
+//! two wall clocks (it includes their offset, which NTP keeps to milliseconds; the verifier
+//! already rejects more than 5 s of skew).
+
+pub mod collect;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, atomic::AtomicU64},
+    time::Duration,
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+
+use crate::election::NodeName;
+
+pub use self::collect::Sources;
+
+/// The `Content-Type` of [`Metrics::encode`]'s output (the OpenMetrics text format, which
+/// Prometheus negotiates and parses).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A `peer` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PeerLabel {
+    /// The peer's node name.
+    pub peer: String,
+}
+
+/// Takeover durations: from tens of milliseconds (a handover on SIGTERM) to the grace period
+/// (an agent killed while its data plane kept answering).
+const TAKEOVER_BUCKETS: [f64; 12] = [
+    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+/// Lease writes: a healthy API server answers in milliseconds; seconds mean trouble.
+const LEASE_BUCKETS: [f64; 10] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0];
+/// Probe round trips on a LAN: tens of microseconds to a few milliseconds.
+const RTT_BUCKETS: [f64; 10] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
+];
+
+/// What the agent records as it happens (cheap to clone; clones share the metrics).
+#[derive(Clone, Debug)]
+pub struct Recorder {
+    takeover: Histogram,
+    lease_renew: Histogram,
+    probe_rtt: Histogram,
+    heartbeat_missed: Family<PeerLabel, Counter>,
+    heartbeat_delay: Family<PeerLabel, Gauge<f64, AtomicU64>>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Recorder {
+            takeover: Histogram::new(TAKEOVER_BUCKETS),
+            lease_renew: Histogram::new(LEASE_BUCKETS),
+            probe_rtt: Histogram::new(RTT_BUCKETS),
+            heartbeat_missed: Family::default(),
+            heartbeat_delay: Family::default(),
+        }
+    }
+
+    /// A failover took `d`: from the old owner's last heartbeat to our map write and first
+    /// announcement round.
+    pub fn takeover(&self, d: Duration) {
+        self.takeover.observe(d.as_secs_f64());
+    }
+
+    /// One Lease write (renewal, creation or release) took `d`, whatever its result.
+    pub fn lease_write(&self, d: Duration) {
+        self.lease_renew.observe(d.as_secs_f64());
+    }
+
+    /// A probe of a peer's data plane was answered after `d`.
+    pub fn probe_rtt(&self, d: Duration) {
+        self.probe_rtt.observe(d.as_secs_f64());
+    }
+
+    /// A heartbeat from `peer` arrived, `missed` heartbeats after the previous one, sent
+    /// `delay_s` seconds ago by the two wall clocks (negative if the peer's clock is ahead).
+    pub fn heartbeat(&self, peer: &NodeName, missed: u64, delay_s: f64) {
+        let label = PeerLabel {
+            peer: peer.to_string(),
+        };
+        self.heartbeat_missed.get_or_create(&label).inc_by(missed);
+        self.heartbeat_delay.get_or_create(&label).set(delay_s);
+    }
+
+    /// `peer` left the cluster (its Lease was deleted): drop its series.
+    pub fn forget_peer(&self, peer: &NodeName) {
+        let label = PeerLabel {
+            peer: peer.to_string(),
+        };
+        self.heartbeat_missed.remove(&label);
+        self.heartbeat_delay.remove(&label);
+    }
+}
+
+/// Counts heartbeats lost per peer from gaps in their sequence numbers (which grow by one per
+/// heartbeat within an incarnation, see [`crate::heartbeat`]). A new incarnation starts
+/// afresh: a restart is not loss.
+#[derive(Debug, Default)]
+pub struct LossTracker {
+    last: HashMap<NodeName, (u64, u64)>,
+}
+
+impl LossTracker {
+    /// Records heartbeat `(incarnation, sequence)` from `peer`; returns how many of its
+    /// heartbeats since the previous one never arrived. Only verified heartbeats are fed in,
+    /// and the verifier drops reordered ones, so sequences only grow within an incarnation.
+    pub fn observe(&mut self, peer: &NodeName, incarnation: u64, sequence: u64) -> u64 {
+        let missed = match self.last.get(peer) {
+            Some(&(inc, seq)) if inc == incarnation => sequence.saturating_sub(seq + 1),
+            _ => 0,
+        };
+        self.last.insert(peer.clone(), (incarnation, sequence));
+        missed
+    }
+
+    /// Forgets `peer`.
+    pub fn forget(&mut self, peer: &NodeName) {
+        self.last.remove(peer);
+    }
+}
+
+/// The registry: the recorded metrics plus the scrape-time collector.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    recorder: Recorder,
+    sources: Sources,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every family registered; the scrape-time ones read from [`Metrics::sources`], which
+    /// the agent fills in as it starts its parts.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let recorder = Recorder::new();
+        registry.register(
+            "announcer_takeover_duration_seconds",
+            "Failovers: from the previous owner's last heartbeat to this node's map write and first announcement",
+            recorder.takeover.clone(),
+        );
+        registry.register(
+            "announcer_lease_renew_duration_seconds",
+            "Latency of this node's Lease writes (renewals, creation, release), whatever their result",
+            recorder.lease_renew.clone(),
+        );
+        registry.register(
+            "announcer_probe_rtt_seconds",
+            "Round trip of answered ARP/NS probes of a silent owner's data plane",
+            recorder.probe_rtt.clone(),
+        );
+        // Counters are registered without `_total`: the encoder appends it.
+        registry.register(
+            "announcer_heartbeat_missed",
+            "Heartbeats from a peer that never arrived (gaps in its sequence numbers)",
+            recorder.heartbeat_missed.clone(),
+        );
+        registry.register(
+            "announcer_heartbeat_delay_seconds",
+            "One-way delay of the peer's last heartbeat by the two wall clocks (includes their offset)",
+            recorder.heartbeat_delay.clone(),
+        );
+        let sources = Sources::default();
+        registry.register_collector(Box::new(collect::Collector::new(sources.clone())));
+        Metrics {
+            registry,
+            recorder,
+            sources,
+        }
+    }
+
+    /// The handle the agent records durations and heartbeat loss with.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Where the scrape-time families read from.
+    pub fn sources(&self) -> &Sources {
+        &self.sources
+    }
+
+    /// Every family in the OpenMetrics text format ([`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "encoding metrics failed");
+        }
+        out
+    }
+}
+
+/// Shared by the HTTP server and the agent.
+pub type SharedMetrics = Arc<Metrics>;

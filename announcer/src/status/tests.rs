@@ -1,0 +1,179 @@
+//! Merging the maps with the agent's view, and the table an operator reads.
+
+use std::path::Path;
+
+use super::*;
+use crate::agent::http::OwnedVip;
+
+fn map_row(vip: &str, answered: u64) -> VipRow {
+    VipRow {
+        vip: vip.parse().unwrap(),
+        iface: "eth0".into(),
+        vlan: 0,
+        mac: Some("02:00:00:00:00:01".into()),
+        live: true,
+        expires_in_s: Some(4.5),
+        permanent: false,
+        answered,
+        expired: 0,
+        malformed: 0,
+        owner: None,
+        service: None,
+        in_dataplane: true,
+    }
+}
+
+fn eth0() -> InterfaceReport {
+    InterfaceReport {
+        iface: "eth0".into(),
+        ifindex: 3,
+        counters: [("arp_answered".to_string(), 7)].into(),
+        vips: vec![map_row("192.0.2.1", 7), map_row("192.0.2.9", 0)],
+    }
+}
+
+fn agent() -> AgentReport {
+    let owned = |vip: &str, iface: &str| OwnedVip {
+        vip: vip.parse().unwrap(),
+        iface: iface.into(),
+        service: Some("default/web".into()),
+    };
+    AgentReport {
+        url: DEFAULT_AGENT.into(),
+        reachable: true,
+        error: None,
+        state: Some(AgentState {
+            node: "node-a".into(),
+            election: "node-lease".into(),
+            ready: true,
+            dataplane: true,
+            api_ok: true,
+            owned: vec![owned("192.0.2.1", "eth0"), owned("192.0.2.2", "eth1")],
+            peers: vec![
+                PeerState {
+                    node: "node-b".into(),
+                    alive: true,
+                    heartbeat_age_ms: Some(42),
+                    lease_valid: true,
+                    leaving: false,
+                },
+                PeerState {
+                    node: "node-c".into(),
+                    alive: false,
+                    heartbeat_age_ms: None,
+                    lease_valid: true,
+                    leaving: false,
+                },
+            ],
+            ..Default::default()
+        }),
+    }
+}
+
+#[test]
+fn map_rows_get_the_agents_owner_and_owned_vips_missing_from_the_maps_get_rows() {
+    let r = merge(
+        Path::new("/sys/fs/bpf/announcer"),
+        vec![eth0()],
+        Some(agent()),
+    );
+    assert_eq!(r.node.as_deref(), Some("node-a"));
+    let vips: Vec<(String, Option<&str>, bool)> = r
+        .vips
+        .iter()
+        .map(|v| (v.vip.to_string(), v.owner.as_deref(), v.in_dataplane))
+        .collect();
+    assert_eq!(
+        vips,
+        vec![
+            ("192.0.2.1".into(), Some("node-a"), true),
+            // Owned on eth1, which has no data plane here.
+            ("192.0.2.2".into(), Some("node-a"), false),
+            // In the map but not the agent's (added by hand, or left to expire).
+            ("192.0.2.9".into(), None, true),
+        ]
+    );
+    assert_eq!(r.vips[0].service.as_deref(), Some("default/web"));
+    assert_eq!(r.interfaces[0].vips[0].owner.as_deref(), Some("node-a"));
+    assert_eq!(r.peers.len(), 2);
+    assert!(!r.agent_unreachable());
+}
+
+#[test]
+fn the_table_has_a_row_per_vip_and_per_peer() {
+    let r = merge(
+        Path::new("/sys/fs/bpf/announcer"),
+        vec![eth0()],
+        Some(agent()),
+    );
+    let t = render(&r);
+    let row = |start: &str| {
+        t.lines()
+            .find(|l| l.starts_with(start))
+            .unwrap_or_else(|| panic!("no {start} row:\n{t}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("192.0.2.1"),
+        [
+            "192.0.2.1",
+            "eth0",
+            "0",
+            "02:00:00:00:00:01",
+            "node-a",
+            "default/web",
+            "4.5s",
+            "7",
+            "0",
+            "0"
+        ]
+    );
+    assert_eq!(
+        row("192.0.2.2"),
+        [
+            "192.0.2.2",
+            "eth1",
+            "0",
+            "-",
+            "node-a",
+            "default/web",
+            "-",
+            "-",
+            "-",
+            "-"
+        ]
+    );
+    assert_eq!(row("node-b"), ["node-b", "alive", "42ms", "valid", "no"]);
+    assert_eq!(row("node-c"), ["node-c", "out", "never", "valid", "no"]);
+    assert!(
+        t.starts_with("agent: node node-a (node-lease, ready"),
+        "{t}"
+    );
+}
+
+#[test]
+fn an_unreachable_agent_is_said_and_the_maps_still_shown() {
+    let down = AgentReport {
+        url: DEFAULT_AGENT.into(),
+        reachable: false,
+        error: Some("connection refused".into()),
+        state: None,
+    };
+    let r = merge(Path::new("/sys/fs/bpf/announcer"), vec![eth0()], Some(down));
+    assert!(r.agent_unreachable());
+    assert_eq!(r.vips.len(), 2);
+    assert!(r.vips.iter().all(|v| v.owner.is_none()));
+    let t = render(&r);
+    assert!(
+        t.starts_with("agent: UNREACHABLE at http://127.0.0.1:9746 (connection refused)"),
+        "{t}"
+    );
+    assert!(t.contains("192.0.2.9"), "{t}");
+    // Not asked at all: no agent line.
+    let r = merge(Path::new("/x"), vec![], None);
+    assert_eq!(
+        render(&r),
+        "data plane: not loaded on any interface (pin root /x)\n"
+    );
+}

@@ -1,0 +1,411 @@
+//! `deploy/`, checked as an operator would before `kubectl apply -k deploy/`:
+//!
+//! * every manifest validates against the Kubernetes OpenAPI schemas (offline, strict: unknown
+//!   fields are errors), with the generated ConfigMap, for the oldest and newest Kubernetes
+//!   versions we claim;
+//! * the DaemonSet has what the agent needs and nothing more (host network, the four
+//!   capabilities, bpffs, the downward API, probes on the agent's ports, a grace period that
+//!   fits the SIGTERM handover), and its settings agree with the agent's flags and config;
+//! * the RBAC is exactly what the agents use: real agents run a scenario in both election modes
+//!   against the in-repo API server, and every (API group, resource, verb) they sent must be
+//!   granted, and every grant must have been used (bar a justified allow-list);
+//! * the key-generator Job's one permission (create Secrets) is all `announcer keygen` uses,
+//!   and it never replaces an existing key.
+//!
+//! The RBAC scenario is in [`rbac`].
+
+mod rbac;
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use rbac::{Grant, grants_of, used_by};
+
+use announcer::agent::config::{AgentArgs, file::ConfigFile, keygen};
+use announcer_tests::cluster::{Cluster, NAMESPACE};
+use clap::Parser;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use serde::Deserialize;
+use serde_yaml::Value;
+
+/// The Kubernetes versions the manifests must validate against (oldest supported, newest the
+/// validator knows).
+const KUBE_VERSIONS: [&str; 2] = ["1.29.0", "1.37.0"];
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// Every YAML document in `file` (under deploy/).
+fn documents(file: &str) -> Vec<Value> {
+    let path = deploy_dir().join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{path:?}: {e}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kustomization() -> Value {
+    documents("kustomization.yaml").remove(0)
+}
+
+/// The files the kustomization lists under `resources`.
+fn resource_files() -> Vec<String> {
+    kustomization()["resources"]
+        .as_sequence()
+        .expect("resources")
+        .iter()
+        .map(|r| r.as_str().expect("file name").to_owned())
+        .collect()
+}
+
+/// Every object the kustomization installs (before kustomize's transformations).
+fn objects() -> Vec<Value> {
+    resource_files().iter().flat_map(|f| documents(f)).collect()
+}
+
+fn object(kind: &str, name: &str) -> Value {
+    objects()
+        .into_iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in deploy/"))
+}
+
+fn s(v: &Value) -> &str {
+    v.as_str().unwrap_or_else(|| panic!("not a string: {v:?}"))
+}
+
+/// `announcer agent` as the binary parses it.
+#[derive(Parser)]
+struct AgentCli {
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// The agent's settings under deploy/: its defaults with deploy/config.yaml applied.
+fn deployed_settings() -> AgentArgs {
+    let config = deploy_dir().join("config.yaml");
+    let a = AgentCli::try_parse_from([
+        "agent",
+        "--node-name",
+        "n",
+        "--config",
+        config.to_str().expect("utf-8"),
+    ])
+    .expect("deploy/config.yaml is accepted")
+    .agent;
+    a.validate().expect("deploy/config.yaml validates");
+    a
+}
+
+/// Runs kubernetes-validate; panics (never skips) if it is not installed.
+fn validate(files: &[PathBuf], version: &str) -> (bool, String) {
+    let probe = Command::new("python3")
+        .args(["-m", "kubernetes_validate", "--version"])
+        .output();
+    assert!(
+        probe.as_ref().is_ok_and(|o| o.status.success()),
+        "kubernetes-validate is not installed for python3: run `cargo xtask setup` \
+         (it pip-installs the pinned version); {probe:?}"
+    );
+    let out = Command::new("python3")
+        .args([
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            "--quiet",
+            "-k",
+            version,
+        ])
+        .args(files)
+        .output()
+        .expect("run kubernetes-validate");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// A scratch directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("anndeploy-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("scratch dir");
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn every_manifest_validates_against_the_kubernetes_schemas() {
+    let dir = deploy_dir();
+    let listed = resource_files();
+    // Every manifest is part of the install, and every listed file exists.
+    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+        .expect("deploy/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml" && n != "config.yaml")
+        .collect();
+    on_disk.sort();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted, on_disk,
+        "deploy/*.yaml and kustomization.yaml resources differ"
+    );
+
+    // The ConfigMap the configMapGenerator makes (kustomize adds a hash suffix to its name).
+    let k = kustomization();
+    let generator = &k["configMapGenerator"][0];
+    assert_eq!(generator["name"], "announcer-config");
+    let file = s(&generator["files"][0]);
+    let text = std::fs::read_to_string(dir.join(file)).expect("config file");
+    ConfigFile::parse(&text).expect("the generated ConfigMap holds a valid agent config");
+    let scratch = Scratch::new("validate");
+    let cm = serde_yaml::to_string(&serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "announcer-config-0000000000", "namespace": s(&k["namespace"])},
+        "data": {file: text},
+    }))
+    .expect("yaml");
+    let cm_path = scratch.0.join("configmap.yaml");
+    std::fs::write(&cm_path, cm).expect("write");
+
+    let mut files: Vec<PathBuf> = listed.iter().map(|f| dir.join(f)).collect();
+    files.push(cm_path);
+    for version in KUBE_VERSIONS {
+        let (ok, out) = validate(&files, version);
+        assert!(
+            ok,
+            "deploy/ does not validate against Kubernetes {version}:\n{out}"
+        );
+    }
+
+    // The check has teeth: a misspelt field is rejected.
+    let ds = std::fs::read_to_string(dir.join("daemonset.yaml")).expect("daemonset");
+    let bad = ds.replacen(
+        "hostNetwork: true",
+        "hostNetwork: true\n      hostNetwrok: true",
+        1,
+    );
+    assert_ne!(bad, ds);
+    let bad_path = scratch.0.join("bad-daemonset.yaml");
+    std::fs::write(&bad_path, bad).expect("write");
+    let (ok, out) = validate(&[bad_path], KUBE_VERSIONS[0]);
+    assert!(
+        !ok && out.contains("hostNetwrok"),
+        "typo not caught:\n{out}"
+    );
+
+    // Where kubectl is installed, the rendered kustomization (hash-suffixed ConfigMap, rewritten
+    // references) validates too.
+    match Command::new("kubectl").arg("kustomize").arg(&dir).output() {
+        Ok(o) if o.status.success() => {
+            let rendered = scratch.0.join("rendered.yaml");
+            std::fs::write(&rendered, &o.stdout).expect("write");
+            let text = String::from_utf8_lossy(&o.stdout);
+            assert!(
+                text.contains("name: announcer-config-"),
+                "the generated ConfigMap is referenced by its hashed name"
+            );
+            for version in KUBE_VERSIONS {
+                let (ok, out) = validate(std::slice::from_ref(&rendered), version);
+                assert!(ok, "kubectl kustomize output, Kubernetes {version}:\n{out}");
+            }
+        }
+        other => eprintln!(
+            "note: `kubectl kustomize` unavailable ({:?}); validated each manifest and the \
+             generated ConfigMap instead of the rendered output",
+            other.map(|o| o.status)
+        ),
+    }
+}
+
+#[test]
+fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
+    let settings = deployed_settings();
+    let ds = object("DaemonSet", "announcer");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(s(&pod["priorityClassName"]), "system-node-critical");
+    assert_eq!(s(&pod["serviceAccountName"]), "announcer");
+    let containers = pod["containers"].as_sequence().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"], true, "not privileged");
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    let mut caps: Vec<&str> = sc["capabilities"]["add"]
+        .as_sequence()
+        .expect("caps")
+        .iter()
+        .map(s)
+        .collect();
+    caps.sort();
+    assert_eq!(caps, ["BPF", "NET_ADMIN", "NET_RAW", "PERFMON"]);
+    assert_eq!(sc["capabilities"]["drop"][0], "ALL");
+
+    // The downward API gives the agent its node and namespace.
+    let env = c["env"].as_sequence().expect("env");
+    let field = |name: &str| {
+        env.iter()
+            .find(|e| e["name"] == name)
+            .map(|e| s(&e["valueFrom"]["fieldRef"]["fieldPath"]).to_owned())
+    };
+    assert_eq!(field("NODE_NAME").as_deref(), Some("spec.nodeName"));
+    assert_eq!(
+        field("POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace")
+    );
+
+    // bpffs from the host, the config from the generated ConfigMap.
+    let volumes = pod["volumes"].as_sequence().expect("volumes");
+    let mount_of = |path: &str| {
+        let m = c["volumeMounts"]
+            .as_sequence()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["mountPath"] == path)
+            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
+        volumes
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .expect("volume")
+            .clone()
+    };
+    assert_eq!(
+        s(&mount_of("/sys/fs/bpf")["hostPath"]["path"]),
+        "/sys/fs/bpf"
+    );
+    let config = mount_of("/etc/announcer");
+    assert_eq!(
+        config["configMap"]["name"],
+        kustomization()["configMapGenerator"][0]["name"]
+    );
+    let args: Vec<&str> = c["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(args, ["agent", "--config=/etc/announcer/config.yaml"]);
+
+    // Ports and probes match what the agent listens on.
+    let port = |name: &str| {
+        c["ports"]
+            .as_sequence()
+            .expect("ports")
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p["containerPort"].as_u64())
+            .unwrap_or_else(|| panic!("port {name}"))
+    };
+    assert_eq!(port("http"), u64::from(settings.http_address.port()));
+    assert_eq!(port("heartbeat"), u64::from(settings.heartbeat_port));
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], "http");
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http");
+
+    // The rolling update relies on the SIGTERM handover: one node at a time, no surge (host
+    // ports), and a grace period longer than the handover timeout plus the Lease release.
+    let ru = &ds["spec"]["updateStrategy"];
+    assert_eq!(ru["type"], "RollingUpdate");
+    assert_eq!(ru["rollingUpdate"]["maxSurge"], 0);
+    assert_eq!(ru["rollingUpdate"]["maxUnavailable"], 1);
+    let grace = pod["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
+    assert!(
+        Duration::from_secs(grace) >= settings.handover_timeout + Duration::from_secs(5),
+        "terminationGracePeriodSeconds {grace} leaves too little after handoverTimeout {:?}",
+        settings.handover_timeout
+    );
+
+    // The heartbeat Secret the agent reads, the Role grants and keygen creates are one.
+    let role = object("Role", "announcer");
+    let secret_rule = role["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .find(|r| r["resources"][0] == "secrets")
+        .expect("secrets rule")
+        .clone();
+    assert_eq!(
+        s(&secret_rule["resourceNames"][0]),
+        settings.heartbeat_secret
+    );
+    #[derive(Parser)]
+    struct KeygenCli {
+        #[command(flatten)]
+        k: keygen::KeygenArgs,
+    }
+    let job = object("Job", "announcer-keygen");
+    let jc = &job["spec"]["template"]["spec"]["containers"][0];
+    let mut argv = vec!["keygen".to_owned()];
+    argv.extend(
+        jc["args"].as_sequence().expect("args")[1..]
+            .iter()
+            .map(|a| s(a).to_owned()),
+    );
+    let k = KeygenCli::try_parse_from(argv).expect("keygen args").k;
+    assert_eq!(k.secret, settings.heartbeat_secret);
+    assert_eq!(s(&jc["args"][0]), "keygen");
+    assert_eq!(
+        s(&job["spec"]["template"]["spec"]["serviceAccountName"]),
+        "announcer-keygen"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keygen_creates_the_key_once_using_only_its_grant() {
+    let c = Cluster::start("keygen").await;
+    let api = Api::<Secret>::namespaced(c.client.clone(), NAMESPACE);
+    const NAME: &str = "fresh-heartbeat-key";
+    let client = c.api.client("keygen").await.expect("client");
+    assert_eq!(
+        keygen::ensure_key(client.clone(), NAMESPACE, NAME)
+            .await
+            .expect("create"),
+        keygen::Outcome::Created
+    );
+    let first = api.get(NAME).await.expect("the Secret exists");
+    let key = first.data.as_ref().and_then(|d| d.get("key")).expect("key");
+    assert_eq!(key.0.len(), keygen::KEY_BYTES);
+    announcer::heartbeat::Key::new(&key.0).expect("the agents accept the key");
+
+    // A second run (the Job re-applied) leaves the key alone.
+    assert_eq!(
+        keygen::ensure_key(client, NAMESPACE, NAME)
+            .await
+            .expect("second run"),
+        keygen::Outcome::Exists
+    );
+    let second = api.get(NAME).await.expect("still there");
+    assert_eq!(second.data, first.data, "the key is not replaced");
+
+    let used = used_by(&c, &["keygen"]);
+    let granted: BTreeSet<Grant> = grants_of("announcer-keygen")
+        .into_iter()
+        .map(|(g, scope)| {
+            assert_eq!(scope.as_deref(), Some(NAMESPACE));
+            g
+        })
+        .collect();
+    assert_eq!(used, granted, "keygen uses exactly its grant");
+}

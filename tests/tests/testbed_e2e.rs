@@ -1,0 +1,291 @@
+//! End to end, as a user on the LAN sees it: a multi-node testbed (real agents, real XDP data
+//! plane, in-repo API server) and a client that asks ARP/NDP and sends traffic to the VIPs.
+//!
+//! Each test builds its own testbed (own namespaces, bridge and API server), so they run in
+//! parallel. Correctness only: every wait is a generous bound, never a speed assertion (speed
+//! is the failover benchmark's business). Needs root; never skips.
+
+use std::{net::IpAddr, time::Duration};
+
+use announcer_tests::{
+    cluster::rendezvous_owner,
+    testbed::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+};
+
+/// Generous bound for anything the agents have to do.
+const T: Duration = Duration::from_secs(30);
+/// Agent flags for every test: the defaults (the agent attaches XDP before its election
+/// starts, so a slow attach does not look like a dead node to its peers).
+const AGENT_ARGS: &[&str] = &[];
+/// How long one ARP/NDP question or echo may take.
+const Q: Duration = Duration::from_millis(800);
+
+async fn testbed(tag: &str, nodes: usize) -> Testbed {
+    Testbed::start(TestbedConfig {
+        nodes,
+        native_xdp: false,
+        tag: tag.into(),
+    })
+    .await
+}
+
+/// Asserts what the client sees for `vip`: only `owner`'s MAC answers ARP/NDP, and the
+/// client's traffic reaches `owner` (waiting for both, since the client may still hold an old
+/// neighbour entry for a moment).
+fn client_sees(tb: &Testbed, vip: IpAddr, owner: &str) {
+    let mac = tb.node_mac(owner);
+    let mut seen = Vec::new();
+    tb.wait_for(
+        &format!("only {owner} answering ARP/NDP for {vip} (last: {seen:02x?})"),
+        T,
+        |tb| {
+            seen = tb.arp_macs(vip, Q);
+            seen == vec![mac]
+        },
+    );
+    let mut answered = None;
+    tb.wait_for(&format!("{vip} traffic reaching {owner}"), T, |tb| {
+        answered = tb.ask(vip, Q);
+        answered.as_deref() == Some(owner)
+    });
+}
+
+/// The node the election must settle on for `vip` among `nodes` (all alive and ready).
+fn successor(vip: IpAddr, nodes: &[String]) -> String {
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    rendezvous_owner(&vip.to_string(), &names)
+}
+
+/// The testbed's nodes without `gone`.
+fn without(tb: &Testbed, gone: &str) -> Vec<String> {
+    tb.nodes().into_iter().filter(|n| n != gone).collect()
+}
+
+/// Nobody answers ARP/NDP for `vip` and no agent claims it.
+fn nobody_answers(tb: &Testbed, vip: IpAddr) {
+    tb.wait_for(&format!("no owner of {vip}"), T, |tb| {
+        tb.owners(vip).is_empty()
+    });
+    tb.wait_for(&format!("no ARP/NDP answer for {vip}"), T, |tb| {
+        tb.arp_macs(vip, Q).is_empty()
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_vip_is_answered_by_one_node_until_its_service_is_deleted() {
+    let mut tb = testbed("one", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(0)), IpAddr::V6(vip6(0)));
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [v4, v6] {
+        let owner = tb.wait_owner(vip, T);
+        assert_eq!(
+            owner,
+            successor(vip, &tb.nodes()),
+            "the rendezvous owner of {vip}"
+        );
+        client_sees(&tb, vip, &owner);
+    }
+    // Continuous traffic: every probe answered, and by the owner.
+    let prober = tb.start_prober(&[v4, v6], Duration::from_millis(20));
+    std::thread::sleep(Duration::from_millis(500));
+    let timeline = prober.stop();
+    for vip in [v4, v6] {
+        let owner = tb.owners(vip);
+        for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
+            assert!(
+                timeline.answered(vip, kind) > 0,
+                "no {kind:?} answer for {vip}"
+            );
+            assert_eq!(timeline.lost(vip, kind), 0, "{kind:?} probes of {vip} lost");
+        }
+        let answered: Vec<(u64, &str)> = timeline
+            .of(vip, ProbeKind::Udp)
+            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
+            .collect();
+        assert!(
+            answered.iter().all(|(_, n)| owner == [*n]),
+            "{vip}: UDP answers from another node than the owner {owner:?}: {answered:?}"
+        );
+    }
+    // Deleted: withdrawn everywhere.
+    tb.delete_service("web").await;
+    for vip in [v4, v6] {
+        nobody_answers(&tb, vip);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_keeps_its_vips_and_a_crashed_node_loses_them() {
+    let mut tb = testbed("crash", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(1)), IpAddr::V6(vip6(1)));
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    let owner = tb.wait_owner(v4, T);
+
+    // Agent restart (SIGKILL, start again): the node is still the rendezvous owner, and its
+    // data plane kept answering meanwhile.
+    tb.kill_agent(&owner);
+    tb.restart_agent(&owner);
+    for vip in [v4, v6] {
+        let o = tb.wait_owner(vip, T);
+        assert_eq!(
+            o,
+            successor(vip, &tb.nodes()),
+            "owner of {vip} after the restart"
+        );
+        client_sees(&tb, vip, &o);
+    }
+    assert_eq!(tb.wait_owner(v4, T), owner, "the restarted node keeps {v4}");
+
+    // Crash (link down + SIGKILL): the VIPs move to the rendezvous successor among the rest.
+    let owner6 = tb.wait_owner(v6, T);
+    tb.crash(&owner);
+    let alive = without(&tb, &owner);
+    for vip in [v4, v6] {
+        let want = if vip == v6 && owner6 != owner {
+            owner6.clone()
+        } else {
+            successor(vip, &alive)
+        };
+        let o = tb.wait_owner(vip, T);
+        assert_eq!(o, want, "owner of {vip} after {owner} crashed");
+        client_sees(&tb, vip, &o);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_hands_over_to_the_successor_without_losing_a_probe() {
+    let mut tb = testbed("term", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(2)), IpAddr::V6(vip6(2)));
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    let owner = tb.wait_owner(v4, T);
+    for vip in [v4, v6] {
+        let o = tb.wait_owner(vip, T);
+        client_sees(&tb, vip, &o);
+    }
+    let owner6 = tb.wait_owner(v6, T);
+
+    let prober = tb.start_prober(&[v4, v6], Duration::from_millis(10));
+    std::thread::sleep(Duration::from_millis(300));
+    let at = prober.mark(&format!("SIGTERM {owner}"));
+    tb.term_agent(&owner);
+    let code = tb.wait_agent_exit(&owner, T);
+    assert_eq!(
+        code,
+        Some(0),
+        "{owner}'s agent exit\n{}",
+        tb.agent_log_tail(&owner)
+    );
+    let alive = without(&tb, &owner);
+    let want4 = successor(v4, &alive);
+    let want6 = if owner6 == owner {
+        successor(v6, &alive)
+    } else {
+        owner6.clone()
+    };
+    assert_eq!(tb.wait_owner(v4, T), want4);
+    assert_eq!(tb.wait_owner(v6, T), want6);
+    client_sees(&tb, v4, &want4);
+    client_sees(&tb, v6, &want6);
+    std::thread::sleep(Duration::from_millis(300));
+    let timeline = prober.stop();
+    for (vip, want) in [(v4, &want4), (v6, &want6)] {
+        for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
+            assert_eq!(
+                timeline.lost(vip, kind),
+                0,
+                "{kind:?} probes of {vip} lost over a SIGTERM handover: {:?}",
+                timeline.outage(vip, kind, at)
+            );
+        }
+        let outage = timeline.outage(vip, ProbeKind::Udp, at);
+        assert_eq!(outage.after.as_ref(), Some(want), "{vip}: {outage:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etp_local_follows_the_endpoint() {
+    let mut tb = testbed("etp", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(3)), IpAddr::V6(vip6(3)));
+    tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [v4, v6] {
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-b",
+            "{vip} on the endpoint's node"
+        );
+        client_sees(&tb, vip, "node-b");
+    }
+    tb.set_endpoints("local", &["node-c"]).await;
+    for vip in [v4, v6] {
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-c",
+            "{vip} follows the endpoint"
+        );
+        client_sees(&tb, vip, "node-c");
+    }
+    // No endpoint anywhere: nobody may attract the traffic.
+    tb.set_endpoints("local", &[]).await;
+    for vip in [v4, v6] {
+        nobody_answers(&tb, vip);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_heals_to_exactly_one_owner() {
+    let mut tb = testbed("part", 3).await;
+    let v4 = IpAddr::V4(vip4(4));
+    tb.add_service("web", &[v4], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    let owner = tb.wait_owner(v4, T);
+    client_sees(&tb, v4, &owner);
+    // Cut the owner from the node that would take over from it: that node stops hearing the
+    // owner's heartbeats (both still reach the client, the third node and the API server).
+    let next = successor(v4, &without(&tb, &owner));
+    tb.partition(&owner, &next);
+    let third = tb
+        .nodes()
+        .into_iter()
+        .find(|n| *n != owner && *n != next)
+        .expect("a third node");
+    assert!(!tb.reachable(&owner, &next, Q), "{owner} -> {next} cut");
+    assert!(tb.reachable(&owner, &third, Q), "{owner} -> {third} kept");
+    assert!(tb.reachable(&next, &third, Q), "{next} -> {third} kept");
+    // Long enough for the heartbeats to be declared missed, whatever happens.
+    std::thread::sleep(Duration::from_secs(5));
+    tb.heal(&owner, &next);
+    // The owner's neighbour entry for `next` may be mid-way through its unicast probes (one a
+    // second, RFC 4861 §7.3.3 and its ARP equivalent), so give resolution a few seconds.
+    assert!(
+        tb.reachable(&owner, &next, Duration::from_secs(10)),
+        "{owner} -> {next} healed"
+    );
+    let o = tb.wait_owner(v4, T);
+    assert_eq!(
+        o,
+        successor(v4, &tb.nodes()),
+        "owner after the partition healed"
+    );
+    client_sees(&tb, v4, &o);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_xdp_answers_too() {
+    let mut tb = Testbed::start(TestbedConfig {
+        nodes: 2,
+        native_xdp: true,
+        tag: "native".into(),
+    })
+    .await;
+    let (v4, v6) = (IpAddr::V4(vip4(5)), IpAddr::V6(vip6(5)));
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [v4, v6] {
+        let owner = tb.wait_owner(vip, T);
+        client_sees(&tb, vip, &owner);
+    }
+}
