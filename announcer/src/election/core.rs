@@ -157,6 +157,10 @@ struct Vip {
     /// When this node first learnt of the VIP: a peer silent since before then never
     /// announced it, so taking it is no failover.
     since: Instant,
+    /// Found in the data plane at start and not yet reconciled: a peer may have taken it while
+    /// this node was away (a crash with the link down), and clients may follow that peer's
+    /// announcement, so the first reconcile after the warm-up that keeps it announces it.
+    found: bool,
 }
 
 /// The state of a shutdown handover.
@@ -318,6 +322,7 @@ impl Core {
                         .entry(vip)
                         .or_insert_with(|| Vip::placeholder(vip, now));
                     v.installed = Some(iface.clone());
+                    v.found = true;
                     let ttl = self.config.grace;
                     self.out.push_back(Output::Install { vip, iface, ttl });
                 }
@@ -475,6 +480,7 @@ impl Core {
                     reported: None,
                     wanted: true,
                     since: now,
+                    found: false,
                 },
             };
             let mut v = v;
@@ -729,11 +735,14 @@ impl Core {
         let owner = v.ranking.iter().find(|n| self.candidate(n, now)).cloned();
         let is_me = owner.as_ref() == Some(&me);
         if is_me {
-            let v = self.vips.get(&ip).expect("present");
+            let v = self.vips.get_mut(&ip).expect("present");
+            let found = std::mem::take(&mut v.found);
             if let Some(iface) = &v.installed {
                 // Ours already. A peer back from a partition (same incarnation) may have claimed
-                // it meanwhile: announce again so that clients converge on us.
-                if revived.iter().any(|(_, same)| *same) {
+                // it meanwhile, or one took it while we were away and have just come back with
+                // the entry still pinned: announce again so that clients converge on us (to a
+                // client that never left us this changes nothing).
+                if found || revived.iter().any(|(_, same)| *same) {
                     let iface = iface.clone();
                     self.out.push_back(Output::Announce { vip: ip, iface });
                 }
@@ -772,6 +781,7 @@ impl Core {
         // Not ours.
         let v = self.vips.get_mut(&ip).expect("present");
         v.probe = None;
+        v.found = false;
         self.probing.remove(&ip);
         let v = self.vips.get(&ip).expect("present");
         if v.installed.is_none() || self.leaving.is_some() {
@@ -1044,6 +1054,7 @@ impl Vip {
             reported: None,
             wanted: false,
             since: now,
+            found: false,
         }
     }
 }

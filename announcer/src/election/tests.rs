@@ -298,7 +298,49 @@ fn restart_within_grace_changes_nothing() {
         .iter()
         .filter(|o| matches!(o, Output::Announce { .. }))
         .count();
-    assert_eq!(re, 0, "a restart must not re-announce");
+    // Once, to clients that never left it: harmless, and what a node back from a crash needs
+    // (see the next test).
+    assert_eq!(re, 1, "a restart announces its kept VIP once");
+}
+
+#[test]
+fn a_node_back_from_a_crash_with_its_entry_still_pinned_announces_it() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    // Crash: link down and agent gone; the peer takes over and announces.
+    w.nodes[owner].up = false;
+    w.nodes[owner].agent = false;
+    w.run_for(Duration::from_secs(2));
+    assert_eq!(w.answering(), vec![other]);
+    // Back before the entry expired: the restarted agent finds it and keeps it, and since it
+    // ranks first it stays the owner, so clients that followed the peer must be told.
+    w.nodes[owner].up = true;
+    let config = w.nodes[owner].core.config().clone();
+    w.nodes[owner].core = Core::new(config, w.t, 2);
+    w.nodes[owner].agent = true;
+    let before = w.nodes[owner].outputs.len();
+    w.input(owner, Input::Existing(vec![(w.vip, "eth0".into())]));
+    w.input(owner, Input::WatchHealth(true));
+    let spec = VipSpec {
+        vip: w.vip,
+        service: ServiceRef {
+            namespace: "default".into(),
+            name: "web".into(),
+        },
+        eligible: [World::name(0), World::name(1)].into_iter().collect(),
+        local: Some("eth0".into()),
+    };
+    w.input(owner, Input::Vips(vec![spec]));
+    w.run_for(Duration::from_secs(3));
+    assert!(
+        w.nodes[owner].outputs[before..]
+            .iter()
+            .any(|o| matches!(o, Output::Announce { vip, .. } if *vip == w.vip)),
+        "the returning owner announces the VIP it kept"
+    );
+    assert_eq!(w.answering(), vec![owner]);
 }
 
 #[test]

@@ -14,6 +14,7 @@ pub mod bpfstats;
 pub mod control_plane;
 pub mod cost;
 pub mod cpu;
+pub mod failover;
 pub mod flood;
 pub mod packet;
 pub mod plot;

@@ -1,0 +1,242 @@
+//! What one trial measured, computed from the prober's timeline and from owner polls only, so
+//! that every system is judged by the same client-side rules (see the definitions in
+//! [`super`]): the figures are what a client 10 ms apart would have seen, not what a system's
+//! logs claim.
+
+use std::{net::IpAddr, time::Duration};
+
+use serde::Serialize;
+
+use crate::testbed::{ProbeKind, Sample};
+
+/// One VIP in one trial, as the client saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct VipOutcome {
+    /// UDP probes sent in `[at, until]` that were never answered.
+    pub lost: u32,
+    /// Failover time (see the module docs of [`super`]); `None`: the VIP did not answer again
+    /// (or, if it had been answered by nobody before `at`, the trial is void).
+    pub failover: Option<Duration>,
+    /// Node that answered the last probe sent before `at`.
+    pub before: Option<String>,
+    /// Node that answered the last answered probe in the window.
+    pub after: Option<String>,
+    /// Whether another node than `before` answered in the window.
+    pub switched: bool,
+}
+
+fn is_udp(s: &Sample) -> bool {
+    matches!(s.kind, ProbeKind::Udp)
+}
+
+/// The client's view of `target` for a failure injected at `at`, counting probes sent up to
+/// `until` (probes sent later may not have had their second to be answered yet).
+///
+/// Failover time: the send time of the first probe after `at` answered by a node other than
+/// the one that answered before, minus `at`; if no other node answered but probes were lost,
+/// the send time of the first answered probe after the last lost one, minus `at`; zero if
+/// nothing was lost and nobody else answered.
+pub fn vip_outcome(
+    samples: &[Sample],
+    target: IpAddr,
+    at: Duration,
+    until: Duration,
+) -> VipOutcome {
+    let mut mine: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| is_udp(s) && s.target == target && s.sent <= until)
+        .collect();
+    mine.sort_by_key(|s| s.sent);
+    let before = mine
+        .iter()
+        .rev()
+        .find(|s| s.sent < at && s.rtt.is_some())
+        .and_then(|s| s.node.clone());
+    let window: Vec<&Sample> = mine.iter().copied().filter(|s| s.sent >= at).collect();
+    let lost = window.iter().filter(|s| s.rtt.is_none()).count() as u32;
+    let mut answered = window.iter().copied().filter(|s| s.rtt.is_some());
+    let after = answered.clone().next_back().and_then(|s| s.node.clone());
+    let first_new = answered
+        .clone()
+        .find(|s| before.is_some() && s.node != before);
+    let failover = if before.is_none() {
+        None
+    } else if let Some(s) = first_new {
+        Some(s.sent - at)
+    } else if let Some(last_lost) = window.iter().rev().find(|s| s.rtt.is_none()) {
+        answered
+            .find(|s| s.sent > last_lost.sent)
+            .map(|s| s.sent - at)
+    } else {
+        Some(Duration::ZERO)
+    };
+    VipOutcome {
+        lost,
+        failover,
+        before,
+        after,
+        switched: first_new.is_some(),
+    }
+}
+
+/// A trial over several VIPs: the slowest VIP's failover (the time until the *last* of them
+/// answered again; `None` if any did not), and the most probes one VIP lost.
+pub fn combine(per_vip: &[VipOutcome]) -> (Option<Duration>, u32) {
+    let failover = per_vip
+        .iter()
+        .map(|v| v.failover)
+        .try_fold(Duration::ZERO, |acc, f| f.map(|f| acc.max(f)));
+    let lost = per_vip.iter().map(|v| v.lost).max().unwrap_or(0);
+    (failover, lost)
+}
+
+/// One poll of who announces a VIP: time on the prober's timeline and the number of nodes
+/// announcing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerPoll {
+    pub at: Duration,
+    pub owners: usize,
+}
+
+/// Partition figures from owner polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SplitOutcome {
+    /// Total time two or more nodes announced the VIP (each poll counts until the next one).
+    pub overlap: Duration,
+    /// From the heal until the first poll that saw exactly one owner; `None`: never in the
+    /// window.
+    pub single_owner_after_heal: Option<Duration>,
+}
+
+/// Overlap and time to a single owner, from polls sorted by time and the heal instant.
+pub fn split_outcome(polls: &[OwnerPoll], heal: Duration) -> SplitOutcome {
+    let overlap = polls
+        .windows(2)
+        .filter(|w| w[0].owners >= 2)
+        .map(|w| w[1].at.saturating_sub(w[0].at))
+        .sum();
+    let single_owner_after_heal = polls
+        .iter()
+        .find(|p| p.at >= heal && p.owners == 1)
+        .map(|p| p.at - heal);
+    SplitOutcome {
+        overlap,
+        single_owner_after_heal,
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    const VIP: &str = "10.78.128.0";
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// Probes every 10 ms from 0 to `end` ms; `who(t)` says who answered (None: lost).
+    fn timeline(end: u64, who: impl Fn(u64) -> Option<&'static str>) -> Vec<Sample> {
+        (0..=end / 10)
+            .map(|i| {
+                let t = i * 10;
+                let node = who(t);
+                Sample {
+                    target: VIP.parse().unwrap(),
+                    kind: ProbeKind::Udp,
+                    seq: i,
+                    sent: ms(t),
+                    rtt: node.map(|_| ms(1)),
+                    node: node.map(str::to_owned),
+                }
+            })
+            .collect()
+    }
+
+    fn outcome(samples: &[Sample], at: u64, until: u64) -> VipOutcome {
+        vip_outcome(samples, VIP.parse().unwrap(), ms(at), ms(until))
+    }
+
+    #[test]
+    fn crash_is_the_first_answer_from_the_new_owner() {
+        let s = timeline(3000, |t| match t {
+            ..1000 => Some("node-a"),
+            1000..1350 => None,
+            _ => Some("node-b"),
+        });
+        let o = outcome(&s, 1000, 2500);
+        assert_eq!(o.failover, Some(ms(350)));
+        assert_eq!(o.lost, 35);
+        assert_eq!(
+            (o.before.as_deref(), o.after.as_deref()),
+            (Some("node-a"), Some("node-b"))
+        );
+        assert!(o.switched);
+    }
+
+    #[test]
+    fn a_handover_without_loss_counts_the_switch() {
+        let s = timeline(3000, |t| Some(if t < 1200 { "node-a" } else { "node-b" }));
+        let o = outcome(&s, 1000, 3000);
+        assert_eq!((o.failover, o.lost, o.switched), (Some(ms(200)), 0, true));
+    }
+
+    #[test]
+    fn same_node_back_after_a_loss_counts_until_the_last_loss() {
+        let s = timeline(3000, |t| match t {
+            1100..1150 | 1500..1520 => None,
+            _ => Some("node-a"),
+        });
+        let o = outcome(&s, 1000, 3000);
+        assert_eq!((o.failover, o.lost, o.switched), (Some(ms(520)), 7, false));
+    }
+
+    #[test]
+    fn nothing_felt_is_zero_and_no_recovery_is_none() {
+        let s = timeline(2000, |_| Some("node-a"));
+        assert_eq!(outcome(&s, 1000, 2000).failover, Some(Duration::ZERO));
+        let s = timeline(2000, |t| (t < 1000).then_some("node-a"));
+        let o = outcome(&s, 1000, 2000);
+        assert_eq!((o.failover, o.lost), (None, 101));
+        // Probes after `until` are not counted.
+        assert_eq!(outcome(&s, 1000, 1500).lost, 51);
+        // Never answered before the failure: void.
+        let s = timeline(2000, |t| (t > 1500).then_some("node-b"));
+        assert_eq!(outcome(&s, 1000, 2000).failover, None);
+    }
+
+    #[test]
+    fn combine_takes_the_last_vip_and_none_wins() {
+        let v = |f: Option<u64>, lost| VipOutcome {
+            lost,
+            failover: f.map(ms),
+            before: None,
+            after: None,
+            switched: false,
+        };
+        assert_eq!(
+            combine(&[v(Some(100), 3), v(Some(300), 1)]),
+            (Some(ms(300)), 3)
+        );
+        assert_eq!(combine(&[v(Some(100), 3), v(None, 9)]), (None, 9));
+        assert_eq!(combine(&[]), (Some(Duration::ZERO), 0));
+    }
+
+    #[test]
+    fn split_overlap_and_single_owner() {
+        let polls: Vec<OwnerPoll> = [(0, 1), (100, 2), (200, 2), (300, 2), (400, 1), (500, 1)]
+            .into_iter()
+            .map(|(t, n)| OwnerPoll {
+                at: ms(t),
+                owners: n,
+            })
+            .collect();
+        let o = split_outcome(&polls, ms(250));
+        assert_eq!(o.overlap, ms(300));
+        assert_eq!(o.single_owner_after_heal, Some(ms(150)));
+        assert_eq!(
+            split_outcome(&polls[..4], ms(250)).single_owner_after_heal,
+            None
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! One trial: pick the victim (the node answering the first VIP), probe its VIPs from the
+//! client, inject the failure, watch until the VIPs moved (or a bound passed), and measure.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use super::{
+    measure::{OwnerPoll, SplitOutcome, combine, split_outcome, vip_outcome},
+    scenarios::{API_OUTAGE_HOLD, API_OUTAGE_LEAD, Bed, PARTITION_HOLD, RESTART_AFTER, Scenario},
+};
+
+/// UDP probe interval (per VIP).
+pub const PROBE_INTERVAL: Duration = Duration::from_millis(10);
+/// Probing before the failure, to know who answered before it.
+const PRE_ROLL: Duration = Duration::from_secs(1);
+/// Probing after the VIPs moved (the prober's `stop` then waits the 1 s after which it calls
+/// a probe lost, so every probe counted had its chance).
+const TAIL: Duration = Duration::from_millis(300);
+/// How many VIPs the crash-100 scenario probes.
+pub const MASS_PROBED: usize = 100;
+
+/// What one trial measured.
+#[derive(Clone, Debug, Serialize)]
+pub struct Trial {
+    /// The node failed.
+    pub victim: String,
+    /// VIPs probed (those the victim owned).
+    pub vips: usize,
+    /// The slowest probed VIP's failover time; `None`: some VIP did not answer again.
+    #[serde(serialize_with = "ser_ms")]
+    pub failover: Option<Duration>,
+    /// The most probes lost by one VIP.
+    pub lost: u32,
+    /// Another node answered VIP 0 after the failure.
+    pub switched: bool,
+    /// Who answered VIP 0 last.
+    pub after: Option<String>,
+    /// Partition only.
+    pub split: Option<SplitOutcome>,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64() * 1e3),
+        None => s.serialize_none(),
+    }
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+/// Polls until another node announces every one of `targets` and each of them answered the
+/// client from a node other than `victim` at least once, or until `deadline`; whether they
+/// did. (With many VIPs the last GARPs go out well after the first.)
+fn wait_takeover(bed: &Bed, targets: &[IpAddr], victim: &str, deadline: Instant) -> bool {
+    let mut pending: Vec<IpAddr> = targets.to_vec();
+    let mut announced = false;
+    while Instant::now() < deadline {
+        announced = announced || bed.announced_elsewhere(targets, victim);
+        if announced {
+            pending.retain(|v| {
+                bed.tb
+                    .ask(*v, Duration::from_millis(60))
+                    .is_none_or(|n| n == victim)
+            });
+            if pending.is_empty() {
+                return true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    false
+}
+
+/// The victim and the VIPs probed: for crash-100 the node owning most of `owners` (at most
+/// [`MASS_PROBED`] of its VIPs), else the owner of the first VIP and every VIP it owns.
+pub fn pick_victim(
+    scenario: Scenario,
+    vips: &[IpAddr],
+    owners: &BTreeMap<IpAddr, String>,
+) -> (String, Vec<IpAddr>) {
+    let victim = if scenario == Scenario::Crash100 {
+        let mut count: BTreeMap<&String, usize> = BTreeMap::new();
+        for o in owners.values() {
+            *count.entry(o).or_default() += 1;
+        }
+        count
+            .into_iter()
+            .max_by_key(|(_, c)| *c)
+            .map(|(n, _)| n.clone())
+            .expect("some VIP has an owner")
+    } else {
+        owners[&vips[0]].clone()
+    };
+    let limit = if scenario == Scenario::Crash100 {
+        MASS_PROBED
+    } else {
+        usize::MAX
+    };
+    let targets = vips
+        .iter()
+        .filter(|v| owners.get(v) == Some(&victim))
+        .take(limit)
+        .copied()
+        .collect();
+    (victim, targets)
+}
+
+/// Runs one trial of `scenario` from the converged `owners` of `vips`. The testbed is left
+/// failed; the caller restores it.
+pub fn run(
+    bed: &mut Bed,
+    scenario: Scenario,
+    vips: &[IpAddr],
+    owners: &BTreeMap<IpAddr, String>,
+) -> Trial {
+    let (victim, targets) = pick_victim(scenario, vips, owners);
+    let bound = bed.system.takeover_bound();
+    if scenario == Scenario::ApiOutageCrash {
+        bed.api_outage(true);
+        std::thread::sleep(API_OUTAGE_LEAD);
+    }
+    let prober = bed.tb.start_prober(&targets, PROBE_INTERVAL);
+    std::thread::sleep(PRE_ROLL);
+    let t0 = Instant::now();
+    prober.mark(&format!("{} {victim}", scenario.name()));
+    let mut polls: Vec<(Instant, usize)> = vec![];
+    let mut heal_at = None;
+    match scenario {
+        Scenario::Crash | Scenario::Crash100 => {
+            bed.crash(&victim);
+            wait_takeover(bed, &targets, &victim, t0 + bound);
+        }
+        Scenario::LinkDown => {
+            bed.link_down(&victim);
+            wait_takeover(bed, &targets, &victim, t0 + bound);
+        }
+        Scenario::Sigkill => {
+            bed.kill(&victim);
+            wait_takeover(bed, &targets, &victim, t0 + bound);
+        }
+        Scenario::Sigterm => {
+            bed.term(&victim);
+            wait_takeover(bed, &targets, &victim, t0 + bound);
+        }
+        Scenario::Restart => {
+            bed.kill(&victim);
+            sleep_until(t0 + RESTART_AFTER);
+            bed.restart(&victim);
+            prober.mark(&format!("restart {victim}"));
+            std::thread::sleep(bed.system.restart_settle());
+        }
+        Scenario::ApiOutageCrash => {
+            bed.crash(&victim);
+            if !wait_takeover(bed, &targets, &victim, t0 + API_OUTAGE_HOLD) {
+                bed.api_outage(false);
+                prober.mark("api back");
+                wait_takeover(bed, &targets, &victim, Instant::now() + bound);
+            }
+        }
+        Scenario::Partition => {
+            let nodes = bed.tb.nodes();
+            let partner = bed
+                .successor
+                .get(&victim)
+                .cloned()
+                .or_else(|| nodes.iter().find(|n| **n != victim).cloned())
+                .expect("at least two nodes");
+            bed.partition(&victim, &partner);
+            let poll = |bed: &Bed, polls: &mut Vec<(Instant, usize)>| {
+                let n = bed
+                    .owners(&targets[..1])
+                    .values()
+                    .next()
+                    .map_or(0, Vec::len);
+                polls.push((Instant::now(), n));
+                n
+            };
+            while t0.elapsed() < PARTITION_HOLD {
+                poll(bed, &mut polls);
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            bed.heal_all();
+            let h = Instant::now();
+            heal_at = Some(h);
+            prober.mark("heal");
+            // Until one owner for 1 s, or the bound.
+            let mut single_since: Option<Instant> = None;
+            while h.elapsed() < bound {
+                if poll(bed, &mut polls) == 1 {
+                    let s = *single_since.get_or_insert_with(Instant::now);
+                    if s.elapsed() >= Duration::from_secs(1) {
+                        break;
+                    }
+                } else {
+                    single_since = None;
+                }
+                std::thread::sleep(Duration::from_millis(40));
+            }
+        }
+    }
+    std::thread::sleep(TAIL);
+    let stop = Instant::now();
+    let tl = prober.stop();
+    let at = tl.since(t0);
+    let until = tl.since(stop);
+    let per_vip: Vec<_> = targets
+        .iter()
+        .map(|v| vip_outcome(&tl.samples, *v, at, until))
+        .collect();
+    let (failover, lost) = combine(&per_vip);
+    let first = per_vip.first();
+    let switched = first.is_some_and(|o| o.switched);
+    let after = first.and_then(|o| o.after.clone());
+    if let Some(a) = after
+        .as_ref()
+        .filter(|_| switched && scenario != Scenario::Partition)
+    {
+        bed.successor.insert(victim.clone(), a.clone());
+    }
+    let split = heal_at.map(|h| {
+        let polls: Vec<OwnerPoll> = polls
+            .iter()
+            .map(|(t, n)| OwnerPoll {
+                at: tl.since(*t),
+                owners: *n,
+            })
+            .collect();
+        split_outcome(&polls, tl.since(h))
+    });
+    Trial {
+        victim,
+        vips: targets.len(),
+        failover,
+        lost,
+        switched,
+        after,
+        split,
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn v(k: u8) -> IpAddr {
+        IpAddr::from([10, 78, 128, k])
+    }
+
+    #[test]
+    fn victim_is_the_owner_of_vip0_or_the_busiest_node() {
+        let vips: Vec<IpAddr> = (0..5).map(v).collect();
+        let owners: BTreeMap<IpAddr, String> = vips
+            .iter()
+            .zip(["node-b", "node-a", "node-b", "node-c", "node-a"])
+            .map(|(v, n)| (*v, n.to_owned()))
+            .collect();
+        let (victim, t) = pick_victim(Scenario::Crash, &vips, &owners);
+        assert_eq!((victim.as_str(), t), ("node-b", vec![v(0), v(2)]));
+        let more: BTreeMap<IpAddr, String> = owners
+            .into_iter()
+            .map(|(k, n)| (k, if k == v(3) { "node-a".into() } else { n }))
+            .collect();
+        let (victim, t) = pick_victim(Scenario::Crash100, &vips, &more);
+        assert_eq!((victim.as_str(), t), ("node-a", vec![v(1), v(3), v(4)]));
+    }
+}

@@ -1,0 +1,163 @@
+//! `cargo xtask bench failover`: failover time and lost probes of this agent against keepalived
+//! and lease-per-service elections, per failure scenario, on the multi-node testbed (see
+//! `announcer_tests::bench::failover` for the definitions). Progress on stderr, a table and the
+//! verdicts on stdout, CDF plots (SVG), and with `--json` one JSON document as the last stdout
+//! line. Missed targets print FAIL but do not fail the run.
+
+use std::{path::PathBuf, time::Duration, time::Instant};
+
+use announcer_tests::{
+    bench::failover::{
+        self, Settings,
+        plot::{path_for, write_cdf},
+        report,
+        scenarios::Scenario,
+        systems::{FAST_ARGS, System},
+    },
+    cli::announcer_bin,
+    netns::require_root,
+    testbed::install_ctrlc_cleanup,
+};
+use anyhow::{Result, ensure};
+use clap::Parser;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(about = "Benchmark failover against keepalived and lease-per-service elections")]
+struct Args {
+    /// Trials per system and scenario.
+    #[arg(long, default_value_t = 20)]
+    trials: usize,
+    /// Node namespaces in the testbed (at least 2).
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// VIPs in the main set (one Service each); a trial probes those its victim owns.
+    #[arg(long, default_value_t = 1)]
+    vips: usize,
+    /// Systems to run, comma-separated (default all): keepalived-default, keepalived-tuned,
+    /// lease-per-service-cilium, lease-per-service-kube-vip, announcer-default, announcer-fast.
+    #[arg(long, value_delimiter = ',', value_parser = parse_system)]
+    systems: Vec<System>,
+    /// Scenarios to run, comma-separated (default all): crash, link-down, sigkill,
+    /// restart-in-grace, sigterm, api-outage-crash, partition, crash-100.
+    #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
+    scenarios: Vec<Scenario>,
+    /// Trials of crash-100 (100 VIPs of one node crash together).
+    #[arg(long, default_value_t = 3)]
+    mass_trials: usize,
+    /// VIPs for the idle RSS/CPU measurement of announcer-default (0: skip).
+    #[arg(long, default_value_t = 1000)]
+    idle_vips: usize,
+    /// Idle measurement window.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "20s")]
+    idle_window: Duration,
+    /// The flags of announcer-fast, space-separated (default: the fastest reliable ones).
+    #[arg(long, allow_hyphen_values = true)]
+    fast_args: Option<String>,
+    /// Also print one JSON document as the last line of stdout.
+    #[arg(long)]
+    json: bool,
+    /// Where to write the crash CDF (SVG); the other scenarios go next to it as
+    /// `<stem>-<scenario>.svg`.
+    #[arg(long, default_value = "target/bench/failover.svg")]
+    plot: PathBuf,
+}
+
+fn parse_system(s: &str) -> Result<System, String> {
+    System::parse(s).ok_or_else(|| format!("unknown system {s:?}"))
+}
+
+fn parse_scenario(s: &str) -> Result<Scenario, String> {
+    Scenario::parse(s).ok_or_else(|| format!("unknown scenario {s:?}"))
+}
+
+fn progress(line: &str) {
+    eprintln!("[bench-failover] {line}");
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 4)]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    require_root();
+    install_ctrlc_cleanup();
+    ensure!(args.nodes >= 2, "--nodes must be at least 2");
+    ensure!(
+        args.trials >= 1 && args.vips >= 1,
+        "--trials and --vips must be at least 1"
+    );
+    let settings = Settings {
+        trials: args.trials,
+        nodes: args.nodes,
+        vips: args.vips,
+        systems: if args.systems.is_empty() {
+            System::ALL.to_vec()
+        } else {
+            args.systems.clone()
+        },
+        scenarios: if args.scenarios.is_empty() {
+            Scenario::ALL.to_vec()
+        } else {
+            let mut s = args.scenarios.clone();
+            s.sort();
+            s.dedup();
+            s
+        },
+        mass_trials: args.mass_trials,
+        idle_vips: args.idle_vips,
+        idle_window: args.idle_window,
+        fast_args: match &args.fast_args {
+            Some(a) => a.split_whitespace().map(String::from).collect(),
+            None => FAST_ARGS.iter().map(|s| s.to_string()).collect(),
+        },
+    };
+    progress(&format!("agents run {}", announcer_bin().display()));
+    let started = Instant::now();
+    let rt = tokio::runtime::Handle::current();
+    let results = tokio::task::block_in_place(|| failover::run(&settings, &rt, &progress));
+    let total_s = started.elapsed().as_secs_f64();
+
+    let mut plots = Vec::new();
+    for &sc in &settings.scenarios {
+        let path = path_for(&args.plot, sc);
+        match write_cdf(&results.rows, sc, &path) {
+            Ok(false) => {}
+            Err(e) => progress(&format!("plot {}: {e:#}", path.display())),
+            Ok(true) => plots.push(
+                std::fs::canonicalize(&path)
+                    .unwrap_or(path)
+                    .display()
+                    .to_string(),
+            ),
+        }
+    }
+    let verdicts = report::verdicts(&results.rows);
+    print!("{}", report::table(&results.rows, &verdicts, &plots));
+    if let Some(idle) = &results.idle {
+        print!("{}", idle.text());
+    }
+    for (sys, why) in &results.aborted {
+        println!(
+            "GIVEN UP {}: {}",
+            sys.name(),
+            why.lines().next().unwrap_or("")
+        );
+    }
+    println!("total: {total_s:.0} s");
+    if args.json {
+        let extra = json!({
+            "plots": plots,
+            "idle": results.idle,
+            "aborted": results.aborted.iter().map(|(s, w)| json!({"system": s.name(), "why": w})).collect::<Vec<_>>(),
+            "total_s": total_s,
+            "trials": settings.trials,
+            "nodes": settings.nodes,
+            "vips": settings.vips,
+        });
+        let main_plot = plots.first().cloned().unwrap_or_default();
+        println!(
+            "{}",
+            report::json(&results.rows, &verdicts, &main_plot, extra)
+        );
+    }
+    Ok(())
+}
