@@ -61,6 +61,10 @@ struct Args {
     /// `<stem>-<scenario>.svg`.
     #[arg(long, default_value = "target/bench/failover.svg")]
     plot: PathBuf,
+    /// Run nothing: merge the `--json` outputs of earlier runs (files) into one table, one
+    /// JSON document and CDF plots with every system side by side.
+    #[arg(long, num_args = 1.., value_name = "FILE")]
+    merge: Vec<PathBuf>,
 }
 
 fn parse_system(s: &str) -> Result<System, String> {
@@ -78,6 +82,13 @@ fn progress(line: &str) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 4)]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if !args.merge.is_empty() {
+        let doc = failover::merge::merge(&args.merge, &args.plot)?;
+        if args.json {
+            println!("{doc}");
+        }
+        return Ok(());
+    }
     require_root();
     install_ctrlc_cleanup();
     ensure!(args.nodes >= 2, "--nodes must be at least 2");

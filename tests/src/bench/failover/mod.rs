@@ -35,6 +35,7 @@
 
 pub mod idle;
 pub mod measure;
+pub mod merge;
 pub mod plot;
 pub mod report;
 pub mod scenarios;
