@@ -283,7 +283,7 @@ impl Context {
             .iter()
             .filter(|i| {
                 i.addrs.iter().any(|a| a.ip == self.heartbeat_ip)
-                    || self.args.interfaces.iter().any(|p| *p == i.name)
+                    || self.args.interfaces.contains(&i.name)
             })
             .map(|i| i.name.clone())
             .collect();
