@@ -170,17 +170,24 @@ pub async fn run(
 }
 
 async fn client(args: &AgentArgs) -> Result<Client, AgentError> {
-    let err = |e: &dyn std::fmt::Display| AgentError::KubeConfig(e.to_string());
-    let config = match &args.kubeconfig {
+    kube_client(args.kubeconfig.as_deref())
+        .await
+        .map_err(AgentError::KubeConfig)
+}
+
+/// A client from `kubeconfig`, else from the in-cluster configuration, `$KUBECONFIG` or
+/// `~/.kube/config` (the agent and `announcer keygen` share it); the error says why in words.
+pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+    let config = match kubeconfig {
         Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
             kube::Config::from_custom_kubeconfig(kc, &Default::default())
                 .await
-                .map_err(|e| err(&e))?
+                .map_err(|e| e.to_string())?
         }
-        None => kube::Config::infer().await.map_err(|e| err(&e))?,
+        None => kube::Config::infer().await.map_err(|e| e.to_string())?,
     };
-    Ok(Client::try_from(config)?)
+    Client::try_from(config).map_err(|e| e.to_string())
 }
 
 /// The (Kubernetes) Event type and reason for a core event.

@@ -259,21 +259,15 @@ fn dead_agent_with_live_data_plane_is_waited_for() {
     );
 }
 
-#[test]
-fn restart_within_grace_changes_nothing() {
-    let mut w = World::new(2);
-    w.run_for(Duration::from_secs(3));
-    let owner = w.owner();
-    let other = 1 - owner;
-    w.nodes[owner].agent = false;
-    w.run_for(Duration::from_secs(2));
-    // Restart with a new incarnation; the pinned entry is still there.
-    let config = w.nodes[owner].core.config().clone();
-    w.nodes[owner].core = Core::new(config, w.t, 2);
-    w.nodes[owner].agent = true;
-    let before = w.nodes[owner].outputs.len();
-    w.input(owner, Input::Existing(vec![(w.vip, "eth0".into())]));
-    w.input(owner, Input::WatchHealth(true));
+/// Restarts `node`'s agent (new incarnation) with the VIP's entry still pinned, as after a
+/// SIGKILL; returns how many outputs it had before, so the test can look at the new ones.
+fn restart_with_entry(w: &mut World, node: usize) -> usize {
+    let config = w.nodes[node].core.config().clone();
+    w.nodes[node].core = Core::new(config, w.t, 2);
+    w.nodes[node].agent = true;
+    let before = w.nodes[node].outputs.len();
+    w.input(node, Input::Existing(vec![(w.vip, "eth0".into())]));
+    w.input(node, Input::WatchHealth(true));
     let spec = VipSpec {
         vip: w.vip,
         service: ServiceRef {
@@ -283,7 +277,20 @@ fn restart_within_grace_changes_nothing() {
         eligible: [World::name(0), World::name(1)].into_iter().collect(),
         local: Some("eth0".into()),
     };
-    w.input(owner, Input::Vips(vec![spec]));
+    w.input(node, Input::Vips(vec![spec]));
+    before
+}
+
+#[test]
+fn restart_within_grace_changes_nothing() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    w.nodes[owner].agent = false;
+    w.run_for(Duration::from_secs(2));
+    // Restart with a new incarnation; the pinned entry is still there.
+    let before = restart_with_entry(&mut w, owner);
     for _ in 0..5000 {
         w.run_for(MS);
         assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
@@ -317,22 +324,7 @@ fn a_node_back_from_a_crash_with_its_entry_still_pinned_announces_it() {
     // Back before the entry expired: the restarted agent finds it and keeps it, and since it
     // ranks first it stays the owner, so clients that followed the peer must be told.
     w.nodes[owner].up = true;
-    let config = w.nodes[owner].core.config().clone();
-    w.nodes[owner].core = Core::new(config, w.t, 2);
-    w.nodes[owner].agent = true;
-    let before = w.nodes[owner].outputs.len();
-    w.input(owner, Input::Existing(vec![(w.vip, "eth0".into())]));
-    w.input(owner, Input::WatchHealth(true));
-    let spec = VipSpec {
-        vip: w.vip,
-        service: ServiceRef {
-            namespace: "default".into(),
-            name: "web".into(),
-        },
-        eligible: [World::name(0), World::name(1)].into_iter().collect(),
-        local: Some("eth0".into()),
-    };
-    w.input(owner, Input::Vips(vec![spec]));
+    let before = restart_with_entry(&mut w, owner);
     w.run_for(Duration::from_secs(3));
     assert!(
         w.nodes[owner].outputs[before..]

@@ -99,17 +99,9 @@ pub async fn ensure_key(
 }
 
 async fn client(args: &KeygenArgs) -> Result<Client, KeygenError> {
-    let err = |e: &dyn std::fmt::Display| KeygenError::KubeConfig(e.to_string());
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(&e))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| err(&e))?
-        }
-        None => kube::Config::infer().await.map_err(|e| err(&e))?,
-    };
-    Client::try_from(config).map_err(|e| err(&e))
+    crate::agent::kube_client(args.kubeconfig.as_deref())
+        .await
+        .map_err(KeygenError::KubeConfig)
 }
 
 /// Runs `announcer keygen` to completion: prints what it did, exits 0, 78 (no configuration)
