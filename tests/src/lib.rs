@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod frames;
 pub mod model;
 pub mod netns;
+pub mod node_api;
 pub mod sim;
 pub mod testbed;
 pub mod testrun;

@@ -5,20 +5,19 @@
 //! silence once the agent has been told to stop. Needs root; never skips.
 
 use std::{
-    io::{BufRead, BufReader},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    path::{Path, PathBuf},
-    process::{Child, Stdio},
-    time::{Duration, Instant},
+    process::Stdio,
+    time::Duration,
 };
 
 use announcer_tests::{
     cli::{Cli, announcer_bin},
     cluster::{owned_vips, state_at},
-    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Netns, Pair, fmt_mac, require_root},
+    node_api::{Proc, set_ingress, start_apiserver, wait},
     tools::{arping, ndisc6, neigh_flush},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
@@ -28,106 +27,6 @@ const HTTP: u16 = 9746;
 const T: Duration = Duration::from_secs(20);
 /// How long a single ARP/NDP exchange may take.
 const PROBE: Duration = Duration::from_millis(800);
-
-/// A process killed (and reaped) on drop, also when the test panics.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn log_tail(&self) -> String {
-        log_tail(&self.log)
-    }
-}
-
-fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(25)..].join("\n")
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The objects the API server starts with: the heartbeat key, Node `node-a` (InternalIP
-/// 10.77.0.1, Ready), Service `default/web` with a ready endpoint on node-a. (Its VIPs go in
-/// with [`set_ingress`]: like kube-apiserver, the server drops a Service's status on create.)
-fn seed() -> String {
-    let docs = [
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "announcer-heartbeat-key", "namespace": "announcer-system"},
-               "data": {"key": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}}),
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
-               "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                          "addresses": [{"type": "InternalIP", "address": NODE_V4.to_string()}]}}),
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "web", "namespace": "default"},
-               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}],
-                        "externalTrafficPolicy": "Cluster"}}),
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": "web-slice", "namespace": "default",
-                            "labels": {"kubernetes.io/service-name": "web"}},
-               "addressType": "IPv4",
-               "endpoints": [{"addresses": ["10.244.0.1"], "nodeName": "node-a",
-                              "conditions": {"ready": true}}]}),
-    ];
-    docs.iter()
-        .map(|d| serde_json::to_string(d).expect("json"))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-}
-
-/// Starts the `apiserver` binary in `ns`; returns it and its address once it printed it.
-fn start_apiserver(ns: &Netns, dir: &Path) -> (Proc, String) {
-    let seed_path = dir.join("seed.yaml");
-    std::fs::write(&seed_path, seed()).expect("seed");
-    let log = dir.join("apiserver.log");
-    let mut child = ns
-        .nsenter_cmd(env!("CARGO_BIN_EXE_apiserver"))
-        .args(["--listen", "127.0.0.1:0", "--tokens", "node-a"])
-        .arg("--kubeconfig-out")
-        .arg(dir.join("kubeconfig"))
-        .arg("--seed")
-        .arg(&seed_path)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn apiserver");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc { child, log };
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read address");
-    assert!(
-        line.trim().starts_with("127.0.0.1:"),
-        "apiserver did not start: {line:?}\n{}",
-        proc.log_tail()
-    );
-    (proc, line.trim().to_owned())
-}
-
-/// Sets `default/web`'s ingress IPs through the status subresource, as an IPAM controller
-/// would, from inside the node namespace (where the API server listens).
-fn set_ingress(ns: &Netns, api: &str) {
-    let body = json!({"status": {"loadBalancer": {"ingress": [
-        {"ip": VIP4.to_string()}, {"ip": VIP6.to_string()}]}}});
-    let url = format!("http://{api}/api/v1/namespaces/default/services/web/status");
-    let status = ns.enter(|| {
-        ureq::request("PATCH", &url)
-            .set("Authorization", "Bearer node-a")
-            .set("Content-Type", "application/merge-patch+json")
-            .send_string(&body.to_string())
-            .map(|r| r.status())
-            .map_err(|e| e.to_string())
-    });
-    assert_eq!(status, Ok(200), "patch the Service status");
-}
 
 /// The agent's `/state`, read from inside the node namespace.
 fn state(ns: &Netns) -> Option<Value> {
@@ -142,19 +41,6 @@ fn neighbour_is_node(client: &Netns, ip: IpAddr) -> bool {
         e["dst"].as_str().and_then(|d| d.parse::<IpAddr>().ok()) == Some(ip)
             && e["lladdr"].as_str() == Some(fmt_mac(NODE_MAC).as_str())
     })
-}
-
-/// Polls `cond` for up to `timeout`; panics with `log`'s tail if it never holds.
-fn wait(what: &str, timeout: Duration, log: &Path, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}\n--- agent log ---\n{}",
-            log_tail(log)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// `vip list --json` rows for our VIPs.
@@ -185,7 +71,7 @@ async fn agent_answers_announces_and_withdraws_on_sigterm() {
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
     let (_api, api_addr) = start_apiserver(&pair.node, &dir);
-    set_ingress(&pair.node, &api_addr);
+    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
 
     let log = dir.join("agent.log");
     let child = pair

@@ -5,20 +5,19 @@
 //! scrapes — must agree with what happened. Needs root; never skips.
 
 use std::{
-    io::{BufRead, BufReader},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    path::{Path, PathBuf},
-    process::{Child, Stdio},
-    time::{Duration, Instant},
+    process::Stdio,
+    time::Duration,
 };
 
 use announcer_tests::{
     cli::{Cli, announcer_bin},
     cluster::{owned_vips, state_at},
-    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
+    node_api::{Proc, set_ingress, start_apiserver, wait},
     tools::{arping, neigh_flush},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0x100);
@@ -27,110 +26,6 @@ const HTTP: u16 = 9746;
 const AGENT: &str = "http://127.0.0.1:9746";
 /// Generous bound for the agent to start, attach and take the VIPs.
 const T: Duration = Duration::from_secs(20);
-
-/// A process killed (and reaped) on drop, also when the test panics.
-struct Proc {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn log_tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(25)..].join("\n")
-}
-
-/// The API server's initial objects: the heartbeat key, Node `node-a` (Ready), Service
-/// `default/web` with a ready endpoint on node-a.
-fn seed() -> String {
-    let docs = [
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "announcer-heartbeat-key", "namespace": "announcer-system"},
-               "data": {"key": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}}),
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
-               "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                          "addresses": [{"type": "InternalIP", "address": NODE_V4.to_string()}]}}),
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": "web", "namespace": "default"},
-               "spec": {"type": "LoadBalancer", "ports": [{"port": 80}],
-                        "externalTrafficPolicy": "Cluster"}}),
-        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-               "metadata": {"name": "web-slice", "namespace": "default",
-                            "labels": {"kubernetes.io/service-name": "web"}},
-               "addressType": "IPv4",
-               "endpoints": [{"addresses": ["10.244.0.1"], "nodeName": "node-a",
-                              "conditions": {"ready": true}}]}),
-    ];
-    docs.iter()
-        .map(|d| serde_json::to_string(d).expect("json"))
-        .collect::<Vec<_>>()
-        .join("\n---\n")
-}
-
-/// Starts the `apiserver` binary in `ns`; returns it and its address.
-fn start_apiserver(ns: &Netns, dir: &Path) -> (Proc, String) {
-    let seed_path = dir.join("seed.yaml");
-    std::fs::write(&seed_path, seed()).expect("seed");
-    let log = dir.join("apiserver.log");
-    let mut child = ns
-        .nsenter_cmd(env!("CARGO_BIN_EXE_apiserver"))
-        .args(["--listen", "127.0.0.1:0", "--tokens", "node-a"])
-        .arg("--kubeconfig-out")
-        .arg(dir.join("kubeconfig"))
-        .arg("--seed")
-        .arg(&seed_path)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn apiserver");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc { child, log };
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read address");
-    assert!(
-        line.trim().starts_with("127.0.0.1:"),
-        "apiserver did not start: {line:?}\n{}",
-        log_tail(&proc.log)
-    );
-    (proc, line.trim().to_owned())
-}
-
-/// Sets `default/web`'s ingress IPs through the status subresource.
-fn set_ingress(ns: &Netns, api: &str) {
-    let body = json!({"status": {"loadBalancer": {"ingress": [
-        {"ip": VIP4.to_string()}, {"ip": VIP6.to_string()}]}}});
-    let url = format!("http://{api}/api/v1/namespaces/default/services/web/status");
-    let status = ns.enter(|| {
-        ureq::request("PATCH", &url)
-            .set("Authorization", "Bearer node-a")
-            .set("Content-Type", "application/merge-patch+json")
-            .send_string(&body.to_string())
-            .map(|r| r.status())
-            .map_err(|e| e.to_string())
-    });
-    assert_eq!(status, Ok(200), "patch the Service status");
-}
-
-fn wait(what: &str, log: &Path, mut cond: impl FnMut() -> bool) {
-    let end = Instant::now() + T;
-    while !cond() {
-        assert!(
-            Instant::now() < end,
-            "timed out waiting for {what}\n--- agent log ---\n{}",
-            log_tail(log)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `status --json --agent AGENT`: (exit code, document).
 fn status_json(cli: &Cli) -> (Option<i32>, Value) {
@@ -170,7 +65,7 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
     let (_api, api_addr) = start_apiserver(&pair.node, &dir);
-    set_ingress(&pair.node, &api_addr);
+    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
     let log = dir.join("agent.log");
     let child = pair
         .node
@@ -191,7 +86,7 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
         child,
         log: log.clone(),
     };
-    wait("the agent to own both VIPs", &log, || {
+    wait("the agent to own both VIPs", T, &log, || {
         pair.node.enter(|| state_at(HTTP)).is_some_and(|s| {
             let owned = owned_vips(&s);
             owned.contains(&IpAddr::V4(VIP4)) && owned.contains(&IpAddr::V6(VIP6))
