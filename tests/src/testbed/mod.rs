@@ -58,7 +58,7 @@ use std::{
     path::PathBuf,
     process::Child,
     sync::Mutex,
-    sync::atomic::{AtomicU32, Ordering},
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
     time::{Duration, Instant},
 };
 
@@ -469,6 +469,15 @@ impl Drop for Testbed {
 /// 130. (Destructors do not run on a signal; this does their work from a watcher thread.)
 /// Call once, early; it needs no runtime from the caller.
 pub fn install_ctrlc_cleanup() {
+    // Cleaning up kills the tools the main thread may be waiting for, which then panics; after
+    // a Ctrl-C that panic is noise, not news.
+    static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !INTERRUPTED.load(Ordering::SeqCst) {
+            report(info);
+        }
+    }));
     std::thread::Builder::new()
         .name("testbed-ctrlc".into())
         .spawn(|| {
@@ -485,6 +494,7 @@ pub fn install_ctrlc_cleanup() {
                     _ = term.recv() => {}
                 }
             });
+            INTERRUPTED.store(true, Ordering::SeqCst);
             eprintln!("interrupted: cleaning up the testbed");
             cleanup_this_process();
             std::process::exit(130);
