@@ -61,13 +61,22 @@ pub struct Cluster {
     agents: BTreeMap<String, Agent>,
 }
 
-/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats; races are unlikely in tests).
+/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats), never one this process handed
+/// out before: the kernel may offer a port again as soon as its probe socket closes, before the
+/// agent it was meant for has bound it, and two agents would then share it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        if GIVEN.lock().expect("port set").insert(port) {
+            return port;
+        }
+    }
 }
 
 impl Cluster {
