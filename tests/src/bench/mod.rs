@@ -21,3 +21,4 @@ pub mod plot;
 pub mod report;
 pub mod stats;
 pub mod userspace;
+pub mod verdict;

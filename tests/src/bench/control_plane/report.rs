@@ -5,6 +5,8 @@ use std::{collections::BTreeMap, fmt::Write as _};
 
 use serde_json::{Value, json};
 
+pub use crate::bench::verdict::Verdict;
+
 use super::{
     Case, MAX_NODE_LEASE_WRITES_PER_NODE, Measurement, Mode, NODE_LEASE_RENEW, SERVICE_LEASE_RETRY,
 };
@@ -13,28 +15,6 @@ use super::{
 /// Service counts and still count as independent of them: one renewal more or less in a short
 /// window, not a per-Service cost.
 pub const INDEPENDENCE_SLACK: f64 = 0.1;
-
-/// One judged claim (`pass: None`: informational).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Verdict {
-    /// Key in the JSON `verdicts` object.
-    pub name: &'static str,
-    /// What was found, in words.
-    pub text: String,
-    pub value: Option<f64>,
-    pub limit: Option<f64>,
-    pub pass: Option<bool>,
-}
-
-impl Verdict {
-    fn mark(&self) -> &'static str {
-        match self.pass {
-            Some(true) => "PASS",
-            Some(false) => "FAIL",
-            None => "info",
-        }
-    }
-}
 
 fn rows(ms: &[Measurement], mode: Mode) -> impl Iterator<Item = &Measurement> {
     ms.iter().filter(move |m| m.case.mode == mode)
@@ -65,7 +45,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             })
             .collect();
         v.push(Verdict {
-            name: "node_lease_saturated_rows",
+            name: "node_lease_saturated_rows".into(),
             text: format!(
                 "node-lease rows not judged, the machine could not keep up: {}",
                 list.join("; ")
@@ -85,7 +65,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             .expect("not empty");
         let max = worst.writes_per_s_per_node();
         v.push(Verdict {
-            name: "node_lease_writes_per_node",
+            name: "node_lease_writes_per_node".into(),
             text: format!(
                 "node-lease: max {max:.2} writes/s per node ({}×{}; renewal every {:?}), target ≤ {MAX_NODE_LEASE_WRITES_PER_NODE}",
                 worst.case.agents, worst.case.services, NODE_LEASE_RENEW
@@ -113,7 +93,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             .collect();
         if let Some(&(agents, spread)) = spreads.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
             v.push(Verdict {
-                name: "node_lease_independent_of_services",
+                name: "node_lease_independent_of_services".into(),
                 text: format!(
                     "node-lease: writes/s per node vary by at most {spread:.2} across Service counts (worst at {agents} agents), target ≤ {INDEPENDENCE_SLACK}"
                 ),
@@ -129,7 +109,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             .max_by(|a, b| a.reads_per_s().total_cmp(&b.reads_per_s()))
             .expect("not empty");
         v.push(Verdict {
-            name: "node_lease_reads_only_watches",
+            name: "node_lease_reads_only_watches".into(),
             text: format!(
                 "node-lease: {reads} GET/LIST requests in all steady-state windows (max {:.2}/s at {}×{}); reads only through watches, target 0",
                 worst.reads_per_s(),
@@ -147,7 +127,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
     let kept: Vec<&Measurement> = lps.iter().copied().filter(|m| !m.saturated()).collect();
     if let (Some(lo), Some(hi)) = (kept.iter().min_by_key(size), kept.iter().max_by_key(size)) {
         v.push(Verdict {
-            name: "lease_per_service_growth",
+            name: "lease_per_service_growth".into(),
             text: format!(
                 "lease-per-service: {:.0} reads/s at {}×{} → {:.0} reads/s at {}×{} (demanded {:.0}: every node GETs every Lease every {:?})",
                 lo.reads_per_s(),
@@ -180,7 +160,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
         .collect();
     if !sat.is_empty() {
         v.push(Verdict {
-            name: "lease_per_service_saturated_rows",
+            name: "lease_per_service_saturated_rows".into(),
             text: format!(
                 "lease-per-service rows the machine could not serve: {}",
                 sat.join("; ")
@@ -204,7 +184,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
         .collect();
     if let Some((case, ratio)) = pairs.iter().max_by(|a, b| a.1.total_cmp(&b.1)) {
         v.push(Verdict {
-            name: "lease_per_service_vs_node_lease",
+            name: "lease_per_service_vs_node_lease".into(),
             text: format!(
                 "lease-per-service makes up to {ratio:.0}× the API requests of node-lease ({}×{})",
                 case.agents, case.services
@@ -229,7 +209,7 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             })
             .collect();
         v.push(Verdict {
-            name: "single_owner_at_end",
+            name: "single_owner_at_end".into(),
             text: if bad.is_empty() {
                 "every VIP had exactly one owner at the end of every window".into()
             } else {

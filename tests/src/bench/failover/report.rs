@@ -3,6 +3,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
+pub use crate::bench::verdict::Verdict;
 use serde_json::{Value, json};
 
 use super::{scenarios::Scenario, systems::System, trial::Trial};
@@ -80,26 +81,6 @@ impl Row {
 
     fn probed_vips(&self) -> usize {
         self.trials.iter().map(|t| t.vips).max().unwrap_or(0)
-    }
-}
-
-/// One judged claim (`pass: None`: informational).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Verdict {
-    pub name: String,
-    pub text: String,
-    pub value: Option<f64>,
-    pub limit: Option<f64>,
-    pub pass: Option<bool>,
-}
-
-impl Verdict {
-    fn mark(&self) -> &'static str {
-        match self.pass {
-            Some(true) => "PASS",
-            Some(false) => "FAIL",
-            None => "info",
-        }
     }
 }
 
