@@ -208,34 +208,31 @@ impl Testbed {
              active: {parts:?}"
         );
         for n in [a, b] {
-            self.bridge.ip(&[
-                "link",
-                "set",
-                "dev",
-                &port_name(n),
-                "type",
-                "bridge_slave",
-                "isolated",
-                "on",
-            ]);
+            self.set_isolated(n, true);
         }
         parts.insert(pair);
+    }
+
+    /// Bridge port isolation of `node`'s port: isolated ports reach only non-isolated ones.
+    fn set_isolated(&self, node: &str, on: bool) {
+        let state = if on { "on" } else { "off" };
+        self.bridge.ip(&[
+            "link",
+            "set",
+            "dev",
+            &port_name(node),
+            "type",
+            "bridge_slave",
+            "isolated",
+            state,
+        ]);
     }
 
     /// Ends the partition between `a` and `b`.
     pub fn heal(&self, a: &str, b: &str) {
         let mut parts = self.partitions.lock().expect("partitions");
         for n in [a, b] {
-            self.bridge.ip(&[
-                "link",
-                "set",
-                "dev",
-                &port_name(n),
-                "type",
-                "bridge_slave",
-                "isolated",
-                "off",
-            ]);
+            self.set_isolated(n, false);
         }
         parts.remove(&ordered(a, b));
     }
