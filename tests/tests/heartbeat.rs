@@ -29,6 +29,9 @@ fn beat(node: &str, mac: u8) -> Beat {
         api_ok: true,
         ready: true,
         acks: vec![],
+        hears: vec![],
+        config: 0,
+        view: 0,
     }
 }
 

@@ -170,6 +170,9 @@ pub fn view(lease: &Lease) -> Result<(LeaseView, Option<SocketAddr>), MalformedL
             .map(|t| t.0.to_string()),
         duration,
         released,
+        standby: false,
+        connected: 0,
+        links: None,
     };
     Ok((view, heartbeat))
 }

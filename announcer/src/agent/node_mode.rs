@@ -182,6 +182,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 Output::WriteLease {
                     resource_version,
                     release,
+                    ..
                 } => {
                     let (lease, tx) = (lease.clone(), write_tx.clone());
                     let recorder = ctx.recorder.clone();
@@ -231,6 +232,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     // Logged by `publish`, also when the Event itself is not written.
                     let (type_, reason) = announce_event_type(&kind);
                     ctx.events.publish(&service, type_, reason, &message);
+                }
+                Output::NodeEvent { kind, message } => {
+                    tracing::warn!(?kind, "{message}");
                 }
                 Output::Exit => exit = true,
             }

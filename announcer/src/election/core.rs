@@ -606,6 +606,8 @@ impl Core {
         self.out.push_back(Output::WriteLease {
             resource_version: self.own_rv.clone(),
             release: false,
+            standby: false,
+            connected: 0,
         });
     }
 
@@ -983,6 +985,8 @@ impl Core {
             self.out.push_back(Output::WriteLease {
                 resource_version: Some(rv),
                 release: true,
+                standby: false,
+                connected: 0,
             });
         }
         self.out.push_back(Output::Exit);
@@ -1009,6 +1013,9 @@ impl Core {
             api_ok: self.trusted_since.is_some(),
             ready: self.ready,
             acks,
+            hears: Vec::new(),
+            config: self.config.config_hash,
+            view: 0,
         }));
     }
 

@@ -96,6 +96,9 @@ impl World {
                         renew_time: Some(rv.clone()),
                         duration: Duration::from_secs(10),
                         released: release,
+                        standby: false,
+                        connected: 0,
+                        links: None,
                     };
                     let t = self.t;
                     self.nodes[i].core.handle(

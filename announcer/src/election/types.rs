@@ -28,6 +28,12 @@ impl From<String> for NodeName {
     }
 }
 
+impl std::borrow::Borrow<str> for NodeName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for NodeName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -92,6 +98,93 @@ pub struct LeaseView {
     pub duration: Duration,
     /// Set by a node that is leaving for good (SIGTERM handover done): do not wait for expiry.
     pub released: bool,
+    /// Set by a node that stepped back because it cannot exchange heartbeats with peers whose
+    /// Leases renew (`announcer.dev/standby`): not a candidate; its VIPs are taken without a
+    /// probe while it keeps answering them for a moment (make before break through the API).
+    pub standby: bool,
+    /// How many peers it exchanged heartbeats with both ways at its last renewal
+    /// (`announcer.dev/connected`): an isolated node steps back only for a better-connected
+    /// peer, so a two-node partition never darkens a VIP.
+    pub connected: u32,
+    /// The links it can announce on (`announcer.dev/links`), or `None` if it publishes none
+    /// (an older agent): then it is assumed to announce anything, from its heartbeat MAC.
+    pub links: Option<Vec<Link>>,
+}
+
+/// One link a node can announce VIPs on, as published in its Lease: peers rank it only for
+/// VIPs it can announce, and probe the MAC it answers that VIP with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// The MAC its data plane answers with on this link.
+    pub mac: MacAddr,
+    /// The subnets on the link: a VIP inside one is announced here.
+    pub subnets: Vec<Subnet>,
+    /// VIPs in no subnet of any link are announced here (the InternalIP's link, or the first
+    /// allowed interface).
+    pub fallback: bool,
+}
+
+/// An IP network: an address and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Subnet {
+    /// Any address in it (host bits are ignored).
+    pub addr: IpAddr,
+    /// Prefix length: at most 32 for IPv4, 128 for IPv6.
+    pub prefix: u8,
+}
+
+impl Subnet {
+    /// Whether `ip` is inside (same family, same first `prefix` bits).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) if self.prefix <= 32 => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) if self.prefix <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Subnet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl std::str::FromStr for Subnet {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, p) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected address/prefix"))?;
+        let addr: IpAddr = a.parse().map_err(|_| format!("{s:?}: bad address"))?;
+        let prefix: u8 = p.parse().map_err(|_| format!("{s:?}: bad prefix length"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        if prefix > max {
+            return Err(format!("{s:?}: prefix longer than {max}"));
+        }
+        Ok(Subnet { addr, prefix })
+    }
+}
+
+impl Link {
+    /// The MAC `node` answers `vip` with, by the same rule the agent picks interfaces: the
+    /// link whose subnet contains it (longest prefix), else the fallback link. `None`: the node
+    /// cannot announce it.
+    pub fn mac_for(links: &[Link], vip: IpAddr) -> Option<MacAddr> {
+        links
+            .iter()
+            .filter_map(|l| {
+                let best = l.subnets.iter().filter(|s| s.contains(vip)).map(|s| s.prefix).max()?;
+                Some((best, l.mac))
+            })
+            .max_by_key(|(p, _)| *p)
+            .map(|(_, m)| m)
+            .or_else(|| links.iter().find(|l| l.fallback).map(|l| l.mac))
+    }
 }
 
 /// How a Lease write the core asked for ([`Output::WriteLease`]) ended.
@@ -128,6 +221,18 @@ pub struct Beat {
     pub ready: bool,
     /// Leaving nodes whose VIPs the sender has taken over and announced (handover acks).
     pub acks: Vec<NodeName>,
+    /// Peers whose heartbeats the sender hears (one arrived within its dead-after time). On
+    /// the wire each recipient learns only whether it is among them, so in a received beat
+    /// this is empty or holds just the receiver.
+    pub hears: Vec<NodeName>,
+    /// Fingerprint of the sender's configuration as far as it changes the ranking (selectors,
+    /// class, families, timings): a peer with another one is mid-roll and may rank
+    /// differently ([`Config::config_hash`]).
+    pub config: u64,
+    /// Fingerprint of the sender's view of the cluster: the VIPs and their eligible sets. A
+    /// successor with another view may not have the VIP yet (a lagging watch), so the old owner
+    /// holds on to it a little longer.
+    pub view: u64,
 }
 
 /// Events fed to [`Core::handle`](super::Core::handle). Time is passed alongside.
@@ -183,6 +288,21 @@ pub enum EventKind {
     Overlap,
 }
 
+/// Why the core raised an Event about this node rather than a VIP (recorded on the Node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEventKind {
+    /// This node cannot exchange heartbeats with peers whose Leases renew, and steps back
+    /// (Warning, `Isolated`).
+    Isolated,
+    /// Heartbeats flow both ways again; the node takes VIPs again (Normal, `Rejoined`).
+    Rejoined,
+    /// A peer runs with another configuration fingerprint (Warning, `ConfigMismatch`).
+    ConfigMismatch,
+    /// Fenced: our Lease or our watches have been stale for a Lease duration while peers
+    /// reach the API (Warning, `Fenced`).
+    Fenced,
+}
+
 /// Actions the core asks of the shell, drained with [`Core::poll_output`](super::Core::poll_output).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Output {
@@ -194,6 +314,11 @@ pub enum Output {
         resource_version: Option<String>,
         /// Mark the Lease released (graceful leave).
         release: bool,
+        /// Publish that this node stepped back ([`LeaseView::standby`]).
+        standby: bool,
+        /// Publish how many peers it exchanges heartbeats with both ways
+        /// ([`LeaseView::connected`]).
+        connected: u32,
     },
     /// Send one heartbeat to every peer.
     SendHeartbeat(Beat),
@@ -242,6 +367,13 @@ pub enum Output {
         /// Human-readable message.
         message: String,
     },
+    /// Record an Event about this node (on its Node object) and log it.
+    NodeEvent {
+        /// Kind (maps to reason and type).
+        kind: NodeEventKind,
+        /// Human-readable message.
+        message: String,
+    },
     /// Shutdown handover complete: the shell may exit.
     Exit,
 }
@@ -273,6 +405,9 @@ pub struct Config {
     pub warmup: Duration,
     /// On shutdown, the longest to wait for successors' acks before leaving anyway.
     pub handover_timeout: Duration,
+    /// Fingerprint of this agent's ranking-relevant configuration, sent in every heartbeat
+    /// ([`Beat::config`]); the shell computes it.
+    pub config_hash: u64,
 }
 
 impl Config {
@@ -289,6 +424,7 @@ impl Config {
             probe_timeout: Duration::from_millis(100),
             warmup: Duration::from_millis(500),
             handover_timeout: Duration::from_secs(2),
+            config_hash: 0,
         }
     }
 

@@ -22,6 +22,9 @@ fn beat() -> Beat {
         api_ok: true,
         ready: true,
         acks: vec!["node-c".into()],
+        hears: vec![],
+        config: 0,
+        view: 0,
     }
 }
 

@@ -47,6 +47,9 @@ impl NaiveCore {
                 api_ok: true,
                 ready: now >= self.started + self.cfg.warmup,
                 acks: Vec::new(),
+                hears: Vec::new(),
+                config: 0,
+                view: 0,
             }));
             self.next_beat = now + self.cfg.heartbeat_interval;
         }
@@ -54,6 +57,8 @@ impl NaiveCore {
             self.out.push_back(Output::WriteLease {
                 resource_version: self.rv.clone(),
                 release: false,
+                standby: false,
+                connected: 0,
             });
             self.stats.lease_writes += 1;
             self.writing = true;
@@ -162,6 +167,8 @@ impl Agent for NaiveCore {
                 self.out.push_back(Output::WriteLease {
                     resource_version: self.rv.clone(),
                     release: true,
+                    standby: false,
+                    connected: 0,
                 });
                 self.out.push_back(Output::Exit);
                 return;

@@ -118,7 +118,7 @@ enum Ev {
         node: usize,
         run: u64,
         rv: Option<String>,
-        release: bool,
+        body: LeaseBody,
     },
     Garp {
         client: usize,
@@ -132,7 +132,15 @@ enum Ev {
 struct StoredLease {
     rv: u64,
     renew: String,
+    body: LeaseBody,
+}
+
+/// What a Lease write says besides its renewal.
+#[derive(Clone, Copy, Debug, Default)]
+struct LeaseBody {
     released: bool,
+    standby: bool,
+    connected: u32,
 }
 
 struct Client {
@@ -337,8 +345,8 @@ impl<A: Agent> World<A> {
                 node,
                 run,
                 rv,
-                release,
-            } => self.api_write(node, run, rv, release),
+                body,
+            } => self.api_write(node, run, rv, body),
             Ev::Garp { client, vip, node } => {
                 let c = &mut self.clients[client];
                 c.cache[vip] = Some(node);

@@ -14,7 +14,7 @@ use announcer::election::{
 };
 use rand::Rng;
 
-use super::{Agent, Ev, IFACE, StoredLease, VTime, What, World, bit, hash_beat, us};
+use super::{Agent, Ev, IFACE, LeaseBody, StoredLease, VTime, What, World, bit, hash_beat, us};
 
 impl<A: Agent> World<A> {
     pub(super) fn reachable(&self, a: usize, b: usize) -> bool {
@@ -52,17 +52,24 @@ impl<A: Agent> World<A> {
             Output::WriteLease {
                 resource_version,
                 release,
+                standby,
+                connected,
             } => {
                 if self.api[node] {
                     let at = self.now + us(&mut self.rng, 500, 5000);
-                    let (rv, release) = (resource_version.clone(), *release);
+                    let rv = resource_version.clone();
+                    let body = LeaseBody {
+                        released: *release,
+                        standby: *standby,
+                        connected: *connected,
+                    };
                     self.queue.push(
                         at,
                         Ev::ApiWrite {
                             node,
                             run,
                             rv,
-                            release,
+                            body,
                         },
                     );
                 } else {
@@ -137,7 +144,7 @@ impl<A: Agent> World<A> {
                     _ => unreachable!(),
                 }
             }
-            Output::Event { .. } | Output::SendHeartbeat(_) => {}
+            Output::Event { .. } | Output::NodeEvent { .. } | Output::SendHeartbeat(_) => {}
             Output::Exit => {}
         }
         let exit = out == Output::Exit;
@@ -157,12 +164,15 @@ impl<A: Agent> World<A> {
             resource_version: l.rv.to_string(),
             renew_time: Some(l.renew.clone()),
             duration: self.plan.timing.lease_duration,
-            released: l.released,
+            released: l.body.released,
+            standby: l.body.standby,
+            connected: l.body.connected,
+            links: None,
         })
     }
 
     /// The API server: a create or a replace with a `resourceVersion` precondition.
-    pub(super) fn api_write(&mut self, node: usize, run: u64, rv: Option<String>, release: bool) {
+    pub(super) fn api_write(&mut self, node: usize, run: u64, rv: Option<String>, body: LeaseBody) {
         let reply = self.now + us(&mut self.rng, 500, 5000);
         if !self.api[node] {
             self.deliver(
@@ -201,7 +211,7 @@ impl<A: Agent> World<A> {
             StoredLease {
                 rv: new_rv,
                 renew: format!("{}us", self.now.as_micros()),
-                released: release,
+                body,
             },
         );
         let written = LeaseWriteResult::Written {
