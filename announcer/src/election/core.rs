@@ -66,8 +66,8 @@ use std::{
 use announcer_ebpf::wire::MacAddr;
 
 use super::{
-    Beat, Config, EventKind, IfaceName, Input, Instant, LeaseView, LeaseWriteResult, NodeName,
-    Output, VipSpec, lease::Observed, peer::Peer, rendezvous,
+    Beat, Config, EventKind, IfaceName, Input, Instant, LeaseView, LeaseWriteResult, NodeEventKind,
+    NodeName, Output, VipSpec, lease::Observed, peer::Peer, rendezvous,
 };
 
 /// One peer as this node sees it (for `announcer status` and the simulator).
@@ -104,6 +104,12 @@ pub struct Stats {
     pub lease_conflicts: u64,
     /// Lease writes that failed otherwise.
     pub lease_failures: u64,
+    /// Times this node stepped back because it could exchange heartbeats with no peer.
+    #[serde(default)]
+    pub standbys: u64,
+    /// Peers reported running another configuration.
+    #[serde(default)]
+    pub config_mismatches: u64,
 }
 
 /// A failover: this node took a VIP that a peer ranked above it announced until that peer went
@@ -127,15 +133,39 @@ pub struct Failover {
 /// simulator does not).
 const MAX_FAILOVERS: usize = 1024;
 
-/// A takeover waiting on a probe of the previous owner's data plane.
+/// Once a suspect's data plane has answered a probe, this many probes in a row must go
+/// unanswered before its VIP is taken: one lost answer must not make two owners.
+pub const PROBE_LOSSES_AFTER_ANSWER: u32 = 3;
+
+/// A peer whose configuration fingerprint differs from ours for this long is reported (a
+/// ConfigMap roll takes a few seconds per node; longer means a node kept an old config).
+pub const CONFIG_MISMATCH_AFTER: Duration = Duration::from_secs(10);
+
+/// A takeover waiting on a probe of one suspect's data plane.
 #[derive(Clone, Debug)]
 struct Probe {
     target: NodeName,
     mac: MacAddr,
-    /// Silence until then means take over.
+    /// Silence until then means this suspect is gone (or, if it answered before, one more
+    /// loss).
     deadline: Instant,
     /// The last probe was answered; probe again at `deadline`.
     answered: bool,
+    /// Some probe of this suspect was answered: its data plane was alive, so silence must
+    /// repeat [`PROBE_LOSSES_AFTER_ANSWER`] times.
+    heard: bool,
+    /// Unanswered probes in a row since the last answer.
+    losses: u32,
+    /// Concluded: nobody answers at this MAC.
+    silent: bool,
+}
+
+/// This node stepped back: it cannot exchange heartbeats with peers that the API shows alive.
+#[derive(Clone, Copy, Debug)]
+struct Standby {
+    /// When our Lease saying so was written: we keep answering our VIPs for
+    /// [`Config::standby_hold`] after it, while peers see it and take them.
+    written: Option<Instant>,
 }
 
 /// Per-VIP state.
@@ -146,7 +176,11 @@ struct Vip {
     ranking: Vec<NodeName>,
     /// The interface our entry is on, if we have one installed.
     installed: Option<IfaceName>,
-    probe: Option<Probe>,
+    /// One per suspect ranked above us; the VIP is taken when all are silent.
+    probes: Vec<Probe>,
+    /// Installed here but owned by another node since then: released when that node shares
+    /// our view (it has the VIP too), or after [`Config::view_hold`].
+    lost_at: Option<Instant>,
     /// We took it while this peer (incarnation) was still a member: if it comes back with the
     /// same incarnation, both of us answered.
     took_from: Option<(NodeName, u64, Instant)>,
@@ -210,6 +244,22 @@ pub struct Core {
     stats: Stats,
     /// Failovers not yet collected by [`Core::take_failovers`].
     failovers: VecDeque<Failover>,
+    /// Fingerprint of the VIPs and their eligible sets ([`Beat::view`]).
+    view: u64,
+    /// Since when no peer exchanges heartbeats with us both ways (while peers exist).
+    alone_since: Option<Instant>,
+    /// Since when some peer does again (for leaving standby).
+    connected_since: Option<Instant>,
+    /// Set while this node stepped back.
+    standby: Option<Standby>,
+    /// Since when our watches are unhealthy (for fencing on stale watches).
+    watch_bad_since: Option<Instant>,
+    /// Whether we were fenced at the last tick (to raise the Event once).
+    was_fenced: bool,
+    /// VIPs with [`Vip::lost_at`] set.
+    holding: BTreeSet<IpAddr>,
+    /// A Lease or link change that needs a full reconcile at the next tick.
+    dirty: bool,
 }
 
 impl Core {
@@ -243,6 +293,14 @@ impl Core {
             probing: BTreeSet::new(),
             stats: Stats::default(),
             failovers: VecDeque::new(),
+            view: 0,
+            alone_since: None,
+            connected_since: None,
+            standby: None,
+            watch_bad_since: Some(now),
+            was_fenced: false,
+            holding: BTreeSet::new(),
+            dirty: false,
             config,
         }
     }
@@ -265,8 +323,10 @@ impl Core {
                 if node == self.config.node {
                     self.own_rv = None;
                     self.own_seen = true;
-                } else if let Some(p) = self.peers.get_mut(&node) {
-                    p.lease = None;
+                } else {
+                    // Forget it whole: state exists only for nodes with a Lease, so forged
+                    // or departed names cost nothing.
+                    self.peers.remove(&node);
                 }
             }
             Input::LeaseWrite(result) => self.lease_written(now, result),
@@ -277,6 +337,11 @@ impl Core {
                     self.next_write = now;
                 }
                 self.watch_ok = ok;
+                if ok {
+                    self.watch_bad_since = None;
+                } else if self.watch_bad_since.is_none() {
+                    self.watch_bad_since = Some(now);
+                }
                 if ok && !self.synced {
                     self.synced = true;
                     self.synced_at = now;
@@ -289,17 +354,17 @@ impl Core {
                 let asked = self
                     .vips
                     .get(&vip)
-                    .and_then(|v| v.probe.as_ref())
-                    .is_some_and(|p| p.mac == mac && !p.answered);
+                    .is_some_and(|v| v.probes.iter().any(|p| p.mac == mac && !p.answered));
                 if asked {
                     self.stats.probes_answered += 1;
                     let deadline = now + self.config.reprobe_interval();
                     for ip in &self.probing {
-                        if let Some(p) = self.vips.get_mut(ip).and_then(|v| v.probe.as_mut())
-                            && p.mac == mac
-                            && !p.answered
-                        {
+                        let Some(v) = self.vips.get_mut(ip) else { continue };
+                        for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.answered) {
                             p.answered = true;
+                            p.heard = true;
+                            p.losses = 0;
+                            p.silent = false;
                             p.deadline = deadline;
                         }
                     }
@@ -387,8 +452,33 @@ impl Core {
             at(ok + self.config.lease_duration);
         }
         for ip in &self.probing {
-            if let Some(p) = self.vips.get(ip).and_then(|v| v.probe.as_ref()) {
-                at(p.deadline);
+            if let Some(v) = self.vips.get(ip) {
+                for p in v.probes.iter().filter(|p| !p.silent) {
+                    at(p.deadline);
+                }
+            }
+        }
+        let hold = self.config.view_hold();
+        for ip in &self.holding {
+            if let Some(lost) = self.vips.get(ip).and_then(|v| v.lost_at) {
+                at(lost + hold);
+            }
+        }
+        if let Some(w) = self.standby.and_then(|s| s.written) {
+            at(w + self.config.standby_hold());
+        }
+        if let Some(t) = self.alone_since {
+            at(t + self.config.dead_after());
+        }
+        if let Some(t) = self.connected_since {
+            at(t + self.config.rejoin_after());
+        }
+        if let (Some(t), Some(ok)) = (self.watch_bad_since, self.peers_api_ok_since) {
+            at(t.max(ok) + self.config.lease_duration);
+        }
+        for p in self.peers.values() {
+            if let Some((t, false)) = p.config_mismatch {
+                at(t + CONFIG_MISMATCH_AFTER);
             }
         }
         Some(t)
@@ -475,7 +565,8 @@ impl Core {
                     spec,
                     ranking,
                     installed: None,
-                    probe: None,
+                    probes: Vec::new(),
+                    lost_at: None,
                     took_from: None,
                     reported: None,
                     wanted: true,
@@ -497,7 +588,10 @@ impl Core {
         self.vips = next;
         let vips = &self.vips;
         self.probing
-            .retain(|ip| vips.get(ip).is_some_and(|v| v.probe.is_some()));
+            .retain(|ip| vips.get(ip).is_some_and(|v| !v.probes.is_empty()));
+        self.holding
+            .retain(|ip| vips.get(ip).is_some_and(|v| v.lost_at.is_some()));
+        self.view = view_fingerprint(&self.vips);
     }
 
     fn lease_seen(&mut self, now: Instant, view: LeaseView) {
@@ -511,6 +605,13 @@ impl Core {
             .entry(view.node.clone())
             .or_insert_with(Peer::new);
         p.released = view.released;
+        let stepped_back = view.standby && !p.standby;
+        if p.standby != view.standby || p.links != view.links {
+            self.dirty = true;
+        }
+        p.standby = view.standby;
+        p.connected = view.connected;
+        p.links = view.links;
         match &mut p.lease {
             Some(o) => {
                 o.update(view.resource_version, view.renew_time, view.duration, now);
@@ -524,12 +625,45 @@ impl Core {
                 ))
             }
         }
+        if stepped_back {
+            self.count_overlaps_with(now, &view.node);
+        }
+    }
+
+    /// `from` turned out to have been up and answering while we held VIPs we took from it as
+    /// a silent member (it stepped back, isolated): both of us answered them meanwhile.
+    fn count_overlaps_with(&mut self, now: Instant, from: &NodeName) {
+        let me = self.config.node.clone();
+        let ips: Vec<IpAddr> = self
+            .vips
+            .iter()
+            .filter(|(_, v)| {
+                v.installed.is_some() && v.took_from.as_ref().is_some_and(|(n, _, _)| n == from)
+            })
+            .map(|(ip, _)| *ip)
+            .collect();
+        for ip in ips {
+            let v = self.vips.get_mut(&ip).expect("listed");
+            let Some((_, _, since)) = v.took_from.take() else {
+                continue;
+            };
+            self.stats.overlaps += 1;
+            let secs = now.saturating_duration_since(since).as_secs_f64();
+            self.report_always(ip, EventKind::Overlap, format!(
+                "{from} and {me} both answered {ip} for up to {secs:.1}s: {from} could not exchange heartbeats with its peers and has stepped back; {me} keeps it"
+            ));
+        }
     }
 
     fn lease_written(&mut self, now: Instant, result: LeaseWriteResult) {
         self.write_in_flight = false;
         match result {
             LeaseWriteResult::Written { resource_version } => {
+                if let Some(s) = &mut self.standby
+                    && s.written.is_none()
+                {
+                    s.written = Some(now);
+                }
                 self.own_rv = Some(resource_version);
                 self.last_write_ok = Some(now);
                 self.next_write = now + self.config.lease_renew;
@@ -552,10 +686,18 @@ impl Core {
             return;
         }
         let us = self.config.node.clone();
-        self.peers
-            .entry(beat.node.clone())
-            .or_insert_with(Peer::new)
-            .beat(now, &beat, &us);
+        let ours = self.config.config_hash;
+        // Only nodes with a Lease have state: a beat from any other name allocates nothing.
+        let Some(p) = self.peers.get_mut(&beat.node) else {
+            return;
+        };
+        if p.beat(now, &beat, &us) {
+            if p.config == ours {
+                p.config_mismatch = None;
+            } else if p.config_mismatch.is_none() {
+                p.config_mismatch = Some((now, false));
+            }
+        }
     }
 
     // ---- the clockwork ----
@@ -572,12 +714,158 @@ impl Core {
         {
             self.ready = true;
         }
+        self.update_isolation(now);
+        self.report_node_conditions(now);
+        let force = force || std::mem::take(&mut self.dirty) || self.hold_due(now);
         self.write_lease(now);
         self.reconcile(now, force);
         self.probes(now);
         self.refresh(now);
         self.handover(now);
         self.send_beat(now);
+    }
+
+    /// Peers we exchange heartbeats with both ways right now.
+    fn connected(&self, now: Instant) -> u32 {
+        let dead_after = self.config.dead_after();
+        let n = self
+            .peers
+            .values()
+            .filter(|p| p.hears_us && p.beating(now, dead_after))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Steps back when this node cannot exchange heartbeats with any peer while the API shows
+    /// a better-connected peer alive, and steps in again when heartbeats flow both ways.
+    ///
+    /// Why: a node whose heartbeats are not heard (its clock off by more than the skew
+    /// window, UDP blocked one way, a key its peers do not have) but whose Lease stays valid
+    /// would otherwise keep its VIPs while its peers, after a lost probe answer, take them
+    /// too, for as long as the fault lasts. Heartbeats cannot settle it, so the API does: the
+    /// Lease is written anyway every `lease_renew`, and carries how many peers each node
+    /// hears both ways. The node with fewer (on a tie, the higher name) steps back, so two
+    /// nodes that cannot hear each other never both step back and darken a VIP. Only a peer
+    /// whose Lease was renewed after we went deaf counts: a crashed peer's Lease stays valid
+    /// for a while but is not renewed, and must not make the survivor step back.
+    fn update_isolation(&mut self, now: Instant) {
+        let has_peers = self
+            .peers
+            .values()
+            .any(|p| p.lease.is_some() && !p.released);
+        if self.connected(now) > 0 || !has_peers {
+            self.alone_since = None;
+            if self.standby.is_some() {
+                let since = *self.connected_since.get_or_insert(now);
+                if now >= since + self.config.rejoin_after() {
+                    self.standby = None;
+                    self.connected_since = None;
+                    self.next_write = now;
+                    self.dirty = true;
+                    let me = &self.config.node;
+                    self.out.push_back(Output::NodeEvent {
+                        kind: NodeEventKind::Rejoined,
+                        message: format!(
+                            "{me} exchanges heartbeats with its peers again and takes VIPs again"
+                        ),
+                    });
+                }
+            }
+            return;
+        }
+        self.connected_since = None;
+        let alone = *self.alone_since.get_or_insert(now);
+        if self.standby.is_some()
+            || !self.ready
+            || self.leaving.is_some()
+            || self.trusted_since.is_none()
+            || now < alone + self.config.dead_after()
+        {
+            return;
+        }
+        let me = self.config.node.clone();
+        let trusted = self.trusted_since;
+        let better = self.peers.iter().find(|(n, p)| {
+            p.member(now, trusted)
+                && !p.standby
+                && p.lease.as_ref().is_some_and(|l| l.changed_at > alone)
+                && (p.connected > 0 || **n < me)
+        });
+        let Some((peer, p)) = better else { return };
+        let message = format!(
+            "{me} has exchanged no heartbeats with any of its {} peers for {:.1}s while the API shows them alive ({peer} exchanges them with {}): stepping back, its VIPs move to its peers (check clock sync, the heartbeat port between nodes both ways, and the peers' published heartbeat keys)",
+            self.peers.len(),
+            now.saturating_duration_since(alone).as_secs_f64(),
+            p.connected,
+        );
+        self.standby = Some(Standby { written: None });
+        self.stats.standbys += 1;
+        self.next_write = now;
+        self.dirty = true;
+        self.out.push_back(Output::NodeEvent {
+            kind: NodeEventKind::Isolated,
+            message,
+        });
+    }
+
+    /// Node-level conditions raised once per episode: a peer on another configuration, and
+    /// our own fencing.
+    fn report_node_conditions(&mut self, now: Instant) {
+        let ours = self.config.config_hash;
+        let mut events = Vec::new();
+        for (n, p) in &mut self.peers {
+            if let Some((since, false)) = p.config_mismatch
+                && now >= since + CONFIG_MISMATCH_AFTER
+            {
+                p.config_mismatch = Some((since, true));
+                self.stats.config_mismatches += 1;
+                events.push(Output::NodeEvent {
+                    kind: NodeEventKind::ConfigMismatch,
+                    message: format!(
+                        "{n} has run with configuration fingerprint {:016x} (ours {ours:016x}) for over {}s: nodes may rank VIPs differently until every agent runs the same configuration",
+                        p.config,
+                        CONFIG_MISMATCH_AFTER.as_secs()
+                    ),
+                });
+            }
+        }
+        self.out.extend(events);
+        let fenced = self.fenced(now);
+        if fenced && !self.was_fenced {
+            let me = &self.config.node;
+            let why = if self.watch_bad_since.is_some() {
+                "its watches of the API have failed"
+            } else {
+                "its Lease renewals have failed"
+            };
+            self.out.push_back(Output::NodeEvent {
+                kind: NodeEventKind::Fenced,
+                message: format!(
+                    "{me} is fenced: {why} for a Lease duration while peers reach the API; it stops announcing so that the cluster converges"
+                ),
+            });
+        }
+        self.was_fenced = fenced;
+    }
+
+    /// A VIP held for make-before-break whose hold is over, or whose new owner now shares our
+    /// view: reconcile it.
+    fn hold_due(&self, now: Instant) -> bool {
+        let hold = self.config.view_hold();
+        self.holding.iter().any(|ip| {
+            self.vips.get(ip).is_some_and(|v| {
+                v.lost_at.is_some_and(|t| now >= t + hold)
+                    || v.ranking
+                        .iter()
+                        .find(|n| self.candidate_for(n, *ip, now))
+                        .and_then(|o| self.peers.get(o))
+                        .is_some_and(|p| p.view == self.view)
+            })
+        }) || self
+            .standby
+            .and_then(|s| s.written)
+            .is_some_and(|w| now >= w + self.config.standby_hold())
+            && self.vips.values().any(|v| v.installed.is_some())
     }
 
     fn update_trust(&mut self, now: Instant) {
@@ -606,8 +894,8 @@ impl Core {
         self.out.push_back(Output::WriteLease {
             resource_version: self.own_rv.clone(),
             release: false,
-            standby: false,
-            connected: 0,
+            standby: self.standby.is_some(),
+            connected: self.connected(now),
         });
     }
 
@@ -616,15 +904,30 @@ impl Core {
         if *node == self.config.node {
             return self.ready
                 && self.leaving.is_none()
+                && self.standby.is_none()
                 && self.links_down.is_empty()
                 && !self.fenced(now);
         }
         self.peers.get(node).is_some_and(|p| {
             !p.leaving
+                && !p.standby
                 && p.member(now, self.trusted_since)
                 && p.beating(now, self.config.dead_after())
                 && p.settled(now, self.patience())
         })
+    }
+
+    /// A candidate that can announce `vip` (has an interface for it): only such a node is
+    /// ranked for it, so a VIP never lands where it cannot be answered.
+    fn candidate_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> bool {
+        self.candidate(node, now) && self.can_announce(node, vip)
+    }
+
+    fn can_announce(&self, node: &NodeName, vip: IpAddr) -> bool {
+        if *node == self.config.node {
+            return self.vips.get(&vip).is_some_and(|v| v.spec.local.is_some());
+        }
+        self.peers.get(node).is_some_and(|p| p.can_announce(vip))
     }
 
     /// How long a peer that is beating but not ready still counts (its warm-up, generously).
@@ -636,10 +939,21 @@ impl Core {
     /// stopped without it saying goodbye.
     fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
         let p = self.peers.get(node)?;
-        let silent = !p.beating(now, self.config.dead_after()) && !p.leaving;
+        let silent = !p.beating(now, self.config.dead_after()) && !p.leaving && !p.standby;
         (silent && p.member(now, self.trusted_since))
             .then_some(p.mac)
             .flatten()
+    }
+
+    /// [`suspect`](Self::suspect) for one VIP: the MAC its data plane answers `vip` with (by its
+    /// published links), `None` if it is no suspect or cannot announce `vip` at all.
+    fn suspect_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> Option<MacAddr> {
+        self.suspect(node, now)?;
+        let p = self.peers.get(node)?;
+        if !p.can_announce(vip) {
+            return None;
+        }
+        p.probe_mac(vip)
     }
 
     /// Our Lease has lapsed in the eyes of peers that reach the API: they give us a full Lease
@@ -651,7 +965,12 @@ impl Core {
             return false;
         };
         let since = self.last_write_ok.unwrap_or(self.started).max(peers_ok);
-        now >= since + self.config.lease_duration
+        // Watches that fail while writes succeed: our Lease looks fine to peers, but our view
+        // of the cluster is stale, so we fence too.
+        let watch_stale = self
+            .watch_bad_since
+            .is_some_and(|t| self.synced && now >= t.max(peers_ok) + self.config.lease_duration);
+        now >= since + self.config.lease_duration || watch_stale
     }
 
     fn update_peers_api_ok(&mut self, now: Instant) {
@@ -734,55 +1053,85 @@ impl Core {
             self.release(ip);
             return;
         }
-        let owner = v.ranking.iter().find(|n| self.candidate(n, now)).cloned();
-        let is_me = owner.as_ref() == Some(&me);
-        if is_me {
-            let v = self.vips.get_mut(&ip).expect("present");
-            let found = std::mem::take(&mut v.found);
-            if let Some(iface) = &v.installed {
-                // Ours already. A peer back from a partition (same incarnation) may have claimed
-                // it meanwhile, or one took it while we were away and have just come back with
-                // the entry still pinned: announce again so that clients converge on us (to a
-                // client that never left us this changes nothing).
-                if found || revived.iter().any(|(_, same)| *same) {
-                    let iface = iface.clone();
-                    self.out.push_back(Output::Announce { vip: ip, iface });
-                }
-                if v.spec.local.as_ref().is_some_and(|l| l != iface) {
-                    // Interface changed: move the entry.
-                    self.release(ip);
-                    self.take(now, ip);
-                }
-                return;
+        let owner = v
+            .ranking
+            .iter()
+            .find(|n| self.candidate_for(n, ip, now))
+            .cloned();
+        if owner.as_ref() == Some(&me) {
+            self.reconcile_ours(now, ip, revived);
+            return;
+        }
+        if v.spec.local.is_none()
+            && v.ranking.iter().find(|n| self.candidate(n, now)) == Some(&me)
+        {
+            // We would be its owner but cannot announce it: the next node that can does.
+            let next = owner.as_ref().map_or("no other node can either".to_owned(), |o| {
+                format!("{o} announces it")
+            });
+            self.report(ip, EventKind::NoInterface, format!(
+                "{me} cannot announce {ip}: no subnet contains it and no configured interface fits; {next}"
+            ));
+        }
+        self.reconcile_not_ours(now, ip, owner.as_ref(), revived);
+    }
+
+    /// `ip` is ours by the ranking.
+    fn reconcile_ours(&mut self, now: Instant, ip: IpAddr, revived: &[(NodeName, bool)]) {
+        let me = self.config.node.clone();
+        let v = self.vips.get_mut(&ip).expect("present");
+        let found = std::mem::take(&mut v.found);
+        if v.lost_at.take().is_some() {
+            self.holding.remove(&ip);
+        }
+        if let Some(iface) = &v.installed {
+            // Ours already. A peer back from a partition (same incarnation) may have claimed
+            // it meanwhile, or one took it while we were away and have just come back with
+            // the entry still pinned: announce again so that clients converge on us (to a
+            // client that never left us this changes nothing).
+            if found || revived.iter().any(|(_, same)| *same) {
+                let iface = iface.clone();
+                self.out.push_back(Output::Announce { vip: ip, iface });
             }
-            if v.spec.local.is_none() {
-                self.report(ip, EventKind::NoInterface, format!(
-                    "{me} should announce {ip} but has no interface for it (no subnet contains it and no configured interface fits)"
-                ));
-                return;
-            }
-            if v.probe.is_some() {
-                return; // `probes` drives it.
-            }
-            // Who might still answer it? Members ranked above us whose heartbeats stopped.
-            let above: Vec<NodeName> = v
-                .ranking
-                .iter()
-                .take_while(|n| **n != me)
-                .cloned()
-                .collect();
-            let suspect = above
-                .iter()
-                .find_map(|n| self.suspect(n, now).map(|mac| (n.clone(), mac)));
-            match suspect {
-                Some((target, mac)) => self.probe(now, ip, target, mac),
-                None => self.take(now, ip),
+            if v.spec.local.as_ref().is_some_and(|l| l != iface) {
+                // Interface changed: move the entry.
+                self.release(ip);
+                self.take(now, ip);
             }
             return;
         }
-        // Not ours.
+        if !v.probes.is_empty() {
+            return; // `probes` drives it.
+        }
+        let v = &self.vips[&ip];
+        // Who might still answer it? Every member ranked above us whose heartbeats stopped:
+        // each one's data plane is asked, at the MAC it answers this VIP with.
+        let suspects: Vec<(NodeName, MacAddr)> = v
+            .ranking
+            .iter()
+            .take_while(|n| **n != me)
+            .filter_map(|n| Some((n.clone(), self.suspect_for(n, ip, now)?)))
+            .collect();
+        if suspects.is_empty() {
+            self.take(now, ip);
+        } else {
+            for (target, mac) in suspects {
+                self.probe(now, ip, target, mac);
+            }
+        }
+    }
+
+    /// `ip` is another node's by the ranking (or nobody's).
+    fn reconcile_not_ours(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        owner: Option<&NodeName>,
+        revived: &[(NodeName, bool)],
+    ) {
+        let me = self.config.node.clone();
         let v = self.vips.get_mut(&ip).expect("present");
-        v.probe = None;
+        v.probes.clear();
         v.found = false;
         self.probing.remove(&ip);
         let v = self.vips.get(&ip).expect("present");
@@ -801,12 +1150,32 @@ impl Core {
                 "{from} and {me} both answered {ip} for up to {secs:.1}s: heartbeats between them were lost while both were up; {from} keeps it"
             ));
         }
-        let ready_owner = match &owner {
+        if let Some(s) = self.standby {
+            // Stepped back: keep answering until peers have seen our Lease say so and taken
+            // over (make before break through the API).
+            if s.written.is_none_or(|w| now < w + self.config.standby_hold()) {
+                return;
+            }
+            self.release(ip);
+            return;
+        }
+        // Make before break: let go once the new owner is ready and shares our view (so it
+        // has the VIP too), or, if its view differs (a watch lagging on one side, a config
+        // roll), once `view_hold` has passed.
+        let ready_owner = match owner {
             None => true,
             Some(o) => self.peers.get(o).is_some_and(|p| p.ready),
         };
-        if ready_owner {
+        if !ready_owner {
+            return;
+        }
+        let same_view = owner.is_none_or(|o| self.peers.get(o).is_some_and(|p| p.view == self.view));
+        let v = self.vips.get_mut(&ip).expect("present");
+        let lost = *v.lost_at.get_or_insert(now);
+        if same_view || now >= lost + self.config.view_hold() {
             self.release(ip);
+        } else {
+            self.holding.insert(ip);
         }
     }
 
@@ -819,9 +1188,9 @@ impl Core {
                 .iter()
                 .take_while(|n| **n != me)
                 .find(|n| {
-                    self.peers
-                        .get(*n)
-                        .is_some_and(|p| p.member(now, self.trusted_since) && !p.leaving)
+                    self.peers.get(*n).is_some_and(|p| {
+                        p.member(now, self.trusted_since) && !p.leaving && !p.standby
+                    })
                 })
                 .map(|n| (n.clone(), self.peers[n].incarnation, now))
         };
@@ -836,10 +1205,12 @@ impl Core {
             }
             self.failovers.push_back(f);
         }
-        v.probe = None;
+        v.probes.clear();
+        v.lost_at = None;
         v.installed = Some(iface.clone());
         v.took_from = displaced;
         self.probing.remove(&ip);
+        self.holding.remove(&ip);
         v.reported = None;
         let svc = v.spec.service.clone();
         self.stats.takeovers += 1;
@@ -868,7 +1239,8 @@ impl Core {
         v.ranking.iter().take_while(|n| *n != me).find_map(|n| {
             let p = self.peers.get(n)?;
             let heard = p.last_beat?;
-            let owned = heard >= v.since && (p.leaving || p.member(now, self.trusted_since));
+            let owned = heard >= v.since
+                && (p.leaving || p.standby || p.member(now, self.trusted_since));
             owned.then(|| Failover {
                 vip: ip,
                 from: n.clone(),
@@ -879,8 +1251,10 @@ impl Core {
     }
 
     fn release(&mut self, ip: IpAddr) {
+        self.holding.remove(&ip);
         if let Some(v) = self.vips.get_mut(&ip) {
             v.took_from = None;
+            v.lost_at = None;
             if let Some(iface) = v.installed.take() {
                 self.stats.releases += 1;
                 self.out.push_back(Output::Remove { vip: ip, iface });
@@ -891,29 +1265,43 @@ impl Core {
         }
     }
 
-    /// Probes the data plane at `mac` about `ip`. If a probe to the same MAC is already in
-    /// flight, this VIP joins it instead of sending another frame: when a node with many VIPs
-    /// goes silent, its successors send one probe per node and interval, not one per VIP.
+    /// Probes the data plane at `mac` (suspect `target`) about `ip`. If a probe to the same
+    /// MAC is already in flight, this VIP joins it instead of sending another frame: when a
+    /// node with many VIPs goes silent, its successors send one probe per node and interval,
+    /// not one per VIP.
     fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
+        let deadline = self.send_probe(now, ip, mac);
+        let v = self.vips.get_mut(&ip).expect("present");
+        if v.spec.local.is_none() {
+            return;
+        }
+        v.probes.retain(|p| p.target != target);
+        v.probes.push(Probe {
+            target,
+            mac,
+            deadline,
+            answered: false,
+            heard: false,
+            losses: 0,
+            silent: false,
+        });
+        self.probing.insert(ip);
+    }
+
+    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight; the deadline of
+    /// the one in flight.
+    fn send_probe(&mut self, now: Instant, ip: IpAddr, mac: MacAddr) -> Instant {
         let in_flight = self
             .probing
             .iter()
-            .filter(|other| **other != ip)
-            .filter_map(|other| self.vips.get(other)?.probe.as_ref())
-            .find(|p| p.mac == mac && !p.answered && p.deadline > now)
+            .filter_map(|other| self.vips.get(other))
+            .flat_map(|v| v.probes.iter())
+            .find(|p| p.mac == mac && !p.answered && !p.silent && p.deadline > now)
             .map(|p| p.deadline);
-        let v = self.vips.get_mut(&ip).expect("present");
-        let Some(iface) = v.spec.local.clone() else {
-            return;
-        };
-        v.probe = Some(Probe {
-            target,
-            mac,
-            deadline: in_flight.unwrap_or(now + self.config.probe_timeout),
-            answered: false,
-        });
-        self.probing.insert(ip);
-        if in_flight.is_none() {
+        if let Some(d) = in_flight {
+            return d;
+        }
+        if let Some(iface) = self.vips.get(&ip).and_then(|v| v.spec.local.clone()) {
             self.stats.probes += 1;
             self.out.push_back(Output::Probe {
                 vip: ip,
@@ -921,30 +1309,54 @@ impl Core {
                 mac,
             });
         }
+        now + self.config.probe_timeout
     }
 
-    /// Drive pending probes: silence past the deadline means take over; an answered probe is
-    /// repeated at its deadline. A probe whose target is no longer a suspect is re-decided.
+    /// Drive pending probes: an answered probe is repeated at its deadline; silence past the
+    /// deadline concludes that suspect is gone (after [`PROBE_LOSSES_AFTER_ANSWER`] misses in
+    /// a row if it ever answered); when every suspect of a VIP is gone, take it. A probe whose
+    /// target is no longer a suspect is dropped, and the VIP re-decided when none is left.
     fn probes(&mut self, now: Instant) {
-        let pending: Vec<(IpAddr, Probe)> = self
-            .probing
-            .iter()
-            .filter_map(|ip| Some((*ip, self.vips.get(ip)?.probe.clone()?)))
-            .collect();
-        for (ip, p) in pending {
-            if self.suspect(&p.target, now).is_none() {
-                // Its heartbeats returned, it left, or its Lease expired: decide afresh.
-                self.vips.get_mut(&ip).expect("present").probe = None;
+        let pending: Vec<IpAddr> = self.probing.iter().copied().collect();
+        for ip in pending {
+            let Some(v) = self.vips.get(&ip) else {
+                self.probing.remove(&ip);
+                continue;
+            };
+            let keep: Vec<bool> = v
+                .probes
+                .iter()
+                .map(|p| self.suspect_for(&p.target, ip, now) == Some(p.mac))
+                .collect();
+            let v = self.vips.get_mut(&ip).expect("present");
+            let mut k = keep.iter();
+            v.probes.retain(|_| *k.next().expect("one per probe"));
+            if v.probes.is_empty() {
+                // Heartbeats returned, it left, or its Lease expired: decide afresh.
                 self.probing.remove(&ip);
                 self.reconcile_vip(now, ip, &[]);
                 continue;
             }
-            if now < p.deadline {
-                continue;
+            let mut resend = Vec::new();
+            for p in v.probes.iter_mut().filter(|p| !p.silent && now >= p.deadline) {
+                if p.answered {
+                    p.answered = false;
+                    resend.push(p.mac);
+                } else if p.heard && p.losses + 1 < PROBE_LOSSES_AFTER_ANSWER {
+                    p.losses += 1;
+                    resend.push(p.mac);
+                } else {
+                    p.silent = true;
+                }
             }
-            if p.answered {
-                self.probe(now, ip, p.target, p.mac);
-            } else {
+            for mac in resend {
+                let deadline = self.send_probe(now, ip, mac);
+                let v = self.vips.get_mut(&ip).expect("present");
+                for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.silent) {
+                    p.deadline = deadline;
+                }
+            }
+            if self.vips[&ip].probes.iter().all(|p| p.silent) {
                 self.take(now, ip);
             }
         }
@@ -976,9 +1388,22 @@ impl Core {
         if !all_acked && now < l.deadline {
             return;
         }
+        let me = self.config.node.clone();
         let ips: Vec<IpAddr> = self.vips.keys().copied().collect();
         for ip in ips {
-            self.release(ip);
+            let successor = self.vips[&ip]
+                .ranking
+                .iter()
+                .any(|n| *n != me && self.candidate_for(n, ip, now));
+            if successor || !self.vips[&ip].wanted {
+                self.release(ip);
+            } else if let Some(v) = self.vips.get_mut(&ip) {
+                // Nobody else can announce it (eTP Local with every endpoint here, or the
+                // only node with a link to it): leave the entry to answer until its TTL
+                // runs out rather than darken the VIP now. A restart within the grace picks
+                // it up again.
+                v.installed = None;
+            }
         }
         if let Some(rv) = self.own_rv.clone() {
             self.stats.lease_writes += 1;
@@ -1004,7 +1429,17 @@ impl Core {
             .filter(|(_, p)| p.leaving && p.beating(now, self.config.dead_after()))
             .map(|(n, _)| n.clone())
             .collect();
-        let leaving = self.leaving.is_some() || !self.links_down.is_empty() || self.fenced(now);
+        let leaving = self.leaving.is_some()
+            || self.standby.is_some()
+            || !self.links_down.is_empty()
+            || self.fenced(now);
+        let dead_after = self.config.dead_after();
+        let hears = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.beating(now, dead_after))
+            .map(|(n, _)| n.clone())
+            .collect();
         self.out.push_back(Output::SendHeartbeat(Beat {
             node: self.config.node.clone(),
             incarnation: self.incarnation,
@@ -1013,9 +1448,9 @@ impl Core {
             api_ok: self.trusted_since.is_some(),
             ready: self.ready,
             acks,
-            hears: Vec::new(),
+            hears,
             config: self.config.config_hash,
-            view: 0,
+            view: self.view,
         }));
     }
 
@@ -1056,7 +1491,8 @@ impl Vip {
             },
             ranking: Vec::new(),
             installed: None,
-            probe: None,
+            probes: Vec::new(),
+            lost_at: None,
             took_from: None,
             reported: None,
             wanted: false,
@@ -1064,4 +1500,22 @@ impl Vip {
             found: false,
         }
     }
+}
+
+/// The fingerprint of a view: every wanted VIP and its eligible nodes, in order. Two agents with
+/// the same fingerprint rank every VIP the same way.
+fn view_fingerprint(vips: &BTreeMap<IpAddr, Vip>) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for (ip, v) in vips.iter().filter(|(_, v)| v.wanted) {
+        match ip {
+            IpAddr::V4(a) => h.update(&a.octets()),
+            IpAddr::V6(a) => h.update(&a.octets()),
+        }
+        for n in &v.spec.eligible {
+            h.update(n.as_str().as_bytes());
+            h.update(&[0]);
+        }
+        h.update(&[0xff]);
+    }
+    h.digest()
 }

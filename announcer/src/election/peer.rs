@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use announcer_ebpf::wire::MacAddr;
 
-use super::{Beat, Instant, NodeName, lease::Observed};
+use std::net::IpAddr;
+
+use super::{Beat, Instant, Link, NodeName, lease::Observed};
 
 /// One peer.
 #[derive(Clone, Debug)]
@@ -40,6 +42,21 @@ pub(crate) struct Peer {
     pub incarnation_at_death: Option<u64>,
     /// When the first heartbeat of its current incarnation arrived.
     pub incarnation_since: Option<Instant>,
+    /// Its last heartbeat said it hears ours: heartbeats flow both ways.
+    pub hears_us: bool,
+    /// Its configuration fingerprint ([`Beat::config`]).
+    pub config: u64,
+    /// Its view fingerprint ([`Beat::view`]).
+    pub view: u64,
+    /// Since when its configuration fingerprint differs from ours, and whether that was
+    /// reported.
+    pub config_mismatch: Option<(Instant, bool)>,
+    /// Its Lease says it stepped back (isolated).
+    pub standby: bool,
+    /// Its Lease's count of peers it exchanges heartbeats with both ways.
+    pub connected: u32,
+    /// Its published links, if any.
+    pub links: Option<Vec<Link>>,
 }
 
 impl Peer {
@@ -57,7 +74,31 @@ impl Peer {
             was_alive: None,
             incarnation_at_death: None,
             incarnation_since: None,
+            hears_us: false,
+            config: 0,
+            view: 0,
+            config_mismatch: None,
+            standby: false,
+            connected: 0,
+            links: None,
         }
+    }
+
+    /// Whether it can announce `vip`: by its published links, or, if it publishes none (an
+    /// older agent), assumed.
+    pub fn can_announce(&self, vip: IpAddr) -> bool {
+        self.links
+            .as_deref()
+            .is_none_or(|l| Link::mac_for(l, vip).is_some())
+    }
+
+    /// The MAC to probe about `vip`: the one its data plane answers that VIP with (by its
+    /// published links), else the MAC it sends heartbeats from.
+    pub fn probe_mac(&self, vip: IpAddr) -> Option<MacAddr> {
+        self.links
+            .as_deref()
+            .and_then(|l| Link::mac_for(l, vip))
+            .or(self.mac)
     }
 
     /// Record a verified heartbeat. A beat from an older incarnation than the last one seen
@@ -77,6 +118,12 @@ impl Peer {
         self.api_ok = beat.api_ok;
         self.ready = beat.ready;
         self.acked_us = beat.acks.iter().any(|n| n == us);
+        self.hears_us = beat.hears.iter().any(|n| n == us);
+        self.view = beat.view;
+        if self.config != beat.config {
+            self.config = beat.config;
+            self.config_mismatch = None;
+        }
         true
     }
 

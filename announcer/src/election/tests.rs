@@ -251,10 +251,13 @@ fn dead_agent_with_live_data_plane_is_waited_for() {
         took >= expiry,
         "took over while the old data plane still answered"
     );
-    // The successor notices at its next probe: at most one re-probe interval plus one probe
-    // timeout without an ARP answerer (clients' caches still lead to the live old node).
+    // The successor notices at its next probe: at most one re-probe interval plus
+    // `PROBE_LOSSES_AFTER_ANSWER` probe timeouts without an ARP answerer (it answered before,
+    // so one lost answer is not enough; clients' caches still lead to the live old node).
     let c = w.nodes[other].core.config().clone();
-    let bound = c.reprobe_interval() + c.probe_timeout + 2 * MS;
+    let bound = c.reprobe_interval()
+        + c.probe_timeout * crate::election::core::PROBE_LOSSES_AFTER_ANSWER
+        + 2 * MS;
     assert!(
         took - expiry <= bound,
         "took {:?} after expiry",

@@ -443,4 +443,31 @@ impl Config {
     pub fn reprobe_interval(&self) -> Duration {
         self.heartbeat_interval.max(self.probe_timeout) * 2
     }
+
+    /// How long an old owner keeps a VIP whose new owner's view differs from ours (a lagging
+    /// watch may not have shown it the VIP yet): make before break, bounded.
+    pub fn view_hold(&self) -> Duration {
+        (self.heartbeat_interval * 20).max(Duration::from_secs(2))
+    }
+
+    /// How long a node that stepped back keeps answering after its Lease says so: peers see
+    /// the Lease (a watch event, milliseconds) and take its VIPs before it lets go.
+    pub fn standby_hold(&self) -> Duration {
+        (self.heartbeat_interval * 10).max(Duration::from_secs(1))
+    }
+
+    /// How long heartbeats must flow both ways again before a node that stepped back takes
+    /// VIPs again (so a flapping path does not move VIPs back and forth).
+    pub fn rejoin_after(&self) -> Duration {
+        (self.heartbeat_interval * 10).max(Duration::from_secs(1))
+    }
+
+    /// The documented bound for an isolated node: it has stepped back, and its VIPs have one
+    /// owner, this long after it stopped exchanging heartbeats with its peers. Detection takes
+    /// [`dead_after`](Self::dead_after), proof that a peer is alive takes one of its Lease
+    /// renewals (`lease_renew`), the handover [`standby_hold`](Self::standby_hold); a second
+    /// of slack covers watch and write latency.
+    pub fn isolation_bound(&self) -> Duration {
+        self.dead_after() + self.lease_renew + self.standby_hold() + Duration::from_secs(1)
+    }
 }

@@ -74,6 +74,7 @@ fn agent_state() -> AgentState {
             lease_writes: 10,
             lease_conflicts: 2,
             lease_failures: 4,
+            ..Stats::default()
         },
         api_ok: true,
     }
