@@ -3,6 +3,8 @@
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
+mod adversary;
+
 use announcer_ebpf::wire::MacAddr;
 
 use super::*;
@@ -14,6 +16,10 @@ struct World {
     t: Instant,
     nodes: Vec<Node>,
     vip: IpAddr,
+    /// Heartbeats from `.0` to `.1` are lost (probes and Leases still flow).
+    cut: BTreeSet<(usize, usize)>,
+    /// Probe answers still to lose.
+    lose_answers: u32,
 }
 
 struct Node {
@@ -25,6 +31,8 @@ struct Node {
     /// Data-plane entry expiry (virtual), if installed.
     entry: Option<Instant>,
     outputs: Vec<Output>,
+    /// The links it publishes in its Lease (`None`: none, as an older agent).
+    links: Option<Vec<Link>>,
 }
 
 impl World {
@@ -41,6 +49,7 @@ impl World {
                     agent: true,
                     entry: None,
                     outputs: vec![],
+                    links: None,
                 }
             })
             .collect();
@@ -49,6 +58,8 @@ impl World {
             t,
             nodes,
             vip,
+            cut: BTreeSet::new(),
+            lose_answers: 0,
         };
         let eligible: BTreeSet<NodeName> = (0..n)
             .map(|i| NodeName::from(format!("node-{i}")))
@@ -88,7 +99,12 @@ impl World {
         while let Some(o) = self.nodes[i].core.poll_output() {
             self.nodes[i].outputs.push(o.clone());
             match o {
-                Output::WriteLease { release, .. } => {
+                Output::WriteLease {
+                    release,
+                    standby,
+                    connected,
+                    ..
+                } => {
                     let rv = format!("{}", self.t.duration_since(self.origin).as_nanos());
                     let view = LeaseView {
                         node: World::name(i),
@@ -96,9 +112,9 @@ impl World {
                         renew_time: Some(rv.clone()),
                         duration: Duration::from_secs(10),
                         released: release,
-                        standby: false,
-                        connected: 0,
-                        links: None,
+                        standby,
+                        connected,
+                        links: self.nodes[i].links.clone(),
                     };
                     let t = self.t;
                     self.nodes[i].core.handle(
@@ -115,8 +131,18 @@ impl World {
                 }
                 Output::SendHeartbeat(b) => {
                     for j in 0..self.nodes.len() {
-                        if j != i {
-                            self.input(j, Input::Heartbeat(b.clone()));
+                        if j != i && !self.cut.contains(&(i, j)) {
+                            // One datagram per recipient: each learns only about itself.
+                            let to = World::name(j);
+                            let only = |v: &[NodeName]| {
+                                v.iter().filter(|n| **n == to).cloned().collect::<Vec<_>>()
+                            };
+                            let beat = Beat {
+                                hears: only(&b.hears),
+                                acks: only(&b.acks),
+                                ..b.clone()
+                            };
+                            self.input(j, Input::Heartbeat(beat));
                         }
                     }
                 }
@@ -125,9 +151,11 @@ impl World {
                 Output::Probe { vip, mac, .. } => {
                     let t = self.t;
                     let answered = self.nodes.iter().any(|n| {
-                        n.up_link() && n.core.config().mac == mac && n.entry.is_some_and(|e| e > t)
+                        n.up_link() && n.answers_with(vip) == mac && n.entry.is_some_and(|e| e > t)
                     });
-                    if answered {
+                    if answered && self.lose_answers > 0 {
+                        self.lose_answers -= 1;
+                    } else if answered {
                         self.nodes[i]
                             .core
                             .handle(t, Input::ProbeAnswered { vip, mac });
@@ -175,6 +203,14 @@ impl World {
 impl Node {
     fn up_link(&self) -> bool {
         self.up
+    }
+
+    /// The MAC its data plane answers `vip` with.
+    fn answers_with(&self, vip: IpAddr) -> MacAddr {
+        self.links
+            .as_deref()
+            .and_then(|l| Link::mac_for(l, vip))
+            .unwrap_or(self.core.config().mac)
     }
 }
 
