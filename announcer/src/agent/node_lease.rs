@@ -18,7 +18,10 @@ use k8s_openapi::{
 use kube::{Api, Client, api::PostParams};
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::election::{LeaseView, LeaseWriteResult, NodeName};
+use crate::{
+    election::{LeaseView, LeaseWriteResult, Link, NodeName, Subnet},
+    wire::MacAddr,
+};
 
 /// Prefix of node Lease names: `announcer-node-<node>`.
 pub const LEASE_PREFIX: &str = "announcer-node-";
@@ -30,6 +33,89 @@ pub const KIND_LABEL: (&str, &str) = ("announcer.dev/lease", "node");
 pub const HEARTBEAT_ANNOTATION: &str = "announcer.dev/heartbeat";
 /// Annotation: `"true"` once the node has handed its VIPs over and left.
 pub const RELEASED_ANNOTATION: &str = "announcer.dev/released";
+/// Annotation: the node's heartbeat public key (X25519, base64). Peers derive the pairwise
+/// key of its heartbeats from it.
+pub const KEY_ANNOTATION: &str = "announcer.dev/heartbeat-key";
+/// Annotation: `"true"` while the node has stepped back (it exchanges heartbeats with no peer).
+pub const STANDBY_ANNOTATION: &str = "announcer.dev/standby";
+/// Annotation: how many peers the node exchanges heartbeats with both ways.
+pub const CONNECTED_ANNOTATION: &str = "announcer.dev/connected";
+/// Annotation: the links the node can announce on, space-separated, each
+/// `MAC=subnet,subnet[,*]` (`*`: VIPs in no subnet of any link go there), e.g.
+/// `02:00:00:00:00:01=10.0.0.0/24,fd00::/64,* 02:00:00:00:01:01=10.1.0.0/24`.
+pub const LINKS_ANNOTATION: &str = "announcer.dev/links";
+
+/// The links annotation's value.
+pub fn format_links(links: &[Link]) -> String {
+    links
+        .iter()
+        .map(|l| {
+            let mut parts: Vec<String> = l.subnets.iter().map(Subnet::to_string).collect();
+            if l.fallback {
+                parts.push("*".into());
+            }
+            format!("{}={}", l.mac, parts.join(","))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Parses the links annotation; the error says what is wrong.
+pub fn parse_links(value: &str) -> Result<Vec<Link>, String> {
+    value
+        .split_whitespace()
+        .map(|entry| {
+            let (mac, rest) = entry
+                .split_once('=')
+                .ok_or_else(|| format!("{entry:?}: expected MAC=subnets"))?;
+            let mac: MacAddr = mac.parse().map_err(|_| format!("{mac:?}: not a MAC"))?;
+            let mut link = Link {
+                mac,
+                subnets: Vec::new(),
+                fallback: false,
+            };
+            for part in rest.split(',').filter(|p| !p.is_empty()) {
+                if part == "*" {
+                    link.fallback = true;
+                } else {
+                    link.subnets.push(part.parse()?);
+                }
+            }
+            Ok(link)
+        })
+        .collect()
+}
+
+/// What this node publishes in its Lease besides its renewal.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    /// Its heartbeat public key.
+    pub key: Option<String>,
+    /// Its links (`None`: publish none).
+    pub links: Option<Vec<Link>>,
+}
+
+/// What one write says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBody {
+    /// Handed over and left.
+    pub release: bool,
+    /// Stepped back.
+    pub standby: bool,
+    /// Peers exchanging heartbeats with it both ways.
+    pub connected: u32,
+}
+
+/// A peer's Lease as the agent uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerLease {
+    /// The election core's view.
+    pub view: LeaseView,
+    /// Where to send it heartbeats.
+    pub heartbeat: Option<SocketAddr>,
+    /// Its heartbeat public key, verbatim (parsed by the caller).
+    pub key: Option<String>,
+}
 /// Longest object name (DNS subdomain, RFC 1123).
 pub const MAX_NAME: usize = 253;
 
@@ -105,11 +191,21 @@ pub enum MalformedLease {
         /// What it says.
         value: String,
     },
+    /// Another annotation of ours does not parse.
+    #[error("Lease {name} has a malformed {key}: {why}")]
+    BadAnnotation {
+        /// Lease name.
+        name: String,
+        /// The annotation.
+        key: &'static str,
+        /// What is wrong.
+        why: String,
+    },
 }
 
 /// The election core's view of a watched node Lease, and the peer's heartbeat address (`None`
 /// if it does not publish one). Malformed Leases are refused with the reason, never guessed at.
-pub fn view(lease: &Lease) -> Result<(LeaseView, Option<SocketAddr>), MalformedLease> {
+pub fn view(lease: &Lease) -> Result<PeerLease, MalformedLease> {
     let name = lease.metadata.name.clone().unwrap_or_default();
     let spec = lease.spec.as_ref();
     let holder = spec
@@ -162,6 +258,26 @@ pub fn view(lease: &Lease) -> Result<(LeaseView, Option<SocketAddr>), MalformedL
             });
         }
     };
+    let bad = |key: &'static str, why: String| MalformedLease::BadAnnotation {
+        name: name.clone(),
+        key,
+        why,
+    };
+    let standby = match annotation(STANDBY_ANNOTATION).map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => return Err(bad(STANDBY_ANNOTATION, format!("{v:?}, expected \"true\""))),
+    };
+    let connected = match annotation(CONNECTED_ANNOTATION) {
+        None => 0,
+        Some(v) => v
+            .parse()
+            .map_err(|_| bad(CONNECTED_ANNOTATION, format!("{v:?}, expected a count")))?,
+    };
+    let links = annotation(LINKS_ANNOTATION)
+        .map(|v| parse_links(v))
+        .transpose()
+        .map_err(|why| bad(LINKS_ANNOTATION, why))?;
     let view = LeaseView {
         node,
         resource_version,
@@ -170,11 +286,15 @@ pub fn view(lease: &Lease) -> Result<(LeaseView, Option<SocketAddr>), MalformedL
             .map(|t| t.0.to_string()),
         duration,
         released,
-        standby: false,
-        connected: 0,
-        links: None,
+        standby,
+        connected,
+        links,
     };
-    Ok((view, heartbeat))
+    Ok(PeerLease {
+        view,
+        heartbeat,
+        key: annotation(KEY_ANNOTATION).cloned(),
+    })
 }
 
 /// The node a Lease belongs to (its `holderIdentity`), for turning a deleted Lease into the
@@ -203,6 +323,8 @@ pub struct NodeLease {
     duration: Duration,
     /// `acquireTime` to keep on replaces: when this process first wrote the Lease.
     acquired: Mutex<Option<Timestamp>>,
+    /// Key and links, as last set by the shell; sent with every write.
+    published: Mutex<Published>,
 }
 
 impl NodeLease {
@@ -221,7 +343,17 @@ impl NodeLease {
             heartbeat,
             duration,
             acquired: Mutex::new(None),
+            published: Mutex::new(Published::default()),
         }
+    }
+
+    /// Sets what the next writes publish. Returns whether it changed (the caller may then
+    /// renew early so peers learn it sooner).
+    pub fn publish(&self, p: Published) -> bool {
+        let mut cur = self.published.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = *cur != p;
+        *cur = p;
+        changed
     }
 
     /// The Lease name.
@@ -230,7 +362,7 @@ impl NodeLease {
     }
 
     /// The object to write at `now`: `resource_version` is the precondition (`None` on create).
-    pub fn build(&self, resource_version: Option<String>, release: bool, now: Timestamp) -> Lease {
+    pub fn build(&self, resource_version: Option<String>, body: WriteBody, now: Timestamp) -> Lease {
         let acquired = {
             let mut a = self.acquired.lock().unwrap_or_else(|e| e.into_inner());
             *a.get_or_insert(now)
@@ -241,8 +373,21 @@ impl NodeLease {
         ]);
         let mut annotations =
             BTreeMap::from([(HEARTBEAT_ANNOTATION.to_owned(), self.heartbeat.to_string())]);
-        if release {
+        if body.release {
             annotations.insert(RELEASED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        if body.standby {
+            annotations.insert(STANDBY_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        annotations.insert(CONNECTED_ANNOTATION.to_owned(), body.connected.to_string());
+        {
+            let p = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(k) = &p.key {
+                annotations.insert(KEY_ANNOTATION.to_owned(), k.clone());
+            }
+            if let Some(l) = &p.links {
+                annotations.insert(LINKS_ANNOTATION.to_owned(), format_links(l));
+            }
         }
         Lease {
             metadata: ObjectMeta {
@@ -265,9 +410,9 @@ impl NodeLease {
     /// Creates the Lease (`resource_version: None`; 409 AlreadyExists → `Conflict`) or
     /// replaces it with that `resourceVersion` as precondition (409 → `Conflict`; 404, deleted
     /// since we read it, also → `Conflict`: re-read and create). Anything else → `Failed`.
-    pub async fn write(&self, resource_version: Option<String>, release: bool) -> LeaseWriteResult {
+    pub async fn write(&self, resource_version: Option<String>, body: WriteBody) -> LeaseWriteResult {
         let create = resource_version.is_none();
-        let lease = self.build(resource_version, release, Timestamp::now());
+        let lease = self.build(resource_version, body, Timestamp::now());
         let pp = PostParams {
             field_manager: Some("announcer".to_owned()),
             ..Default::default()
@@ -329,7 +474,7 @@ mod tests {
             Some("node-b"),
             &[(HEARTBEAT_ANNOTATION, "[fd00::2]:7946")],
         );
-        let (v, hb) = view(&l).unwrap();
+        let PeerLease { view: v, heartbeat: hb, .. } = view(&l).unwrap();
         assert_eq!(v.node, NodeName::from("node-b"));
         assert_eq!(v.resource_version, "42");
         assert_eq!(v.duration, Duration::from_secs(10));
@@ -342,7 +487,7 @@ mod tests {
             Some("node-b"),
             &[(RELEASED_ANNOTATION, "true")],
         );
-        let (v, hb) = view(&l).unwrap();
+        let PeerLease { view: v, heartbeat: hb, .. } = view(&l).unwrap();
         assert!(v.released);
         assert_eq!(hb, None);
         assert_eq!(node_of(&l), Some(NodeName::from("node-b")));
@@ -404,7 +549,7 @@ mod tests {
         );
         // A view of a long-named node's Lease still matches its holder.
         let l = lease(&na, Some(&a), &[]);
-        assert_eq!(view(&l).unwrap().0.node.as_str(), a);
+        assert_eq!(view(&l).unwrap().view.node.as_str(), a);
     }
 
     #[test]
@@ -428,7 +573,7 @@ mod tests {
         );
         let t0: Timestamp = "2025-01-02T03:04:05Z".parse().unwrap();
         let t1: Timestamp = "2025-01-02T03:04:08Z".parse().unwrap();
-        let created = nl.build(None, false, t0);
+        let created = nl.build(None, WriteBody::default(), t0);
         assert_eq!(
             created.metadata.name.as_deref(),
             Some("announcer-node-node-a")
@@ -438,7 +583,7 @@ mod tests {
             labels.get("announcer.dev/lease").map(String::as_str),
             Some("node")
         );
-        let mut renewed = nl.build(Some("7".into()), true, t1);
+        let mut renewed = nl.build(Some("7".into()), WriteBody { release: true, ..Default::default() }, t1);
         let spec = renewed.spec.clone().unwrap();
         assert_eq!(
             spec.acquire_time,
@@ -447,7 +592,7 @@ mod tests {
         );
         assert_eq!(spec.renew_time, Some(MicroTime(t1)));
         renewed.metadata.resource_version = Some("8".into());
-        let (v, got_hb) = view(&renewed).unwrap();
+        let PeerLease { view: v, heartbeat: got_hb, .. } = view(&renewed).unwrap();
         assert_eq!(v.node, NodeName::from("node-a"));
         assert_eq!(v.resource_version, "8");
         assert!(v.released);
@@ -522,18 +667,18 @@ mod tests {
         let written = |rv: &str| LeaseWriteResult::Written {
             resource_version: rv.into(),
         };
-        assert_eq!(nl.write(None, false).await, written("1"));
-        assert_eq!(nl.write(None, false).await, LeaseWriteResult::Conflict);
-        assert_eq!(nl.write(Some("1".into()), false).await, written("2"));
+        assert_eq!(nl.write(None, WriteBody::default()).await, written("1"));
+        assert_eq!(nl.write(None, WriteBody::default()).await, LeaseWriteResult::Conflict);
+        assert_eq!(nl.write(Some("1".into()), WriteBody::default()).await, written("2"));
         assert_eq!(
-            nl.write(Some("1".into()), false).await,
+            nl.write(Some("1".into()), WriteBody::default()).await,
             LeaseWriteResult::Conflict
         );
         assert_eq!(
-            nl.write(Some("boom".into()), false).await,
+            nl.write(Some("boom".into()), WriteBody::default()).await,
             LeaseWriteResult::Failed
         );
-        assert_eq!(nl.write(Some("2".into()), true).await, written("3"));
+        assert_eq!(nl.write(Some("2".into()), WriteBody { release: true, ..Default::default() }).await, written("3"));
     }
 
     #[test]
@@ -542,5 +687,57 @@ mod tests {
             selector(),
             "app.kubernetes.io/name=announcer,announcer.dev/lease=node"
         );
+    }
+
+    #[tokio::test]
+    async fn standby_connected_links_and_key_round_trip_through_the_lease() {
+        let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = Client::try_from(cfg).unwrap();
+        let nl = NodeLease::new(
+            client,
+            "announcer",
+            NodeName::from("node-a"),
+            "192.168.1.10:7946".parse().unwrap(),
+            Duration::from_secs(10),
+        );
+        let links = vec![
+            Link {
+                mac: "02:00:00:00:00:01".parse().unwrap(),
+                subnets: vec!["192.168.1.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+                fallback: true,
+            },
+            Link {
+                mac: "02:00:00:00:01:01".parse().unwrap(),
+                subnets: vec!["10.1.0.0/16".parse().unwrap()],
+                fallback: false,
+            },
+        ];
+        assert!(nl.publish(Published {
+            key: Some("a2V5".into()),
+            links: Some(links.clone()),
+        }));
+        let body = WriteBody {
+            release: false,
+            standby: true,
+            connected: 2,
+        };
+        let mut l = nl.build(Some("1".into()), body, "2025-01-02T03:04:05Z".parse().unwrap());
+        l.metadata.resource_version = Some("2".into());
+        let p = view(&l).unwrap();
+        assert!(p.view.standby);
+        assert_eq!(p.view.connected, 2);
+        assert_eq!(p.view.links, Some(links));
+        assert_eq!(p.key.as_deref(), Some("a2V5"));
+    }
+
+    #[test]
+    fn a_malformed_links_annotation_is_refused_with_the_reason() {
+        let l = lease(
+            "announcer-node-node-b",
+            Some("node-b"),
+            &[(LINKS_ANNOTATION, "02:00:00:00:00:01=10.0.0.0/33")],
+        );
+        let err = view(&l).unwrap_err().to_string();
+        assert!(err.contains("announcer.dev/links") && err.contains("prefix"), "{err}");
     }
 }

@@ -21,7 +21,7 @@ use super::{
     Context, announce_event_type,
     heartbeat::{HeartbeatSocket, unix_ms_now},
     http::{AgentState, OwnedVip, PeerState},
-    node_lease::{self, NodeLease},
+    node_lease::{self, NodeLease, PeerLease, WriteBody},
     probe::Prober,
     watch::LeaseEvent,
 };
@@ -107,8 +107,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let mut last_publish = Instant::now();
     loop {
         let deadline = core.poll_timeout().map(tokio::time::Instant::from_std);
+        // Unbiased (tokio picks a ready branch at random): no source, not even a flood of
+        // heartbeats or probe answers, can starve the others (Lease events above all).
         let input = tokio::select! {
-            biased;
             () = super::watch::until_true(&mut term), if !shutdown_seen => {
                 shutdown_seen = true;
                 tracing::info!("SIGTERM: handing VIPs over before exiting");
@@ -182,13 +183,19 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 Output::WriteLease {
                     resource_version,
                     release,
-                    ..
+                    standby,
+                    connected,
                 } => {
                     let (lease, tx) = (lease.clone(), write_tx.clone());
                     let recorder = ctx.recorder.clone();
+                    let body = WriteBody {
+                        release,
+                        standby,
+                        connected,
+                    };
                     pending_write = Some(tokio::spawn(async move {
                         let started = Instant::now();
-                        let r = lease.write(resource_version, release).await;
+                        let r = lease.write(resource_version, body).await;
                         recorder.lease_write(started.elapsed());
                         let _ = tx.send(r).await;
                     }));
@@ -285,8 +292,8 @@ fn lease_input(
 ) -> Option<Input> {
     match ev {
         LeaseEvent::Applied(l) => match node_lease::view(&l) {
-            Ok((view, addr)) => {
-                match addr {
+            Ok(PeerLease { view, heartbeat, .. }) => {
+                match heartbeat {
                     Some(a) if view.node != *us => {
                         peers.insert(view.node.clone(), a);
                     }
