@@ -16,6 +16,7 @@ pub mod http;
 pub mod iface;
 pub mod node_lease;
 pub mod per_service;
+pub mod persist;
 pub mod plane;
 pub mod probe;
 pub mod selector;
