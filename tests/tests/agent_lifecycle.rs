@@ -94,7 +94,7 @@ async fn sigkill_survivor_takes_over_and_its_event_names_it() {
     )
     .await;
 
-    let note = format!("announcing {VIP} from {next} on none");
+    let note = format!("announcing {VIP} from {next} (no data plane: --no-dataplane)");
     let e = c
         .wait_for_event("default", &note, T, |e| {
             e.reason.as_deref() == Some("Announcing") && e.note.as_deref() == Some(note.as_str())

@@ -226,6 +226,39 @@ impl Events {
     /// logged, counted as failed and dropped).
     pub fn publish(&self, service: &ServiceRef, type_: EventType, reason: &str, note: &str) {
         let reference = self.reference(service);
+        self.publish_to(service, reference, type_, reason, note);
+    }
+
+    /// Like [`publish`](Self::publish), about this node rather than a Service: recorded on
+    /// the Node (`kubectl describe node` shows it). Its UID is the node name, as the kubelet's
+    /// own node Events have it.
+    pub fn publish_on_node(&self, type_: EventType, reason: &str, note: &str) {
+        let Some(node) = self.reporter.instance.clone() else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Node".to_owned()),
+            name: Some(node.clone()),
+            uid: Some(node.clone()),
+            ..Default::default()
+        };
+        // Dedupe identity: no Service has an empty namespace, so this never collides.
+        let object = ServiceRef {
+            namespace: String::new(),
+            name: format!("node/{node}"),
+        };
+        self.publish_to(&object, reference, type_, reason, note);
+    }
+
+    fn publish_to(
+        &self,
+        service: &ServiceRef,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
         let key = Key {
             service: service.clone(),
             uid: reference.uid.clone(),

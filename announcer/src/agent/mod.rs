@@ -48,7 +48,7 @@ use self::{
     watch::Watches,
 };
 use crate::{
-    election::{Core, EventKind, IfaceName, Input, VipSpec},
+    election::{Core, EventKind, IfaceName, Input, NodeEventKind, VipSpec},
     heartbeat::{Key, KeyError, Keys},
     metrics::{Metrics, Recorder, Sources},
     wire::MacAddr,
@@ -202,6 +202,16 @@ fn announce_event_type(kind: &EventKind) -> (EventType, &'static str) {
     }
 }
 
+/// The (Kubernetes) Event type and reason for a core event about this node.
+fn node_event_type(kind: &NodeEventKind) -> (EventType, &'static str) {
+    match kind {
+        NodeEventKind::Isolated => (EventType::Warning, "Isolated"),
+        NodeEventKind::Rejoined => (EventType::Normal, "Rejoined"),
+        NodeEventKind::ConfigMismatch => (EventType::Warning, "ConfigMismatch"),
+        NodeEventKind::Fenced => (EventType::Warning, "Fenced"),
+    }
+}
+
 /// An interface's name, state and addresses, compared to notice changes.
 type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
 
@@ -253,16 +263,34 @@ impl Context {
             }
         }
         self.synced = true;
-        let node = self
-            .watches
-            .nodes
-            .state()
-            .into_iter()
-            .find(|n| n.metadata.name.as_deref() == Some(self.args.node_name.as_str()));
-        let internal = node.as_deref().map(iface::internal_ips).unwrap_or_default();
-        if node.is_none() {
-            tracing::warn!(node = %self.args.node_name, "no Node object with this name (check NODE_NAME); announcing nothing until it appears");
-        }
+        // The kubelet registers the Node and fills its addresses a moment later: wait for an
+        // InternalIP to send heartbeats from (unless one was given), as the log promises.
+        let mut changed = self.watches.changed.clone();
+        let mut waited = 0u32;
+        let internal = loop {
+            let node = self
+                .watches
+                .nodes
+                .state()
+                .into_iter()
+                .find(|n| n.metadata.name.as_deref() == Some(self.args.node_name.as_str()));
+            let internal = node.as_deref().map(iface::internal_ips).unwrap_or_default();
+            if self.args.heartbeat_address.is_some() || !internal.is_empty() {
+                break internal;
+            }
+            if waited % 30 == 0 {
+                if node.is_none() {
+                    tracing::warn!(node = %self.args.node_name, "no Node object with this name (check NODE_NAME); announcing nothing until it appears");
+                } else {
+                    tracing::warn!(node = %self.args.node_name, "the Node has no InternalIP yet (the kubelet fills it in after registering); waiting for it, or set --heartbeat-address");
+                }
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = watch::until_true(&mut term) => return Ok(false),
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => waited += 1,
+            }
+        };
         self.iface_cfg.internal_ips = internal.clone();
         self.heartbeat_ip = match self.args.heartbeat_address {
             Some(ip) => ip,
@@ -270,12 +298,7 @@ impl Context {
                 .iter()
                 .copied()
                 .min_by_key(|ip| ip.is_ipv6())
-                .ok_or_else(|| {
-                    AgentError::Node(
-                        self.args.node_name.clone(),
-                        "has no InternalIP to send heartbeats from; set --heartbeat-address".into(),
-                    )
-                })?,
+                .expect("waited for one"),
         };
         self.refresh_interfaces();
         self.heartbeat_mac = self
@@ -403,7 +426,8 @@ impl Context {
     /// The interface for `vip` on this node, or why there is none.
     fn choose(&mut self, vip: IpAddr) -> Option<IfaceName> {
         if !self.plane.enabled() {
-            return Some(IfaceName::from("none"));
+            // No interface: the core's Events then say "(no data plane)".
+            return Some(IfaceName::from(""));
         }
         match iface::choose(vip, &self.ifaces, &self.iface_cfg) {
             Ok(c) => {

@@ -18,7 +18,7 @@ use std::{
 use tokio::sync::mpsc;
 
 use super::{
-    Context, announce_event_type,
+    Context, announce_event_type, node_event_type,
     heartbeat::{HeartbeatSocket, unix_ms_now},
     http::{AgentState, OwnedVip, PeerState},
     node_lease::{self, NodeLease, PeerLease, WriteBody},
@@ -241,7 +241,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     ctx.events.publish(&service, type_, reason, &message);
                 }
                 Output::NodeEvent { kind, message } => {
-                    tracing::warn!(?kind, "{message}");
+                    // Logged by `publish_on_node`.
+                    let (type_, reason) = node_event_type(&kind);
+                    ctx.events.publish_on_node(type_, reason, &message);
                 }
                 Output::Exit => exit = true,
             }

@@ -1227,7 +1227,11 @@ impl Core {
             service: svc,
             vip: ip,
             kind: EventKind::Announcing,
-            message: format!("announcing {ip} from {me} on {iface}"),
+            message: if iface.is_empty() {
+                format!("announcing {ip} from {me} (no data plane: --no-dataplane)")
+            } else {
+                format!("announcing {ip} from {me} on {iface}")
+            },
         });
     }
 
