@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::Node;
 use nix::net::if_::InterfaceFlags;
 
 use crate::{
-    election::IfaceName,
+    election::{IfaceName, Link, Subnet},
     error::{Error, Result},
     netif,
 };
@@ -257,6 +257,46 @@ pub fn choose(
     })
 }
 
+/// The links this node can announce on, as published in its Lease for peers: every interface
+/// [`choose`] could pick, with its MAC and subnets; the fallback link is the one `choose` picks
+/// for a VIP in no subnet (the InternalIP's, IPv4 first, else the first allowed). Peers rank
+/// this node only for VIPs one of these links can announce, and probe the MAC that answers.
+pub fn links(ifaces: &[LocalIface], cfg: &IfaceConfig) -> Vec<Link> {
+    let mut candidates: Vec<(usize, &LocalIface)> = ifaces
+        .iter()
+        .filter(|i| !i.loopback && i.up && i.mac.is_some())
+        .filter_map(|i| cfg.rank(&i.name).map(|r| (r, i)))
+        .collect();
+    candidates.sort_by(|a, b| (a.0, &a.1.name).cmp(&(b.0, &b.1.name)));
+    let mut internal = cfg.internal_ips.clone();
+    internal.sort_by_key(|ip| !ip.is_ipv4());
+    let fallback = internal
+        .iter()
+        .find_map(|ip| {
+            candidates
+                .iter()
+                .position(|(_, i)| i.addrs.iter().any(|a| a.ip == *ip))
+        })
+        .or_else(|| (!cfg.allow.is_empty() && !candidates.is_empty()).then_some(0));
+    candidates
+        .iter()
+        .enumerate()
+        .map(|(n, (_, i))| Link {
+            mac: i.mac.expect("filtered"),
+            subnets: i
+                .addrs
+                .iter()
+                .filter(|a| !a.is_host())
+                .map(|a| Subnet {
+                    addr: a.ip,
+                    prefix: a.prefix,
+                })
+                .collect(),
+            fallback: fallback == Some(n),
+        })
+        .collect()
+}
+
 /// The node's `InternalIP` addresses from `status.addresses` (both families on dual-stack
 /// nodes), in the order listed; entries that do not parse are skipped.
 pub fn internal_ips(node: &Node) -> Vec<IpAddr> {
@@ -388,6 +428,36 @@ mod tests {
 
     fn name(c: &Result<Choice, NoInterface>) -> &str {
         &c.as_ref().unwrap().iface
+    }
+
+    #[test]
+    fn published_links_answer_each_vip_with_the_mac_choose_picks() {
+        let vips = [
+            "192.168.1.200",
+            "10.0.9.1",
+            "10.0.5.77",
+            "fd00:1::99",
+            "203.0.113.5",
+            "172.16.0.9",
+        ];
+        let configs = [
+            IfaceConfig {
+                internal_ips: vec![ip("192.168.1.10")],
+                ..Default::default()
+            },
+            IfaceConfig {
+                allow: vec!["eth1".into()],
+                internal_ips: vec![ip("192.168.1.10")],
+            },
+            IfaceConfig::default(),
+        ];
+        for cfg in &configs {
+            let links = links(&host(), cfg);
+            for v in vips {
+                let chosen = choose(ip(v), &host(), cfg).ok().and_then(|c| c.mac);
+                assert_eq!(Link::mac_for(&links, ip(v)), chosen, "{v} with {cfg:?}");
+            }
+        }
     }
 
     #[test]
