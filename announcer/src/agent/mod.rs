@@ -396,6 +396,14 @@ impl Context {
             .collect()
     }
 
+    /// The links to publish in our Lease (`None` without a data plane: then every VIP is
+    /// "announced" nowhere, and peers need not know where).
+    fn links(&self) -> Option<Vec<crate::election::Link>> {
+        self.plane
+            .enabled()
+            .then(|| iface::links(&self.ifaces, &self.iface_cfg))
+    }
+
     /// Link state of the interfaces VIPs were placed on.
     fn link_states(&self) -> Vec<(IfaceName, bool)> {
         self.used_ifaces
@@ -546,6 +554,25 @@ impl Context {
     fn publish(&self, state: AgentState) {
         self.shared.set(state);
     }
+}
+
+/// The fingerprint of what in this agent's configuration changes how it ranks VIPs, sent in
+/// heartbeats so that a node left on another configuration during a ConfigMap roll is
+/// noticed (a `ConfigMismatch` Event on the Node).
+pub fn config_fingerprint(args: &AgentArgs) -> u64 {
+    let relevant = format!(
+        "{:?}|{:?}|{:?}|{}|{}|{:?}|{:?}|{}|{:?}",
+        args.service_selector,
+        args.node_selector,
+        args.load_balancer_class,
+        args.no_ipv4,
+        args.no_ipv6,
+        args.interfaces,
+        args.heartbeat_interval,
+        args.heartbeat_misses,
+        args.grace,
+    );
+    xxhash_rust::xxh3::xxh3_64(relevant.as_bytes())
 }
 
 /// The Services and Nodes the flags select.

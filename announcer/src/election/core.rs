@@ -11,30 +11,48 @@
 //!   restarting agent keeps its VIPs through its warm-up; one stuck before readiness stops
 //!   counting after a few warm-ups, so it cannot hold VIPs that nobody announces).
 //!
+//! A node is ranked for a VIP only where it can announce it: this node if it has an interface
+//! for it ([`VipSpec::local`]), a peer if the links it publishes in its Lease can
+//! ([`super::Link::mac_for`]; a peer that publishes none is assumed to).
+//!
 //! Nobody writes anything per VIP: every agent sees the same Leases, heartbeats and
-//! eligibility, so every agent computes the same owner.
+//! eligibility, so every agent computes the same owner. Heartbeats carry a fingerprint of the
+//! sender's view (VIPs and eligible sets) and of its configuration, so agents notice when they
+//! do not (a lagging watch, a ConfigMap roll): see *Keeping and giving up*.
 //!
 //! # Taking over
 //! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
 //! previous owner's *data plane* still answers. A peer ranked above us that is still a member
 //! but whose heartbeats stopped is a *suspect*: its agent may have died (SIGKILL, OOM) while its
-//! XDP entries keep answering and its node keeps serving traffic. We send a unicast ARP request
-//! or NS for the VIP to its MAC ([`Output::Probe`]):
+//! XDP entries keep answering and its node keeps serving traffic. *Every* suspect ranked above
+//! us is asked (two silent members above us may be a crashed node and, below it, the node that
+//! took over from it and then lost its agent). We send a unicast ARP request or NS for the VIP
+//! to the MAC that suspect answers the VIP with (its published link for the VIP's subnet, else
+//! its heartbeat MAC) ([`Output::Probe`]); the shell counts only an answer to that very probe
+//! (it carries a nonce only our XDP responder echoes):
 //!
 //! * silence for `probe_timeout`: the node is gone (crash, link down, partition): take over now,
 //!   one map write ([`Output::Install`]) then the burst ([`Output::Announce`]);
 //! * an answer: only the agent died, clients are still served. Probe again every
 //!   [`Config::reprobe_interval`] until the entries lapse (at most `grace` after its last
 //!   refresh), its agent returns, or its Lease expires. Taking over at once would make two
-//!   nodes answer for the whole grace period.
+//!   nodes answer for the whole grace period. Once a suspect has answered, it takes
+//!   [`PROBE_LOSSES_AFTER_ANSWER`] unanswered probes in a row to conclude it is gone: a single
+//!   lost answer must not make two owners.
+//!
+//! The VIP is taken when every suspect is silent.
 //!
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
 //!
 //! # Keeping and giving up
 //! Owned entries are rewritten every `grace / 3` with a lifetime of `grace`, so a dead agent's
 //! entries stop answering `grace` after its last refresh. A VIP whose owner is now another node
-//! is removed once that node's heartbeats say it is ready (make before break: a joining node
-//! first finishes its warm-up and announces, then we let go).
+//! is removed once that node's heartbeats say it is ready and carry our view fingerprint (make
+//! before break: a joining node first finishes its warm-up and announces, then we let go; a
+//! successor whose watch lags behind ours may not know the VIP yet). If the views differ, we
+//! let go after [`Config::view_hold`] anyway, so a permanent difference (a node on another
+//! configuration, raised as a `ConfigMismatch` node Event after [`CONFIG_MISMATCH_AFTER`])
+//! costs at most that much overlap per move, never a dark VIP.
 //!
 //! # Restarts, shutdowns, outages, partitions
 //! * Restart: [`Input::Existing`] hands over the entries still in the pinned map; through the
@@ -43,14 +61,33 @@
 //! * SIGTERM ([`Input::Shutdown`]): our heartbeats say `leaving`; peers drop us from the ranking,
 //!   take our VIPs without probing, announce them and ack us in their heartbeats. When every
 //!   live peer acked (or `handover_timeout` passed) we remove our entries, release our Lease and
-//!   [`Output::Exit`]. Clients never see a VIP unanswered.
+//!   [`Output::Exit`]. Clients never see a VIP unanswered. A VIP no other node can announce
+//!   (eTP Local with every endpoint here) keeps its entry, which answers until its TTL
+//!   (`grace`) runs out; a restart within it picks it up again.
 //! * API outage: Lease writes fail and watches break. While the API cannot be trusted
 //!   (watches unhealthy, or our own renewals failing), known Leases do not expire: membership
 //!   freezes, heartbeats alone decide, so nothing flaps and a crash still fails over. When
 //!   trust returns, peers get a full Lease duration to renew before their Leases can expire.
 //! * Fencing: if our own Lease has not been renewed for a Lease duration while a live peer
 //!   reports it reaches the API, the others see our Lease expired and take our VIPs; we stop
-//!   being a candidate so that the cluster converges.
+//!   being a candidate so that the cluster converges. The same holds when our watches have
+//!   failed for a Lease duration while our writes still succeed: our Lease looks alive to the
+//!   others, but our view is stale, so we say `leaving` and let them take over (a `Fenced`
+//!   node Event).
+//! * Isolation: a node whose heartbeats are not heard, or that hears none (its clock off by
+//!   more than the skew window, UDP blocked one way, a peer key it lacks), while its Lease
+//!   stays valid, would keep its VIPs while peers take them after a lost probe answer. Each
+//!   node therefore publishes in its Lease renewals how many peers it exchanges heartbeats with
+//!   both ways (`connected`). A node that exchanges them with none, for `dead_after`, while a
+//!   peer whose Lease was renewed since then is better connected (or equally, with a lower
+//!   name), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
+//!   its VIPs for [`Config::standby_hold`] while peers (who treat a standby node like a leaving
+//!   one) take them without probing, then lets go; an `Isolated` node Event says why. Bound:
+//!   [`Config::isolation_bound`] (about 5.3 s at the defaults) from the fault to a single owner.
+//!   Peers that had taken a VIP from it meanwhile count an overlap. When heartbeats flow both
+//!   ways again for [`Config::rejoin_after`], it steps in (`Rejoined`). Two nodes that cannot
+//!   hear each other never both step back, so a two-node split cannot darken a VIP; without
+//!   the API nobody steps back (partition rules below).
 //! * Partition between nodes: each side sees the other's heartbeats stop and its probes go
 //!   unanswered, so a VIP can have an owner on both sides. When a peer we took a VIP from comes
 //!   back with the *same* incarnation, it never stopped answering: we count an overlap, raise
