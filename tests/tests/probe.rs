@@ -322,6 +322,7 @@ fn a_flood_of_forged_replies_delivers_no_answer_to_the_channel() {
         );
         (delivered, stats, spoofer.join().unwrap())
     });
+    eprintln!("flood: {sent} pairs sent, {delivered} answers delivered, {stats:?}");
     assert_eq!(sent, 50_000, "the spoofer sent all its pairs");
     assert_eq!(
         delivered, 0,
