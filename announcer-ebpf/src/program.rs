@@ -10,7 +10,11 @@
 //!   counted as `expired` and passed.
 //! * A frame for a live VIP that fails validation is counted `malformed`, logged (rate-limited,
 //!   never on the answer path) and passed: a bad request is never answered.
-//! * The answer is built in place and sent back out of the receiving interface (`XDP_TX`).
+//! * The answer is built in place and sent back out of the receiving interface (`XDP_TX`). An
+//!   ARP answer keeps the request's length, so its Ethernet padding comes back unchanged; an NA
+//!   is cut to L2 + IPv6 + NA + TLLAO, except that a 32-byte NS keeps up to
+//!   [`PROBE_NONCE_LEN`] trailer bytes: either way a liveness probe's nonce is echoed (see the
+//!   agent's `probe` module).
 //!
 //! Nothing here allocates or loops unboundedly; every packet access is bounds-checked against
 //! `data_end` right before it, which is what the verifier needs.
@@ -20,7 +24,8 @@ use core::mem::size_of;
 use announcer_ebpf::{
     maps::{MAX_VIPS, Outcome, VipEntry, VipKeyV4, VipKeyV6, VipStats},
     wire::{
-        ALL_NODES, ArpHdr, EthHdr, Ipv6Hdr, LinkLayerOpt, MacAddr, NaFlags, NdiscHdr, VlanHdr,
+        ALL_NODES, ArpHdr, EthHdr, Ipv6Hdr, LinkLayerOpt, MacAddr, NaFlags, NdiscHdr,
+        PROBE_NONCE_LEN, VlanHdr,
         arp::{OP_REPLY, OP_REQUEST},
         checksum,
         ethernet::ethertype,
@@ -539,11 +544,25 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         (src, to, NaFlags::SOLICITED | NaFlags::OVERRIDE)
     };
 
-    // Resize the frame to exactly L2 + IPv6 + NA + TLLAO (also dropping Ethernet padding).
-    let new_len = icmp + size_of::<NaWithTllao>();
+    // Resize the frame to exactly L2 + IPv6 + NA + TLLAO (also dropping Ethernet padding),
+    // with one exception: behind an NS of exactly NS + one option (32 bytes, the shape of the
+    // agent's liveness probes and the size of the NA + TLLAO written over it), up to
+    // PROBE_NONCE_LEN trailer bytes stay where they are, so the probe's nonce comes back to
+    // the prober. The trailer is outside the IPv6 payload: no checksum covers it and IPv6
+    // receivers ignore it (RFC 8200 §3, Payload Length).
+    let na_end = icmp + size_of::<NaWithTllao>();
     // SAFETY: helper on our own context. (Subtracting the packet pointers instead would need
     // CAP_PERFMON's pointer arithmetic allowance.)
     let old_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
+    let mut new_len = na_end;
+    if plen == size_of::<NaWithTllao>() && old_len > na_end {
+        let trailer = old_len - na_end;
+        new_len += if trailer < PROBE_NONCE_LEN {
+            trailer
+        } else {
+            PROBE_NONCE_LEN
+        };
+    }
     let delta = new_len as i32 - old_len as i32;
     if delta != 0 {
         // SAFETY: helper on our own context; all pointers are re-derived below.

@@ -93,3 +93,70 @@ pub fn ns(
     );
     buf[..n].to_vec()
 }
+
+/// A forged ARP reply "`vip` is-at `claimed`", sent unicast to `to_mac`/`to_ip` with Ethernet
+/// source `claimed` (as a spoofer impersonating a dead owner writes it), and `trailer` in the
+/// Ethernet padding right after the ARP packet (where a probe's nonce sits).
+pub fn forged_arp_reply(
+    claimed: MacAddr,
+    vip: Ipv4Addr,
+    to_mac: MacAddr,
+    to_ip: Ipv4Addr,
+    trailer: [u8; 8],
+) -> Vec<u8> {
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = frame::arp(
+        &mut buf,
+        &EthernetRepr {
+            src: claimed,
+            dst: to_mac,
+            vlan: None,
+            ethertype: 0,
+        },
+        &ArpRepr {
+            operation: ArpOperation::Reply,
+            sender_mac: claimed,
+            sender_ip: vip,
+            target_mac: to_mac,
+            target_ip: to_ip,
+        },
+    );
+    buf[42..50].copy_from_slice(&trailer);
+    buf[..n].to_vec()
+}
+
+/// A forged solicited Neighbor Advertisement "`vip` is-at `claimed`" (TLLAO `claimed`,
+/// Ethernet source `claimed`) to `to_mac`/`to_ip`, followed by `trailer` after the IPv6
+/// payload (where a probe's nonce sits).
+pub fn forged_na(
+    claimed: MacAddr,
+    vip: Ipv6Addr,
+    to_mac: MacAddr,
+    to_ip: Ipv6Addr,
+    trailer: [u8; 8],
+) -> Vec<u8> {
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = frame::ndisc(
+        &mut buf,
+        &EthernetRepr {
+            src: claimed,
+            dst: to_mac,
+            vlan: None,
+            ethertype: 0,
+        },
+        vip,
+        to_ip,
+        &NdiscRepr::NeighborAdvert {
+            flags: announcer_ebpf::wire::NaFlags {
+                router: false,
+                solicited: true,
+                override_: true,
+            },
+            target: vip,
+            lladdr: Some(claimed),
+        },
+    );
+    let mut f = buf[..n].to_vec();
+    f.extend_from_slice(&trailer);
+    f
+}

@@ -626,6 +626,69 @@ impl Pair {
     }
 }
 
+/// One host on a [`Lan`]: its `eth0` MAC and addresses.
+#[derive(Clone, Copy, Debug)]
+pub struct LanHost {
+    /// MAC of `eth0`.
+    pub mac: [u8; 6],
+    /// IPv4 address (prefix [`PREFIX_V4`]).
+    pub v4: Ipv4Addr,
+    /// IPv6 address (prefix [`PREFIX_V6`]).
+    pub v6: Ipv6Addr,
+}
+
+/// Hosts on one Ethernet segment: a namespace holding bridge `br0`, and one namespace per
+/// host whose `eth0` is a port of it. Unlike a [`Pair`], a third host sees (and can forge)
+/// traffic between the others. IPv6 DAD is off everywhere. Dropping it deletes every
+/// namespace (and so every veth).
+#[derive(Debug)]
+pub struct Lan {
+    pub bridge: Netns,
+    /// The hosts, in the order given to [`Lan::new`].
+    pub hosts: Vec<Netns>,
+}
+
+impl Lan {
+    /// Builds the segment; `tag` only makes namespace names readable.
+    pub fn new(tag: &str, hosts: &[LanHost]) -> Lan {
+        let bridge = Netns::new(&format!("{tag}-br"));
+        bridge.sysctl("net.ipv6.conf.all.accept_dad", "0");
+        bridge.sysctl("net.ipv6.conf.default.accept_dad", "0");
+        bridge.ip(&[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ]);
+        bridge.ip(&["link", "set", "dev", "br0", "up"]);
+        bridge.ip(&["link", "set", "dev", "lo", "up"]);
+        let mut out = Vec::with_capacity(hosts.len());
+        for (i, h) in hosts.iter().enumerate() {
+            let ns = Netns::new(&format!("{tag}-h{i}"));
+            ns.sysctl("net.ipv6.conf.all.accept_dad", "0");
+            ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
+            let port = format!("p{i}");
+            veth(&ns, "eth0", &bridge, &port);
+            bridge.ip(&["link", "set", "dev", &port, "master", "br0"]);
+            set_mac(&ns, "eth0", h.mac);
+            add_addr(&ns, "eth0", &format!("{}/{PREFIX_V4}", h.v4));
+            add_addr(&ns, "eth0", &format!("{}/{PREFIX_V6}", h.v6));
+            out.push(ns);
+        }
+        for ns in &out {
+            wait_oper_up(ns, "eth0", Duration::from_secs(5));
+        }
+        Lan { bridge, hosts: out }
+    }
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;

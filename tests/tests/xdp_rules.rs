@@ -423,3 +423,80 @@ fn arp_replies_claiming_a_vip_pass() {
     assert_eq!(h.run(&reply), (XDP_PASS, reply.clone()));
     assert_eq!(counter(&h, Outcome::Passed), 1);
 }
+
+const NONCE: [u8; 8] = [0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18];
+
+#[test]
+fn arp_answer_keeps_the_padding_so_a_probe_nonce_comes_back() {
+    for vlan in [None, Some(100)] {
+        let h = harness_with(&[(VIP4.into(), vlan)]);
+        let mut req = frames::arp_request(CLIENT4, VIP4, vlan);
+        let at = if vlan.is_some() { 46 } else { 42 };
+        req[at..at + 8].copy_from_slice(&NONCE);
+        let (action, out) = h.run(&req);
+        assert_eq!(action, XDP_TX, "vlan {vlan:?}");
+        assert_eq!(out.len(), 60);
+        assert_eq!(&out[at..], &req[at..], "padding echoed (vlan {vlan:?})");
+    }
+}
+
+/// The NA answering `ns` + `trailer`: checked, and its length past the IPv6 payload.
+fn na_trailer(h: &Harness, ns: &[u8], trailer: &[u8]) -> Vec<u8> {
+    let mut f = ns.to_vec();
+    f.extend_from_slice(trailer);
+    let (action, out) = h.run(&f);
+    assert_eq!(action, XDP_TX);
+    let eth = EthernetFrame::new_checked(&out[..]).unwrap();
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    let repr = Ipv6Repr::parse(&ip);
+    assert_eq!(repr.payload_len, 32, "NA + TLLAO");
+    let nd = NdiscPacket::new_checked(ip.payload()).unwrap();
+    assert!(nd.verify_checksum(&repr.src, &repr.dst), "NA checksum");
+    assert!(matches!(
+        NdiscRepr::parse(&nd).unwrap(),
+        NdiscRepr::NeighborAdvert {
+            target: VIP6,
+            lladdr: Some(VIP_MAC),
+            ..
+        }
+    ));
+    out[eth.header_len() + 40 + 32..].to_vec()
+}
+
+#[test]
+fn na_answer_to_a_32_byte_ns_keeps_an_8_byte_trailer() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    // The probe's shape: unicast NS + SLLAO (32 bytes), nonce after the IPv6 payload.
+    let probe = frames::ns(CLIENT6, VIP6, VIP6, Some(CLIENT_MAC), None);
+    assert_eq!(probe.len(), 14 + 40 + 32);
+    assert_eq!(na_trailer(&h, &probe, &NONCE), NONCE);
+    let multicast = frames::ns_multicast(CLIENT6, VIP6, None);
+    assert_eq!(na_trailer(&h, &multicast, &NONCE), NONCE);
+    // At most 8 bytes are kept; fewer stay as they are.
+    let mut long = NONCE.to_vec();
+    long.extend_from_slice(&[0xee; 12]);
+    assert_eq!(na_trailer(&h, &probe, &long), NONCE);
+    assert_eq!(na_trailer(&h, &probe, &NONCE[..3]), &NONCE[..3]);
+    assert_eq!(na_trailer(&h, &probe, &[]), Vec::<u8>::new());
+    // Behind a tag too.
+    let h = harness_with(&[(VIP6.into(), Some(100))]);
+    let tagged = frames::ns(CLIENT6, VIP6, VIP6, Some(CLIENT_MAC), Some(100));
+    assert_eq!(na_trailer(&h, &tagged, &NONCE), NONCE);
+}
+
+#[test]
+fn na_answer_to_any_other_ns_drops_the_trailer() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    // 24 bytes: no SLLAO (the NA grows to 32); DAD (to all-nodes).
+    let no_sllao = frames::ns(CLIENT6, VIP6, VIP6, None, None);
+    assert_eq!(na_trailer(&h, &no_sllao, &NONCE), Vec::<u8>::new());
+    let dad = frames::ns_dad(VIP6, None);
+    assert_eq!(na_trailer(&h, &dad, &NONCE), Vec::<u8>::new());
+    // 40 bytes: SLLAO + a nonce option (RFC 3971 §5.3.2, as Linux sends for enhanced DAD).
+    let mut f = frames::ns_multicast(CLIENT6, VIP6, None);
+    f.extend_from_slice(&[14, 1, 1, 2, 3, 4, 5, 6]);
+    let plen = u16::from_be_bytes([f[18], f[19]]) + 8;
+    f[18..20].copy_from_slice(&plen.to_be_bytes());
+    let f = refill(f);
+    assert_eq!(na_trailer(&h, &f, &NONCE), Vec::<u8>::new());
+}

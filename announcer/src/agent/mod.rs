@@ -34,7 +34,7 @@ use std::{
 };
 
 use kube::{Client, runtime::events::EventType};
-use tokio::sync::{mpsc, watch as tokio_watch};
+use tokio::sync::watch as tokio_watch;
 
 use self::{
     config::{AgentArgs, ConfigError, Election},
@@ -44,11 +44,11 @@ use self::{
     http::{AgentState, Shared},
     iface::{IfaceConfig, LocalIface},
     plane::Plane,
-    probe::Prober,
+    probe::Probes,
     watch::Watches,
 };
 use crate::{
-    election::{Core, EventKind, IfaceName, Input, NodeEventKind, VipSpec},
+    election::{Core, EventKind, IfaceName, NodeEventKind, VipSpec},
     heartbeat::{Key, KeyError, Keys},
     metrics::{Metrics, Recorder, Sources},
     wire::MacAddr,
@@ -497,57 +497,31 @@ impl Context {
             .retain(|k| !k.contains('|') || now_seen.contains(k));
     }
 
-    /// Sends a probe, opening the interface's prober (and its answer listener) on first use.
-    fn probe(
-        &mut self,
-        probers: &mut BTreeMap<IfaceName, Prober>,
-        iface: &IfaceName,
-        vip: IpAddr,
-        mac: MacAddr,
-        answers: &mpsc::Sender<Input>,
-    ) {
+    /// Sends a probe of `mac` for `vip` on `iface` (its prober and answer listener are opened
+    /// on first use); answerable for the core's probe timeout. A failure is logged: silence,
+    /// the core takes over after its timeout.
+    fn probe(&mut self, probes: &mut Probes, iface: &IfaceName, vip: IpAddr, mac: MacAddr) {
         if !self.plane.enabled() {
             return; // No data plane to ask: silence, the core takes over after its timeout.
         }
-        if !probers.contains_key(iface) {
-            let Some(li) = self.ifaces.iter().find(|i| *i.name == **iface) else {
-                return;
-            };
-            let v4 = li.addrs.iter().find_map(|a| match a.ip {
+        let Some(li) = self.ifaces.iter().find(|i| *i.name == **iface) else {
+            return;
+        };
+        let src = probe::Source {
+            mac: li.mac.unwrap_or(MacAddr::ZERO),
+            ipv4: li.addrs.iter().find_map(|a| match a.ip {
                 IpAddr::V4(v) => Some(v),
                 _ => None,
-            });
-            let v6ll = li.addrs.iter().find_map(|a| match a.ip {
+            }),
+            ipv6: li.addrs.iter().find_map(|a| match a.ip {
                 IpAddr::V6(v) if v.is_unicast_link_local() => Some(v),
                 _ => None,
-            });
-            let opened = Prober::open(li.index, li.mac.unwrap_or(MacAddr([0; 6])), v4, v6ll)
-                .and_then(|p| Ok((p.listen()?, p)));
-            match opened {
-                Ok((mut listener, p)) => {
-                    let tx = answers.clone();
-                    let mut stop = self.stop_rx.clone();
-                    tokio::spawn(async move {
-                        loop {
-                            tokio::select! {
-                                r = listener.next() => match r {
-                                    Ok(a) => { if tx.send(a.into()).await.is_err() { return } }
-                                    Err(e) => { tracing::warn!(error = %e, "probe listener failed"); return }
-                                },
-                                () = watch::until_true(&mut stop) => return,
-                            }
-                        }
-                    });
-                    probers.insert(iface.clone(), p);
-                }
-                Err(e) => {
-                    tracing::warn!(%iface, error = %e, "cannot probe; taking over on silence");
-                    return;
-                }
-            }
-        }
-        if let Err(e) = probers[iface].send(vip, mac) {
-            tracing::warn!(%vip, %iface, error = %e, "probe not sent");
+            }),
+            vlan: None,
+        };
+        let window = self.args.probe_timeout;
+        if let Err(e) = probes.send(iface, li.index, src, vip, mac, window) {
+            tracing::warn!(%vip, %iface, error = %e, "probe not sent; taking over on silence");
         }
     }
 

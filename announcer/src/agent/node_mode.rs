@@ -22,11 +22,11 @@ use super::{
     heartbeat::{HeartbeatSocket, unix_ms_now},
     http::{AgentState, OwnedVip, PeerState},
     node_lease::{self, NodeLease, PeerLease, WriteBody},
-    probe::Prober,
+    probe::Probes,
     watch::LeaseEvent,
 };
 use crate::{
-    election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
+    election::{Core, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Sealer, Verified, Verifier},
     metrics::{LossTracker, Recorder},
     wire::MacAddr,
@@ -80,8 +80,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     core.handle(Instant::now(), Input::Existing(existing));
 
     let (write_tx, mut writes) = mpsc::channel::<LeaseWriteResult>(4);
-    let (answer_tx, mut answers) = mpsc::channel::<Input>(256);
-    let mut probers: BTreeMap<IfaceName, Prober> = BTreeMap::new();
+    let (mut probes, mut answers) = Probes::new(256);
     let mut peers: BTreeMap<NodeName, SocketAddr> = BTreeMap::new();
     let mut services: BTreeMap<IpAddr, String> = BTreeMap::new();
     let mut shutdown_seen = false;
@@ -121,12 +120,10 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 Some(Input::Heartbeat(v.beat))
             }
             Some(a) = answers.recv() => {
-                if let Input::ProbeAnswered { mac, .. } = &a
-                    && let Some(sent) = probes_sent.remove(mac)
-                {
+                if let Some(sent) = probes_sent.remove(&a.mac) {
                     ctx.recorder.probe_rtt(sent.elapsed());
                 }
-                Some(a)
+                Some(a.into())
             }
             Some(ev) = ctx.watches.lease_events.recv() => {
                 if let LeaseEvent::Deleted(l) = &ev
@@ -228,7 +225,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 }
                 Output::Probe { vip, iface, mac } => {
                     probes_sent.insert(mac, Instant::now());
-                    ctx.probe(&mut probers, &iface, vip, mac, &answer_tx);
+                    ctx.probe(&mut probes, &iface, vip, mac);
                 }
                 Output::Event {
                     service,

@@ -7,7 +7,7 @@
 //! unicast ARP request (IPv4) or Neighbor Solicitation (IPv6) for the VIP, sent to the old
 //! owner's MAC. An answer means the node is alive and the successor waits; silence means it
 //! takes over now. The election core decides ([`crate::election::Output::Probe`] and
-//! [`crate::election::Input::ProbeAnswered`]); this module sends and listens.
+//! [`crate::election::Input::ProbeAnswered`]); this module sends and listens ([`Probes`]).
 //!
 //! * IPv4: an ARP request (RFC 826) for the VIP with Ethernet destination the target MAC.
 //!   The sender IP is our IPv4 address on the interface, or 0.0.0.0 if we have none: then it
@@ -17,28 +17,68 @@
 //!   target MAC, source our address on the link (link-local), with a Source Link-Layer Address
 //!   option, hop limit 255.
 //!
-//! Answers are read on an `AF_PACKET` socket ([`Answers`]) with a classic BPF filter that
-//! lets only ARP replies and Neighbor Advertisements reach userspace, so the socket costs
-//! nothing on a busy interface. A frame counts as an answer if it is an ARP reply, or an NA
-//! valid per RFC 4861 §7.1.2; the election core matches its VIP and MAC against the probe it
-//! asked for ([`Answer`]). Answers to other nodes' probes, the reply form of a gratuitous
-//! ARP and unsolicited NAs count too: any reply in which that MAC claims that VIP proves its
-//! data plane is alive, whoever it was addressed to.
+//! # Only an answer to the probe just sent counts
+//!
+//! Silence is what lets a successor take over, so anything that can fake an answer can keep a
+//! VIP dark after its owner died: one host spraying forged unicast "VIP is-at <dead owner's
+//! MAC>" ARP replies at the other nodes did exactly that. A frame therefore counts only if it
+//! answers the probe we sent, on every point we can check:
+//!
+//! * it is unicast to us (Ethernet destination our MAC; for ARP also `ar$tha`): RFC 826
+//!   answers a request to its sender, RFC 4861 §7.2.4 answers a unicast-sourced NS to its
+//!   source with S=1. Broadcast replies, gratuitous ARP and unsolicited NAs say nothing about
+//!   our probe;
+//! * its Ethernet source is the MAC it claims (ARP `ar$sha`, the NA's Target Link-Layer
+//!   Address option), and that is the MAC we probed, for the VIP we probed, on the interface
+//!   we probed on, before the probe's window closed;
+//! * it echoes the probe's **nonce**: 8 random bytes per probe ([`Nonce`]) in the Ethernet
+//!   trailer, after the L3 payload (ARP: right after the 28-byte packet, in the padding of the
+//!   60-byte frame, bytes 42..50 untagged; NS: after the IPv6 payload length). Receivers
+//!   ignore the trailer (it is padding to ARP, and outside the IPv6 payload, so no checksum
+//!   covers it). Our XDP responder gives it back: the ARP answer is rewritten in place, and
+//!   the NA answer to a 32-byte NS keeps up to 8 trailer bytes. Without it, a blind spoofer
+//!   sending every 20 ms would still land inside a 100 ms probe window.
+//!
+//! What the nonce does not stop: a host that *sees* the probe can copy it. A switch floods
+//! unicast frames for a MAC it has no forwarding entry for, and a spoofer using the dead
+//! owner's MAC as its source moves that entry to its own port. Only the switch (port
+//! security, dynamic ARP inspection) can stop a host that impersonates another MAC.
+//!
+//! An older responder (before the nonce) still echoes the ARP padding, but cuts the NA to its
+//! exact length, so its IPv6 answers do not count. That is fine: a rolling upgrade hands VIPs
+//! over on SIGTERM and does not wait for probes; probing is for agents that died.
+//!
+//! # Costs
+//!
+//! Answers are read per interface on an `AF_PACKET` socket ([`Answers`]) with a classic BPF
+//! filter ([`filter`]) that lets through only ARP replies whose Ethernet source is their
+//! sender hardware address and Neighbor Advertisements, unicast to our MAC; everything else
+//! (any flood of broadcast or misaddressed replies) is dropped in the kernel. What passes is
+//! matched in userspace against the probes in flight ([`InFlight`]: VIP, MAC, nonce,
+//! deadline): a frame that matches none is dropped before it reaches the election, each probe
+//! forwards at most one answer and is then forgotten, expired probes are pruned, and the table
+//! is bounded ([`MAX_IN_FLIGHT`], the oldest dropped first). What was dropped is counted by
+//! reason ([`Stats`]).
 //!
 //! Frame building and answer parsing are pure functions ([`probe_frame`], [`parse_answer`]),
 //! built on the shared [`announcer_ebpf::wire`] layouts; only the sockets need `CAP_NET_RAW`.
 
 use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
     future::Future,
     io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     os::fd::{AsRawFd, OwnedFd},
-    time::Duration,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use announcer_ebpf::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, Ipv6Packet, MacAddr,
-    NdiscPacket, NdiscRepr,
+    ArpHdr, ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, Header as _, Ipv6Hdr,
+    Ipv6Packet, MacAddr, NdiscPacket, NdiscRepr, PROBE_NONCE_LEN,
     ethernet::ethertype,
     frame::{self, MAX_FRAME},
     ipv6::NEXT_HEADER_ICMPV6,
@@ -48,11 +88,12 @@ use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::mpsc,
+    task::JoinHandle,
 };
 
 use crate::{
     announce::{AnnounceError, MAX_VLAN_ID, PacketSocket},
-    election::Input,
+    election::{IfaceName, Input},
     packet::{bind, setsockopt},
 };
 
@@ -72,6 +113,18 @@ impl From<Answer> for Input {
             vip: a.vip,
             mac: a.mac,
         }
+    }
+}
+
+/// The per-probe random token carried in the probe's Ethernet trailer and echoed by our
+/// responder (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Nonce(pub [u8; PROBE_NONCE_LEN]);
+
+impl Nonce {
+    /// A fresh nonce from the thread-local CSPRNG.
+    pub fn random() -> Nonce {
+        Nonce(rand::random())
     }
 }
 
@@ -105,8 +158,9 @@ pub enum ProbeError {
         /// The VIP.
         vip: Ipv6Addr,
     },
-    /// Probing a group or all-zero MAC would ask every node, not the old owner.
-    #[error("cannot probe {mac}: not a unicast MAC")]
+    /// Probing a group or all-zero MAC would ask every node, not the old owner; and answers
+    /// can only be told apart if our own MAC is unicast.
+    #[error("cannot probe with {mac}: not a unicast MAC")]
     NotUnicast {
         /// The MAC.
         mac: MacAddr,
@@ -132,8 +186,14 @@ pub struct Source {
     pub vlan: Option<u16>,
 }
 
-/// The probe frame asking `target` whether it has `vip` (see the [module docs](self)).
-pub fn probe_frame(src: &Source, vip: IpAddr, target: MacAddr) -> Result<Vec<u8>, ProbeError> {
+/// The probe frame asking `target` whether it has `vip`, carrying `nonce` in its Ethernet
+/// trailer (see the [module docs](self)).
+pub fn probe_frame(
+    src: &Source,
+    vip: IpAddr,
+    target: MacAddr,
+    nonce: Nonce,
+) -> Result<Vec<u8>, ProbeError> {
     if !target.is_unicast() {
         return Err(ProbeError::NotUnicast { mac: target });
     }
@@ -148,20 +208,27 @@ pub fn probe_frame(src: &Source, vip: IpAddr, target: MacAddr) -> Result<Vec<u8>
         ethertype: 0, // set by the builders
     };
     let len = match vip {
-        IpAddr::V4(vip) => frame::arp(
-            &mut buf,
-            &eth,
-            &ArpRepr {
-                operation: ArpOperation::Request,
-                sender_mac: src.mac,
-                sender_ip: src.ipv4.unwrap_or(Ipv4Addr::UNSPECIFIED),
-                target_mac: MacAddr::ZERO,
-                target_ip: vip,
-            },
-        ),
+        IpAddr::V4(vip) => {
+            let len = frame::arp(
+                &mut buf,
+                &eth,
+                &ArpRepr {
+                    operation: ArpOperation::Request,
+                    sender_mac: src.mac,
+                    sender_ip: src.ipv4.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                    target_mac: MacAddr::ZERO,
+                    target_ip: vip,
+                },
+            );
+            // In the zero padding of the minimum-size frame: the length does not change.
+            let at = eth.header_len() + ArpHdr::LEN;
+            buf[at..at + PROBE_NONCE_LEN].copy_from_slice(&nonce.0);
+            debug_assert!(at + PROBE_NONCE_LEN <= len);
+            len
+        }
         IpAddr::V6(vip) => {
             let from = src.ipv6.ok_or(ProbeError::NoIpv6Source { vip })?;
-            frame::ndisc(
+            let len = frame::ndisc(
                 &mut buf,
                 &eth,
                 from,
@@ -170,27 +237,63 @@ pub fn probe_frame(src: &Source, vip: IpAddr, target: MacAddr) -> Result<Vec<u8>
                     target: vip,
                     lladdr: Some(src.mac),
                 },
-            )
+            );
+            // After the IPv6 payload (longer than the minimum frame, so no padding before).
+            buf[len..len + PROBE_NONCE_LEN].copy_from_slice(&nonce.0);
+            len + PROBE_NONCE_LEN
         }
     };
     Ok(buf[..len].to_vec())
 }
 
-/// The answer a received frame carries, if it is one: an ARP reply for IPv4 over Ethernet,
-/// or a Neighbor Advertisement that passes RFC 4861 §7.1.2's checks (hop limit 255, valid
-/// checksum, code 0, at least 24 bytes, well-formed options, target not multicast, S clear
-/// if sent to a multicast group).
-pub fn parse_answer(frame: &[u8]) -> Option<Answer> {
+/// A received frame that answers a probe sent from our MAC, with the nonce it echoes (its
+/// first [`PROBE_NONCE_LEN`] trailer bytes, `None` if it has fewer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Who claims what.
+    pub answer: Answer,
+    /// The echoed nonce, if the frame has a trailer long enough.
+    pub nonce: Option<Nonce>,
+}
+
+fn nonce_at(bytes: &[u8], at: usize) -> Option<Nonce> {
+    let b = bytes.get(at..at + PROBE_NONCE_LEN)?;
+    Some(Nonce(b.try_into().expect("PROBE_NONCE_LEN bytes")))
+}
+
+/// The reply a received frame is, if it can be an answer to a probe sent from `our_mac`:
+///
+/// * an ARP reply for IPv4 over Ethernet (RFC 826) sent unicast to us (Ethernet destination
+///   and `ar$tha` `our_mac`), whose Ethernet source is its unicast `ar$sha`, for a unicast
+///   `ar$spa`;
+/// * or a Neighbor Advertisement that passes RFC 4861 §7.1.2's checks (hop limit 255, valid
+///   checksum, code 0, at least 24 bytes, well-formed options, target not multicast), is
+///   solicited (S=1) and sent unicast to us (§7.2.4: the answer to a unicast-sourced NS),
+///   and whose Target Link-Layer Address, if present, is its Ethernet source.
+///
+/// Whether it answers *the* probe (VIP, MAC, nonce, time) is [`InFlight::accept`]'s call.
+pub fn parse_answer(frame: &[u8], our_mac: MacAddr) -> Option<Reply> {
     let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.dst() != our_mac || !our_mac.is_unicast() {
+        return None;
+    }
     match eth.ethertype() {
         ethertype::ARP => {
             let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()?;
-            (arp.operation == ArpOperation::Reply && arp.sender_mac.is_unicast()).then_some(
-                Answer {
+            let ok = arp.operation == ArpOperation::Reply
+                && arp.sender_mac.is_unicast()
+                && arp.sender_mac == eth.src()
+                && arp.target_mac == our_mac
+                && !arp.sender_ip.is_unspecified()
+                && !arp.sender_ip.is_broadcast()
+                && !arp.sender_ip.is_multicast();
+            ok.then(|| Reply {
+                answer: Answer {
                     vip: arp.sender_ip.into(),
                     mac: arp.sender_mac,
                 },
-            )
+                nonce: nonce_at(eth.payload(), ArpHdr::LEN),
+            })
         }
         ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
@@ -199,6 +302,9 @@ pub fn parse_answer(frame: &[u8]) -> Option<Answer> {
                 return None;
             }
             let (src, dst) = (Ipv6Addr::from(h.src), Ipv6Addr::from(h.dst));
+            if dst.is_multicast() {
+                return None; // Not unicast to us (and §7.1.2 forbids S=1 to a group).
+            }
             let nd = NdiscPacket::new_checked(ip.payload()).ok()?;
             if !nd.verify_checksum(&src, &dst) {
                 return None;
@@ -211,25 +317,254 @@ pub fn parse_answer(frame: &[u8]) -> Option<Answer> {
             else {
                 return None;
             };
-            if target.is_multicast() || (dst.is_multicast() && flags.solicited) {
+            if target.is_multicast() || !flags.solicited {
                 return None;
             }
             let mac = lladdr.unwrap_or(eth.src());
-            mac.is_unicast().then_some(Answer {
-                vip: target.into(),
-                mac,
+            (mac.is_unicast() && mac == eth.src()).then(|| Reply {
+                answer: Answer {
+                    vip: target.into(),
+                    mac,
+                },
+                nonce: nonce_at(eth.payload(), Ipv6Hdr::LEN + ip.payload().len()),
             })
         }
         _ => None,
     }
 }
 
-/// Sends probes on one interface. Cheap to share; answers are read with [`Answers`] (or the
-/// [`probe`](Self::probe) convenience).
+/// Bound on the probes in flight (all interfaces): the oldest is dropped to make room.
+pub const MAX_IN_FLIGHT: usize = 4096;
+
+/// Why a received frame was not forwarded as an answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dropped {
+    /// Not an answer to a probe from us at all ([`parse_answer`] says no).
+    Mismatch,
+    /// An answer, but no probe of that MAC for that VIP is in flight on the interface
+    /// (never sent, already answered, or its window closed).
+    NoProbe,
+    /// A probe is in flight, but the frame does not carry its nonce.
+    BadNonce,
+}
+
+type Key = (u32, IpAddr, MacAddr);
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    seq: u64,
+    nonce: Nonce,
+    deadline: Instant,
+}
+
+/// The probes in flight: (interface, VIP, probed MAC) → nonce and deadline. Pure; the clock
+/// is passed in.
+#[derive(Debug)]
+pub struct InFlight {
+    cap: usize,
+    pending: HashMap<Key, Vec<Pending>>,
+    /// Insertion order, for dropping the oldest; may name entries already gone.
+    order: VecDeque<(u64, Key)>,
+    len: usize,
+    seq: u64,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self::new(MAX_IN_FLIGHT)
+    }
+}
+
+impl InFlight {
+    /// An empty table holding at most `cap` probes (at least one).
+    pub fn new(cap: usize) -> Self {
+        Self {
+            cap: cap.max(1),
+            pending: HashMap::new(),
+            order: VecDeque::new(),
+            len: 0,
+            seq: 0,
+        }
+    }
+
+    /// Probes in flight (expired ones included until they are pruned).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no probe is in flight.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Records a probe of `mac` for `vip` on `ifindex` with `nonce`, answerable until
+    /// `deadline`. Prunes expired probes first; if the table is still full, drops the oldest.
+    pub fn insert(
+        &mut self,
+        ifindex: u32,
+        vip: IpAddr,
+        mac: MacAddr,
+        nonce: Nonce,
+        deadline: Instant,
+        now: Instant,
+    ) {
+        self.prune(now);
+        while self.len >= self.cap {
+            let Some((seq, key)) = self.order.pop_front() else {
+                break;
+            };
+            self.remove(&key, |p| p.seq == seq);
+        }
+        self.seq += 1;
+        let key = (ifindex, vip, mac);
+        self.pending.entry(key).or_default().push(Pending {
+            seq: self.seq,
+            nonce,
+            deadline,
+        });
+        self.order.push_back((self.seq, key));
+        self.len += 1;
+        if self.order.len() > 2 * self.cap {
+            // Forget order records of probes answered or pruned since.
+            let pending = &self.pending;
+            self.order.retain(|(seq, key)| {
+                pending
+                    .get(key)
+                    .is_some_and(|v| v.iter().any(|p| p.seq == *seq))
+            });
+        }
+    }
+
+    /// Drops every probe whose window has closed.
+    pub fn prune(&mut self, now: Instant) {
+        let mut removed = 0;
+        self.pending.retain(|_, v| {
+            let before = v.len();
+            v.retain(|p| p.deadline > now);
+            removed += before - v.len();
+            !v.is_empty()
+        });
+        self.len -= removed;
+        if self.pending.is_empty() {
+            self.order.clear();
+        }
+    }
+
+    fn remove(&mut self, key: &Key, which: impl Fn(&Pending) -> bool) -> bool {
+        let Some(v) = self.pending.get_mut(key) else {
+            return false;
+        };
+        let before = v.len();
+        v.retain(|p| !which(p));
+        let removed = before - v.len();
+        if v.is_empty() {
+            self.pending.remove(key);
+        }
+        self.len -= removed;
+        removed > 0
+    }
+
+    /// Whether `reply`, received on `ifindex` at `now`, answers a probe in flight: then that
+    /// probe is removed (it forwards nothing more) and the answer returned.
+    pub fn accept(&mut self, ifindex: u32, reply: &Reply, now: Instant) -> Result<Answer, Dropped> {
+        let key = (ifindex, reply.answer.vip, reply.answer.mac);
+        // Expired probes of this key go now; the rest wait for the next insert's prune.
+        self.remove(&key, |p| p.deadline <= now);
+        let Some(v) = self.pending.get(&key) else {
+            return Err(Dropped::NoProbe);
+        };
+        let Some(seq) = reply
+            .nonce
+            .and_then(|n| v.iter().find(|p| p.nonce == n))
+            .map(|p| p.seq)
+        else {
+            return Err(Dropped::BadNonce);
+        };
+        self.remove(&key, |p| p.seq == seq);
+        Ok(reply.answer)
+    }
+
+    /// [`parse_answer`] then [`accept`](Self::accept): the verdict on a frame received on
+    /// `ifindex`, whose MAC is `our_mac`.
+    pub fn judge(
+        &mut self,
+        ifindex: u32,
+        our_mac: MacAddr,
+        frame: &[u8],
+        now: Instant,
+    ) -> Result<Answer, Dropped> {
+        let reply = parse_answer(frame, our_mac).ok_or(Dropped::Mismatch)?;
+        self.accept(ifindex, &reply, now)
+    }
+}
+
+/// Counters of the answer path, exported as metrics.
+#[derive(Debug, Default)]
+pub struct Stats {
+    accepted: AtomicU64,
+    no_probe: AtomicU64,
+    bad_nonce: AtomicU64,
+    mismatch: AtomicU64,
+}
+
+/// The [`Stats`] counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Answers forwarded to the election (`answers_accepted`).
+    pub answers_accepted: u64,
+    /// Frames that answered no probe in flight (`dropped_no_probe`).
+    pub dropped_no_probe: u64,
+    /// Frames for a probe in flight without its nonce (`dropped_bad_nonce`).
+    pub dropped_bad_nonce: u64,
+    /// Frames past the kernel filter that are no answer to us (`dropped_mismatch`).
+    pub dropped_mismatch: u64,
+}
+
+impl Stats {
+    /// A copy of every counter (each read atomically on its own).
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            answers_accepted: get(&self.accepted),
+            dropped_no_probe: get(&self.no_probe),
+            dropped_bad_nonce: get(&self.bad_nonce),
+            dropped_mismatch: get(&self.mismatch),
+        }
+    }
+
+    /// Counts one verdict.
+    pub fn count(&self, verdict: &Result<Answer, Dropped>) {
+        let c = match verdict {
+            Ok(_) => &self.accepted,
+            Err(Dropped::NoProbe) => &self.no_probe,
+            Err(Dropped::BadNonce) => &self.bad_nonce,
+            Err(Dropped::Mismatch) => &self.mismatch,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The in-flight table and counters shared by the senders and listeners of a [`Probes`]
+/// set (or of one stand-alone [`Prober`]).
+#[derive(Clone, Debug, Default)]
+struct Shared {
+    in_flight: Arc<Mutex<InFlight>>,
+    stats: Arc<Stats>,
+}
+
+impl Shared {
+    fn table(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Sends probes on one interface and records them as in flight; answers are read with
+/// [`Answers`] ([`listen`](Self::listen)) or the [`probe`](Self::probe) convenience.
 #[derive(Debug)]
 pub struct Prober {
     sock: PacketSocket,
     src: Source,
+    shared: Shared,
 }
 
 impl Prober {
@@ -241,14 +576,26 @@ impl Prober {
         our_ipv4: Option<Ipv4Addr>,
         our_ipv6_link_local: Option<Ipv6Addr>,
     ) -> Result<Self, ProbeError> {
+        let src = Source {
+            mac: our_mac,
+            ipv4: our_ipv4,
+            ipv6: our_ipv6_link_local,
+            vlan: None,
+        };
+        Self::open_shared(ifindex, src, Shared::default())
+    }
+
+    fn open_shared(ifindex: u32, src: Source, shared: Shared) -> Result<Self, ProbeError> {
+        if !src.mac.is_unicast() {
+            return Err(ProbeError::NotUnicast { mac: src.mac });
+        }
+        if let Some(v) = src.vlan.filter(|&v| v > MAX_VLAN_ID) {
+            return Err(ProbeError::BadVlan { vlan: v });
+        }
         Ok(Self {
             sock: PacketSocket::open(ifindex)?,
-            src: Source {
-                mac: our_mac,
-                ipv4: our_ipv4,
-                ipv6: our_ipv6_link_local,
-                vlan: None,
-            },
+            src,
+            shared,
         })
     }
 
@@ -267,16 +614,38 @@ impl Prober {
         self.sock.ifindex()
     }
 
-    /// Sends one probe asking `target` for `vip`; the answer, if any, arrives on [`Answers`].
-    pub fn send(&self, vip: IpAddr, target: MacAddr) -> Result<(), ProbeError> {
-        let frame = probe_frame(&self.src, vip, target)?;
+    /// What probes are sent from.
+    pub fn source(&self) -> &Source {
+        &self.src
+    }
+
+    /// The answer path's counters (shared with the other probers of a [`Probes`] set).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.shared.stats.snapshot()
+    }
+
+    /// Sends one probe asking `target` for `vip` with a fresh nonce, answerable for `window`;
+    /// the answer, if any, arrives on this prober's [`Answers`]. Returns the nonce sent.
+    pub fn send(
+        &self,
+        vip: IpAddr,
+        target: MacAddr,
+        window: Duration,
+    ) -> Result<Nonce, ProbeError> {
+        let nonce = Nonce::random();
+        let frame = probe_frame(&self.src, vip, target, nonce)?;
+        // In flight before it is on the wire, so an immediate answer is not dropped.
+        let now = Instant::now();
+        self.shared
+            .table()
+            .insert(self.ifindex(), vip, target, nonce, now + window, now);
         self.sock.send(&frame)?;
-        Ok(())
+        Ok(nonce)
     }
 
     /// Listens for answers on this prober's interface. Must be called within a tokio runtime.
     pub fn listen(&self) -> Result<Answers, ProbeError> {
-        Answers::open(self.ifindex())
+        Answers::open(self.ifindex(), self.src.mac, self.shared.clone())
     }
 
     /// Probes once and waits up to `timeout` for `target` to answer for `vip`: `true` if it
@@ -289,7 +658,7 @@ impl Prober {
         timeout: Duration,
     ) -> Result<bool, ProbeError> {
         let mut answers = self.listen()?;
-        self.send(vip, target)?;
+        self.send(vip, target, timeout)?;
         let wanted = Answer { vip, mac: target };
         let wait = async {
             loop {
@@ -316,6 +685,16 @@ const fn jeq(at: usize, k: u32, jt: usize, jf: usize) -> libc::sock_filter {
     }
 }
 
+/// `A == X`, with absolute targets as in [`jeq`].
+const fn jeq_x(at: usize, jt: usize, jf: usize) -> libc::sock_filter {
+    libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_X) as u16,
+        jt: (jt - at - 1) as u8,
+        jf: (jf - at - 1) as u8,
+        k: 0,
+    }
+}
+
 const fn ld(size: u32, offset: u32) -> libc::sock_filter {
     libc::sock_filter {
         code: (libc::BPF_LD | size | libc::BPF_ABS) as u16,
@@ -324,6 +703,14 @@ const fn ld(size: u32, offset: u32) -> libc::sock_filter {
         k: offset,
     }
 }
+
+/// `X = A`.
+const TAX: libc::sock_filter = libc::sock_filter {
+    code: (libc::BPF_MISC | libc::BPF_TAX) as u16,
+    jt: 0,
+    jf: 0,
+    k: 0,
+};
 
 const fn ret(k: u32) -> libc::sock_filter {
     libc::sock_filter {
@@ -334,46 +721,96 @@ const fn ret(k: u32) -> libc::sock_filter {
     }
 }
 
+const W: u32 = libc::BPF_W;
 const H: u32 = libc::BPF_H;
 const B: u32 = libc::BPF_B;
-const ACCEPT: usize = 19;
-const DROP: usize = 20;
+const TAGGED: usize = 22;
+const IPV6: usize = 17;
+const IPV6_TAGGED: usize = 34;
+const ACCEPT: usize = 39;
+const DROP: usize = 40;
 
-/// Keeps ARP replies and ICMPv6 Neighbor Advertisements (without IPv6 extension headers,
-/// which ND messages do not carry), untagged or with one 802.1Q tag left in the frame;
-/// drops everything else in the kernel. Offsets are from the Ethernet header: EtherType at
-/// 12, ARP `ar$op` at 14 + 6, IPv6 next header at 14 + 6, ICMPv6 type at 14 + 40; 4 more
-/// behind a tag.
-const FILTER: [libc::sock_filter; 21] = [
-    ld(H, 12),                                    // 0: EtherType
-    jeq(1, ethertype::VLAN as u32, 10, 2),        // 1
-    jeq(2, ethertype::ARP as u32, 3, 5),          // 2
-    ld(H, 20),                                    // 3: ar$op
-    jeq(4, 2, ACCEPT, DROP),                      // 4: reply
-    jeq(5, ethertype::IPV6 as u32, 6, DROP),      // 5
-    ld(B, 20),                                    // 6: next header
-    jeq(7, NEXT_HEADER_ICMPV6 as u32, 8, DROP),   // 7
-    ld(B, 54),                                    // 8: ICMPv6 type
-    jeq(9, 136, ACCEPT, DROP),                    // 9: NA
-    ld(H, 16),                                    // 10: inner EtherType
-    jeq(11, ethertype::ARP as u32, 12, 14),       // 11
-    ld(H, 24),                                    // 12: ar$op
-    jeq(13, 2, ACCEPT, DROP),                     // 13
-    jeq(14, ethertype::IPV6 as u32, 15, DROP),    // 14
-    ld(B, 24),                                    // 15: next header
-    jeq(16, NEXT_HEADER_ICMPV6 as u32, 17, DROP), // 16
-    ld(B, 58),                                    // 17: ICMPv6 type
-    jeq(18, 136, ACCEPT, DROP),                   // 18
-    ret(u32::MAX),                                // 19: ACCEPT, whole frame
-    ret(0),                                       // 20: DROP
-];
+/// Length of the [`filter`] program.
+pub const FILTER_LEN: usize = 41;
 
-/// A packet socket on one interface that receives only candidate answers (ARP replies and
-/// Neighbor Advertisements) and yields the [`Answer`]s among them.
+/// The kernel filter of the answer socket of the interface whose MAC is `our_mac`: keeps
+/// frames unicast to `our_mac` that are ARP replies whose Ethernet source is their sender
+/// hardware address (`ar$sha`), or ICMPv6 Neighbor Advertisements (without IPv6 extension
+/// headers, which ND messages do not carry), untagged or with one 802.1Q tag left in the
+/// frame; drops everything else. Offsets are from the Ethernet header: destination at 0,
+/// source at 6, EtherType at 12, ARP `ar$op` at 14 + 6 and `ar$sha` at 14 + 8, IPv6 next
+/// header at 14 + 6, ICMPv6 type at 14 + 40; 4 more behind a tag. Loads past the end of a
+/// frame drop it.
+pub fn filter(our_mac: MacAddr) -> [libc::sock_filter; FILTER_LEN] {
+    let m = our_mac.0;
+    let hi = u32::from_be_bytes([m[0], m[1], m[2], m[3]]);
+    let lo = u32::from(u16::from_be_bytes([m[4], m[5]]));
+    let arp = ethertype::ARP as u32;
+    let ipv6 = ethertype::IPV6 as u32;
+    let icmp6 = NEXT_HEADER_ICMPV6 as u32;
+    [
+        ld(W, 0),                                  // 0: destination, first 4 bytes
+        jeq(1, hi, 2, DROP),                       // 1
+        ld(H, 4),                                  // 2: destination, last 2
+        jeq(3, lo, 4, DROP),                       // 3
+        ld(H, 12),                                 // 4: EtherType
+        jeq(5, ethertype::VLAN as u32, TAGGED, 6), // 5
+        jeq(6, arp, 7, IPV6),                      // 6
+        ld(H, 20),                                 // 7: ar$op
+        jeq(8, 2, 9, DROP),                        // 8: reply
+        ld(W, 6),                                  // 9: source, first 4 bytes
+        TAX,                                       // 10
+        ld(W, 22),                                 // 11: ar$sha, first 4
+        jeq_x(12, 13, DROP),                       // 12
+        ld(H, 10),                                 // 13: source, last 2
+        TAX,                                       // 14
+        ld(H, 26),                                 // 15: ar$sha, last 2
+        jeq_x(16, ACCEPT, DROP),                   // 16
+        jeq(IPV6, ipv6, 18, DROP),                 // 17
+        ld(B, 20),                                 // 18: next header
+        jeq(19, icmp6, 20, DROP),                  // 19
+        ld(B, 54),                                 // 20: ICMPv6 type
+        jeq(21, 136, ACCEPT, DROP),                // 21: NA
+        ld(H, 16),                                 // 22: inner EtherType
+        jeq(23, arp, 24, IPV6_TAGGED),             // 23
+        ld(H, 24),                                 // 24: ar$op
+        jeq(25, 2, 26, DROP),                      // 25
+        ld(W, 6),                                  // 26
+        TAX,                                       // 27
+        ld(W, 26),                                 // 28: ar$sha
+        jeq_x(29, 30, DROP),                       // 29
+        ld(H, 10),                                 // 30
+        TAX,                                       // 31
+        ld(H, 30),                                 // 32
+        jeq_x(33, ACCEPT, DROP),                   // 33
+        jeq(IPV6_TAGGED, ipv6, 35, DROP),          // 34
+        ld(B, 24),                                 // 35: next header
+        jeq(36, icmp6, 37, DROP),                  // 36
+        ld(B, 58),                                 // 37: ICMPv6 type
+        jeq(38, 136, ACCEPT, DROP),                // 38
+        ret(u32::MAX),                             // 39: ACCEPT, whole frame
+        ret(0),                                    // 40: DROP
+    ]
+}
+
+/// Attaches [`filter`]`(our_mac)` to a socket (`SO_ATTACH_FILTER`).
+fn attach_filter(fd: &OwnedFd, our_mac: MacAddr) -> io::Result<()> {
+    let prog = filter(our_mac);
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+/// A packet socket on one interface that receives only candidate answers (see [`filter`])
+/// and yields those that answer a probe in flight, each at most once.
 #[derive(Debug)]
 pub struct Answers {
     fd: AsyncFd<OwnedFd>,
     ifindex: u32,
+    our_mac: MacAddr,
+    shared: Shared,
     buf: Vec<u8>,
 }
 
@@ -383,7 +820,7 @@ impl Answers {
     /// The socket is created receiving nothing, gets its filter and then is bound to the
     /// interface, so no unfiltered frame is ever queued. Frames this host sends are ignored
     /// (`PACKET_IGNORE_OUTGOING`).
-    pub fn open(ifindex: u32) -> Result<Self, ProbeError> {
+    fn open(ifindex: u32, our_mac: MacAddr, shared: Shared) -> Result<Self, ProbeError> {
         let err = |source| ProbeError::Listen { ifindex, source };
         let fd = socket::socket(
             AddressFamily::Packet,
@@ -392,11 +829,7 @@ impl Answers {
             None,
         )
         .map_err(|e| err(e.into()))?;
-        let prog = libc::sock_fprog {
-            len: FILTER.len() as u16,
-            filter: FILTER.as_ptr().cast_mut(),
-        };
-        setsockopt(&fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog).map_err(err)?;
+        attach_filter(&fd, our_mac).map_err(err)?;
         setsockopt(&fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, &1i32).map_err(err)?;
         bind(&fd, ifindex, libc::ETH_P_ALL as u16).map_err(err)?;
         // SAFETY: the OwnedFd is open, owned by the AsyncFd from here on, and always returns
@@ -406,11 +839,13 @@ impl Answers {
         Ok(Self {
             fd,
             ifindex,
+            our_mac,
+            shared,
             buf: vec![0; 2048],
         })
     }
 
-    /// The next answer. Frames that are not answers are skipped.
+    /// The next answer to a probe in flight. Other frames are dropped (and counted).
     pub async fn next(&mut self) -> Result<Answer, ProbeError> {
         loop {
             let mut guard = self
@@ -426,7 +861,14 @@ impl Answers {
                 socket::recv(fd.as_raw_fd(), buf, MsgFlags::MSG_DONTWAIT).map_err(io::Error::from)
             }) {
                 Ok(Ok(n)) => {
-                    if let Some(answer) = parse_answer(&self.buf[..n]) {
+                    let verdict = self.shared.table().judge(
+                        self.ifindex,
+                        self.our_mac,
+                        &self.buf[..n],
+                        Instant::now(),
+                    );
+                    self.shared.stats.count(&verdict);
+                    if let Ok(answer) = verdict {
                         return Ok(answer);
                     }
                 }
@@ -460,6 +902,100 @@ impl Answers {
                     }
                 }
             }
+        }
+    }
+}
+
+/// One interface's prober and its listener task.
+#[derive(Debug)]
+struct Iface {
+    prober: Prober,
+    listener: JoinHandle<()>,
+}
+
+/// Every interface's [`Prober`] and [`Answers`] listener, the probes in flight and the one
+/// channel their answers arrive on: what the agent holds. Probers are opened on first use
+/// (and reopened if the interface changed or its listener failed); listeners are tokio tasks,
+/// stopped when the set is dropped.
+#[derive(Debug)]
+pub struct Probes {
+    ifaces: BTreeMap<IfaceName, Iface>,
+    shared: Shared,
+    tx: mpsc::Sender<Answer>,
+}
+
+impl Probes {
+    /// An empty set and the receiver of its answers (`buffer` answers deep; each probe
+    /// forwards at most one).
+    pub fn new(buffer: usize) -> (Probes, mpsc::Receiver<Answer>) {
+        let (tx, rx) = mpsc::channel(buffer.max(1));
+        (
+            Probes {
+                ifaces: BTreeMap::new(),
+                shared: Shared::default(),
+                tx,
+            },
+            rx,
+        )
+    }
+
+    /// Sends a probe asking `target` whether it has `vip` on interface `iface` (index
+    /// `ifindex`, our side `src`), answerable for `window`. The answer, if any, arrives on
+    /// the receiver. Must be called within a tokio runtime.
+    pub fn send(
+        &mut self,
+        iface: &IfaceName,
+        ifindex: u32,
+        src: Source,
+        vip: IpAddr,
+        target: MacAddr,
+        window: Duration,
+    ) -> Result<(), ProbeError> {
+        if let Some(v) = src.vlan.filter(|&v| v > MAX_VLAN_ID) {
+            return Err(ProbeError::BadVlan { vlan: v });
+        }
+        let current = self.ifaces.get(iface).is_some_and(|i| {
+            i.prober.ifindex() == ifindex
+                && i.prober.src.mac == src.mac
+                && !i.listener.is_finished()
+        });
+        if !current {
+            if let Some(old) = self.ifaces.remove(iface) {
+                old.listener.abort();
+            }
+            let prober = Prober::open_shared(ifindex, src, self.shared.clone())?;
+            let answers = prober.listen()?;
+            let tx = self.tx.clone();
+            let listener = tokio::spawn(async move {
+                if let Err(e) = answers.forward(tx, std::future::pending()).await {
+                    tracing::warn!(ifindex, error = %e, "probe listener failed");
+                }
+            });
+            self.ifaces
+                .insert(iface.clone(), Iface { prober, listener });
+        }
+        // Addresses may have changed since the prober was opened; the MAC and index did not.
+        let i = self.ifaces.get_mut(iface).expect("inserted above");
+        i.prober.src = src;
+        i.prober.send(vip, target, window)?;
+        Ok(())
+    }
+
+    /// The answer path's counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.shared.stats.clone()
+    }
+
+    /// Probes in flight, all interfaces.
+    pub fn in_flight(&self) -> usize {
+        self.shared.table().len()
+    }
+}
+
+impl Drop for Probes {
+    fn drop(&mut self) {
+        for i in self.ifaces.values() {
+            i.listener.abort();
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Probe frames, answer parsing and the kernel filter, without sockets.
+//! Probe frames, answer parsing, the in-flight table and the kernel filter, without packet
+//! sockets (the filter runs in the kernel on a Unix socket pair).
 
 use announcer_ebpf::wire::{NaFlags, ndisc};
 
@@ -6,7 +7,11 @@ use super::*;
 
 const OURS: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
 const THEIRS: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+const SPOOFER: MacAddr = MacAddr([2, 0, 0, 0, 0, 3]);
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+const OUR4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const NONCE: Nonce = Nonce([0xa1, 0xb2, 0xc3, 0xd4, 0xe5, 0xf6, 0x07, 0x18]);
+const IF: u32 = 7;
 
 fn vip6() -> Ipv6Addr {
     "fd77::100".parse().unwrap()
@@ -25,17 +30,19 @@ fn src(ipv4: Option<Ipv4Addr>, vlan: Option<u16>) -> Source {
     }
 }
 
+fn probe4() -> Vec<u8> {
+    probe_frame(&src(Some(OUR4), None), VIP4.into(), THEIRS, NONCE).unwrap()
+}
+
+fn probe6() -> Vec<u8> {
+    probe_frame(&src(None, None), vip6().into(), THEIRS, NONCE).unwrap()
+}
+
 #[test]
 fn arp_probe_is_a_unicast_request_for_the_vip() {
-    for (ipv4, spa) in [
-        (
-            Some(Ipv4Addr::new(10, 77, 0, 2)),
-            Ipv4Addr::new(10, 77, 0, 2),
-        ),
-        (None, Ipv4Addr::UNSPECIFIED),
-    ] {
+    for (ipv4, spa) in [(Some(OUR4), OUR4), (None, Ipv4Addr::UNSPECIFIED)] {
         for vlan in [None, Some(7)] {
-            let f = probe_frame(&src(ipv4, vlan), VIP4.into(), THEIRS).unwrap();
+            let f = probe_frame(&src(ipv4, vlan), VIP4.into(), THEIRS, NONCE).unwrap();
             let eth = EthernetFrame::new_checked(&f[..]).unwrap();
             assert_eq!(
                 EthernetRepr::parse(&eth),
@@ -62,8 +69,23 @@ fn arp_probe_is_a_unicast_request_for_the_vip() {
 }
 
 #[test]
+fn arp_probe_carries_the_nonce_in_its_padding() {
+    let f = probe4();
+    assert_eq!(f.len(), 60, "still the minimum frame");
+    assert_eq!(&f[42..50], &NONCE.0);
+    assert!(f[50..].iter().all(|&b| b == 0));
+    let tagged = probe_frame(&src(None, Some(7)), VIP4.into(), THEIRS, NONCE).unwrap();
+    assert_eq!(tagged.len(), 60);
+    assert_eq!(
+        &tagged[46..54],
+        &NONCE.0,
+        "after the ARP packet, behind the tag"
+    );
+}
+
+#[test]
 fn ns_probe_is_a_unicast_nud_solicitation() {
-    let f = probe_frame(&src(None, None), vip6().into(), THEIRS).unwrap();
+    let f = probe6();
     let eth = EthernetFrame::new_checked(&f[..]).unwrap();
     assert_eq!((eth.dst(), eth.src()), (THEIRS, OURS));
     assert_eq!(eth.ethertype(), ethertype::IPV6);
@@ -88,13 +110,30 @@ fn ns_probe_is_a_unicast_nud_solicitation() {
 }
 
 #[test]
+fn ns_probe_carries_the_nonce_after_the_ipv6_payload() {
+    let f = probe6();
+    let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
+    assert_eq!(
+        plen, 32,
+        "NS + SLLAO: the shape the responder echoes a trailer for"
+    );
+    assert_eq!(f.len(), 14 + 40 + 32 + 8);
+    assert_eq!(&f[14 + 40 + 32..], &NONCE.0);
+}
+
+#[test]
+fn every_probe_gets_its_own_nonce() {
+    assert_ne!(Nonce::random(), Nonce::random());
+}
+
+#[test]
 fn bad_probes_are_refused() {
     let no_v6 = Source {
         ipv6: None,
         ..src(None, None)
     };
     assert!(matches!(
-        probe_frame(&no_v6, vip6().into(), THEIRS),
+        probe_frame(&no_v6, vip6().into(), THEIRS, NONCE),
         Err(ProbeError::NoIpv6Source { .. })
     ));
     for mac in [
@@ -103,37 +142,118 @@ fn bad_probes_are_refused() {
         MacAddr([0x33, 0x33, 0, 0, 0, 1]),
     ] {
         assert!(matches!(
-            probe_frame(&src(None, None), VIP4.into(), mac),
+            probe_frame(&src(None, None), VIP4.into(), mac, NONCE),
             Err(ProbeError::NotUnicast { .. })
         ));
     }
     assert!(matches!(
-        probe_frame(&src(None, Some(4095)), VIP4.into(), THEIRS),
+        probe_frame(&src(None, Some(4095)), VIP4.into(), THEIRS, NONCE),
         Err(ProbeError::BadVlan { vlan: 4095 })
     ));
 }
 
-/// The reply the responder sends to an ARP probe.
-fn arp_reply(op: ArpOperation, vlan: Option<u16>) -> Vec<u8> {
-    let mut buf = [0u8; MAX_FRAME];
-    let eth = EthernetRepr {
-        src: THEIRS,
-        dst: OURS,
-        vlan,
-        ethertype: 0,
-    };
-    let arp = ArpRepr {
-        operation: op,
-        sender_mac: THEIRS,
-        sender_ip: VIP4,
-        target_mac: OURS,
-        target_ip: Ipv4Addr::UNSPECIFIED,
-    };
-    let n = frame::arp(&mut buf, &eth, &arp);
-    buf[..n].to_vec()
+/// An ARP reply as our responder writes it for [`probe4`]: rewritten in place, so the
+/// nonce is still in the padding.
+fn arp_reply_to(probe: &[u8]) -> Vec<u8> {
+    let mut f = probe.to_vec();
+    let (eth, arp) = f.split_at_mut(14);
+    eth[0..6].copy_from_slice(&OURS.0);
+    eth[6..12].copy_from_slice(&THEIRS.0);
+    arp[7] = 2; // ar$op
+    let (sha, spa) = (
+        [arp[8], arp[9], arp[10], arp[11], arp[12], arp[13]],
+        [arp[14], arp[15], arp[16], arp[17]],
+    );
+    arp[18..24].copy_from_slice(&sha); // tha = requester
+    arp[24..28].copy_from_slice(&spa); // tpa = requester
+    arp[8..14].copy_from_slice(&THEIRS.0);
+    arp[14..18].copy_from_slice(&VIP4.octets());
+    f
 }
 
-fn na(dst: Ipv6Addr, flags: NaFlags, target: Ipv6Addr, lladdr: Option<MacAddr>) -> Vec<u8> {
+fn answer4() -> Option<Reply> {
+    Some(Reply {
+        answer: Answer {
+            vip: VIP4.into(),
+            mac: THEIRS,
+        },
+        nonce: Some(NONCE),
+    })
+}
+
+#[test]
+fn the_responders_arp_reply_is_an_answer_with_the_nonce() {
+    assert_eq!(parse_answer(&arp_reply_to(&probe4()), OURS), answer4());
+    let tagged = probe_frame(&src(None, Some(7)), VIP4.into(), THEIRS, NONCE).unwrap();
+    let mut reply = tagged.clone();
+    reply[0..6].copy_from_slice(&OURS.0);
+    reply[6..12].copy_from_slice(&THEIRS.0);
+    reply[18 + 7] = 2;
+    reply[18 + 18..18 + 24].copy_from_slice(&OURS.0);
+    reply[18 + 8..18 + 14].copy_from_slice(&THEIRS.0);
+    reply[18 + 14..18 + 18].copy_from_slice(&VIP4.octets());
+    assert_eq!(parse_answer(&reply, OURS), answer4(), "802.1Q-tagged");
+}
+
+#[test]
+fn broadcast_arp_reply_is_not_an_answer() {
+    let mut f = arp_reply_to(&probe4());
+    f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+    assert_eq!(parse_answer(&f, OURS), None);
+}
+
+#[test]
+fn arp_reply_to_another_mac_is_not_an_answer() {
+    let mut f = arp_reply_to(&probe4());
+    f[0..6].copy_from_slice(&SPOOFER.0);
+    assert_eq!(parse_answer(&f, OURS), None, "Ethernet destination");
+    let mut f = arp_reply_to(&probe4());
+    f[14 + 18..14 + 24].copy_from_slice(&SPOOFER.0);
+    assert_eq!(parse_answer(&f, OURS), None, "ar$tha");
+}
+
+#[test]
+fn arp_reply_whose_ethernet_source_is_not_its_sender_is_not_an_answer() {
+    let mut f = arp_reply_to(&probe4());
+    f[6..12].copy_from_slice(&SPOOFER.0);
+    assert_eq!(parse_answer(&f, OURS), None);
+}
+
+#[test]
+fn arp_requests_and_garbage_are_not_answers() {
+    assert_eq!(parse_answer(&probe4(), OURS), None);
+    let mut group = arp_reply_to(&probe4());
+    group[6] |= 1;
+    group[14 + 8] |= 1;
+    assert_eq!(parse_answer(&group, OURS), None, "group sender");
+    let mut unspec = arp_reply_to(&probe4());
+    unspec[14 + 14..14 + 18].fill(0);
+    assert_eq!(parse_answer(&unspec, OURS), None, "sender IP 0.0.0.0");
+    assert_eq!(parse_answer(&[0u8; 10], OURS), None);
+    let f = arp_reply_to(&probe4());
+    assert_eq!(parse_answer(&f[..41], OURS), None, "truncated");
+}
+
+#[test]
+fn arp_reply_without_padding_has_no_nonce() {
+    let f = arp_reply_to(&probe4());
+    let got = parse_answer(&f[..42], OURS).unwrap();
+    assert_eq!(got.nonce, None);
+    assert_eq!(
+        parse_answer(&f[..49], OURS).unwrap().nonce,
+        None,
+        "7 bytes are not a nonce"
+    );
+}
+
+/// An NA to us from THEIRS, with `trailer` after the IPv6 payload.
+fn na(
+    dst: Ipv6Addr,
+    flags: NaFlags,
+    target: Ipv6Addr,
+    lladdr: Option<MacAddr>,
+    trailer: &[u8],
+) -> Vec<u8> {
     let mut buf = [0u8; MAX_FRAME];
     let eth = EthernetRepr {
         src: THEIRS,
@@ -147,7 +267,9 @@ fn na(dst: Ipv6Addr, flags: NaFlags, target: Ipv6Addr, lladdr: Option<MacAddr>) 
         lladdr,
     };
     let n = frame::ndisc(&mut buf, &eth, target, dst, &repr);
-    buf[..n].to_vec()
+    let mut f = buf[..n].to_vec();
+    f.extend_from_slice(trailer);
+    f
 }
 
 const SOLICITED: NaFlags = NaFlags {
@@ -156,133 +278,366 @@ const SOLICITED: NaFlags = NaFlags {
     override_: true,
 };
 
+fn answer6(nonce: Option<Nonce>) -> Option<Reply> {
+    Some(Reply {
+        answer: Answer {
+            vip: vip6().into(),
+            mac: THEIRS,
+        },
+        nonce,
+    })
+}
+
 #[test]
-fn arp_replies_are_answers_and_requests_are_not() {
-    let want = Some(Answer {
-        vip: VIP4.into(),
-        mac: THEIRS,
-    });
-    assert_eq!(parse_answer(&arp_reply(ArpOperation::Reply, None)), want);
-    assert_eq!(parse_answer(&arp_reply(ArpOperation::Reply, Some(7))), want);
-    assert_eq!(parse_answer(&arp_reply(ArpOperation::Request, None)), None);
-    let probe = probe_frame(&src(None, None), VIP4.into(), THEIRS).unwrap();
-    assert_eq!(parse_answer(&probe), None);
-    assert_eq!(parse_answer(&[0u8; 10]), None);
+fn the_responders_na_is_an_answer_with_the_nonce() {
+    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    assert_eq!(parse_answer(&good, OURS), answer6(Some(NONCE)));
+    // No TLLAO: the Ethernet source; no trailer: no nonce.
+    assert_eq!(
+        parse_answer(&na(ll(), SOLICITED, vip6(), None, &[]), OURS),
+        answer6(None)
+    );
 }
 
 #[test]
 fn neighbor_advertisements_are_validated() {
-    let want = Some(Answer {
-        vip: vip6().into(),
-        mac: THEIRS,
-    });
-    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS));
-    assert_eq!(parse_answer(&good), want);
-    // No TLLAO: the Ethernet source.
-    assert_eq!(parse_answer(&na(ll(), SOLICITED, vip6(), None)), want);
-
+    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
     let mut hop = good.clone();
     hop[14 + 7] = 254;
-    assert_eq!(parse_answer(&hop), None, "hop limit must be 255");
+    assert_eq!(parse_answer(&hop, OURS), None, "hop limit must be 255");
     let mut sum = good.clone();
     sum[14 + 40 + 2] ^= 1;
-    assert_eq!(parse_answer(&sum), None, "bad checksum");
+    assert_eq!(parse_answer(&sum, OURS), None, "bad checksum");
     let mut code = good.clone();
     code[14 + 40 + 1] = 1;
     ndisc::fill_checksum(&mut code[14 + 40..14 + 40 + 32], &vip6(), &ll());
-    assert_eq!(parse_answer(&code), None, "code must be 0");
-
-    let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+    assert_eq!(parse_answer(&code, OURS), None, "code must be 0");
+    let group: Ipv6Addr = "ff02::2".parse().unwrap();
     assert_eq!(
-        parse_answer(&na(all_nodes, SOLICITED, vip6(), Some(THEIRS))),
+        parse_answer(&na(ll(), SOLICITED, group, Some(THEIRS), &NONCE.0), OURS),
         None,
-        "S set on a multicast NA"
+        "multicast target"
     );
+    let ns = probe6();
+    assert_eq!(parse_answer(&ns, OURS), None, "an NS");
+}
+
+#[test]
+fn unsolicited_or_multicast_na_is_not_an_answer() {
+    let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
     let unsolicited = NaFlags {
         solicited: false,
         ..SOLICITED
     };
     assert_eq!(
-        parse_answer(&na(all_nodes, unsolicited, vip6(), Some(THEIRS))),
-        want,
-        "an unsolicited NA from the owner proves it is alive too"
-    );
-    let group: Ipv6Addr = "ff02::2".parse().unwrap();
-    assert_eq!(
-        parse_answer(&na(ll(), SOLICITED, group, Some(THEIRS))),
+        parse_answer(
+            &na(all_nodes, unsolicited, vip6(), Some(THEIRS), &NONCE.0),
+            OURS
+        ),
         None
     );
-    let ns = probe_frame(&src(None, None), vip6().into(), THEIRS).unwrap();
-    assert_eq!(parse_answer(&ns), None);
+    assert_eq!(
+        parse_answer(&na(ll(), unsolicited, vip6(), Some(THEIRS), &NONCE.0), OURS),
+        None
+    );
+    assert_eq!(
+        parse_answer(
+            &na(all_nodes, SOLICITED, vip6(), Some(THEIRS), &NONCE.0),
+            OURS
+        ),
+        None
+    );
 }
 
-/// Runs [`FILTER`] on `frame` as the kernel would (only the instructions it uses):
-/// whether the frame is kept.
-fn filter_keeps(frame: &[u8]) -> bool {
-    let mut a = 0u32;
-    let mut pc = 0;
-    loop {
-        let ins = FILTER[pc];
-        let k = ins.k as usize;
-        match u32::from(ins.code) {
-            c if c == libc::BPF_LD | H | libc::BPF_ABS => match frame.get(k..k + 2) {
-                Some(b) => a = u32::from(u16::from_be_bytes([b[0], b[1]])),
-                None => return false, // out of bounds: the kernel drops
-            },
-            c if c == libc::BPF_LD | B | libc::BPF_ABS => match frame.get(k) {
-                Some(&b) => a = u32::from(b),
-                None => return false,
-            },
-            c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
-                let skip = if a == ins.k { ins.jt } else { ins.jf };
-                pc += usize::from(skip);
-            }
-            c if c == libc::BPF_RET | libc::BPF_K => return ins.k != 0,
-            c => panic!("unexpected instruction {c:#x}"),
+#[test]
+fn na_to_another_mac_is_not_an_answer() {
+    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
+    assert_eq!(parse_answer(&f, OURS), None);
+    f[0..6].copy_from_slice(&SPOOFER.0);
+    assert_eq!(parse_answer(&f, OURS), None);
+}
+
+#[test]
+fn na_whose_ethernet_source_is_not_its_target_lladdr_is_not_an_answer() {
+    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    f[6..12].copy_from_slice(&SPOOFER.0);
+    assert_eq!(parse_answer(&f, OURS), None);
+}
+
+fn reply(mac: MacAddr, nonce: Option<Nonce>) -> Reply {
+    Reply {
+        answer: Answer {
+            vip: VIP4.into(),
+            mac,
+        },
+        nonce,
+    }
+}
+
+fn table_with_probe(now: Instant) -> InFlight {
+    let mut t = InFlight::new(16);
+    t.insert(
+        IF,
+        VIP4.into(),
+        THEIRS,
+        NONCE,
+        now + Duration::from_millis(100),
+        now,
+    );
+    t
+}
+
+#[test]
+fn an_answer_with_the_probes_nonce_is_accepted_once() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    let want = Answer {
+        vip: VIP4.into(),
+        mac: THEIRS,
+    };
+    assert_eq!(t.accept(IF, &reply(THEIRS, Some(NONCE)), now), Ok(want));
+    assert!(t.is_empty());
+    assert_eq!(
+        t.accept(IF, &reply(THEIRS, Some(NONCE)), now),
+        Err(Dropped::NoProbe),
+        "a probe forwards at most one answer"
+    );
+}
+
+#[test]
+fn answer_without_or_with_a_wrong_nonce_does_not_count() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    assert_eq!(
+        t.accept(IF, &reply(THEIRS, None), now),
+        Err(Dropped::BadNonce)
+    );
+    let mut wrong = NONCE;
+    wrong.0[7] ^= 1;
+    assert_eq!(
+        t.accept(IF, &reply(THEIRS, Some(wrong)), now),
+        Err(Dropped::BadNonce)
+    );
+    assert_eq!(t.len(), 1, "the probe still waits for its real answer");
+    assert!(t.accept(IF, &reply(THEIRS, Some(NONCE)), now).is_ok());
+}
+
+#[test]
+fn answer_for_another_vip_mac_or_interface_is_no_probe() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    assert_eq!(
+        t.accept(IF, &reply(SPOOFER, Some(NONCE)), now),
+        Err(Dropped::NoProbe)
+    );
+    assert_eq!(
+        t.accept(IF + 1, &reply(THEIRS, Some(NONCE)), now),
+        Err(Dropped::NoProbe)
+    );
+    let other_vip = Reply {
+        answer: Answer {
+            vip: Ipv4Addr::new(10, 77, 0, 101).into(),
+            mac: THEIRS,
+        },
+        nonce: Some(NONCE),
+    };
+    assert_eq!(t.accept(IF, &other_vip, now), Err(Dropped::NoProbe));
+}
+
+#[test]
+fn answer_after_the_window_does_not_count_and_the_probe_expires() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    let late = now + Duration::from_millis(100);
+    assert_eq!(
+        t.accept(IF, &reply(THEIRS, Some(NONCE)), late),
+        Err(Dropped::NoProbe)
+    );
+    assert!(t.is_empty());
+
+    let mut t = table_with_probe(now);
+    t.insert(
+        IF,
+        vip6().into(),
+        THEIRS,
+        NONCE,
+        late + Duration::from_secs(1),
+        late,
+    );
+    assert_eq!(t.len(), 1, "the expired probe was pruned on insert");
+}
+
+#[test]
+fn each_of_two_probes_forwards_its_own_answer() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    let second = Nonce([9; 8]);
+    t.insert(
+        IF,
+        VIP4.into(),
+        THEIRS,
+        second,
+        now + Duration::from_millis(100),
+        now,
+    );
+    assert!(t.accept(IF, &reply(THEIRS, Some(second)), now).is_ok());
+    assert!(t.accept(IF, &reply(THEIRS, Some(second)), now).is_err());
+    assert!(t.accept(IF, &reply(THEIRS, Some(NONCE)), now).is_ok());
+    assert!(t.is_empty());
+}
+
+#[test]
+fn the_in_flight_table_is_bounded_and_drops_the_oldest() {
+    let now = Instant::now();
+    let mut t = InFlight::new(4);
+    let later = now + Duration::from_secs(10);
+    for i in 0..10u8 {
+        t.insert(IF, VIP4.into(), THEIRS, Nonce([i; 8]), later, now);
+        assert!(t.len() <= 4);
+    }
+    assert_eq!(t.len(), 4);
+    for i in 0..6u8 {
+        assert_eq!(
+            t.accept(IF, &reply(THEIRS, Some(Nonce([i; 8]))), now),
+            Err(Dropped::BadNonce),
+            "{i}"
+        );
+    }
+    for i in 6..10u8 {
+        assert!(
+            t.accept(IF, &reply(THEIRS, Some(Nonce([i; 8]))), now)
+                .is_ok(),
+            "{i}"
+        );
+    }
+    // Many answered probes leave no order records behind without bound.
+    for i in 0..100u8 {
+        t.insert(IF, VIP4.into(), THEIRS, Nonce([i; 8]), later, now);
+        assert!(
+            t.accept(IF, &reply(THEIRS, Some(Nonce([i; 8]))), now)
+                .is_ok()
+        );
+    }
+    assert!(t.order.len() <= 8);
+}
+
+#[test]
+fn judge_and_stats_count_every_reason() {
+    let now = Instant::now();
+    let mut t = InFlight::new(16);
+    let stats = Stats::default();
+    let probe = probe4();
+    t.insert(
+        IF,
+        VIP4.into(),
+        THEIRS,
+        NONCE,
+        now + Duration::from_millis(100),
+        now,
+    );
+    let mut wrong = arp_reply_to(&probe);
+    wrong[42] ^= 0xff;
+    let mut broadcast = arp_reply_to(&probe);
+    broadcast[0..6].fill(0xff);
+    for f in [
+        &wrong,
+        &broadcast,
+        &arp_reply_to(&probe),
+        &arp_reply_to(&probe),
+    ] {
+        stats.count(&t.judge(IF, OURS, f, now));
+    }
+    assert_eq!(
+        stats.snapshot(),
+        StatsSnapshot {
+            answers_accepted: 1,
+            dropped_no_probe: 1,
+            dropped_bad_nonce: 1,
+            dropped_mismatch: 1,
         }
-        pc += 1;
+    );
+}
+
+/// Runs [`filter`]`(OURS)` in the kernel: attached to one end of a Unix datagram socket pair,
+/// each frame sent into the other end; whether it comes out.
+fn filter_keeps(frame: &[u8]) -> bool {
+    use nix::sys::socket::{recv, send, socketpair};
+    let (a, b) = socketpair(
+        AddressFamily::Unix,
+        SockType::Datagram,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    attach_filter(&b, OURS).unwrap();
+    send(a.as_raw_fd(), frame, MsgFlags::empty()).unwrap();
+    let mut buf = [0u8; 256];
+    match recv(b.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+        Ok(n) => {
+            assert_eq!(&buf[..n], frame, "kept whole");
+            true
+        }
+        Err(nix::errno::Errno::EAGAIN) => false,
+        Err(e) => panic!("recv: {e}"),
     }
 }
 
 #[test]
-fn the_kernel_filter_keeps_exactly_the_candidate_answers() {
-    let ns = probe_frame(&src(None, None), vip6().into(), THEIRS).unwrap();
-    let arp_request = probe_frame(&src(None, None), VIP4.into(), THEIRS).unwrap();
-    let mut tagged_na = [0u8; MAX_FRAME];
-    let n = frame::ndisc(
-        &mut tagged_na,
-        &EthernetRepr {
-            src: THEIRS,
-            dst: OURS,
-            vlan: Some(7),
-            ethertype: 0,
-        },
-        vip6(),
-        ll(),
-        &NdiscRepr::NeighborAdvert {
-            flags: SOLICITED,
-            target: vip6(),
-            lladdr: Some(THEIRS),
-        },
-    );
-    let mut tagged_ns = ns.clone();
-    tagged_ns.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
-    let mut icmp_echo = na(ll(), SOLICITED, vip6(), None);
-    icmp_echo[14 + 40] = 128;
-    let mut ipv4 = arp_reply(ArpOperation::Reply, None);
-    ipv4[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+fn the_kernel_filter_keeps_only_candidate_answers_to_our_mac() {
+    let probe = probe4();
+    let arp = arp_reply_to(&probe);
+    let mut tagged_arp = arp.clone();
+    tagged_arp.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
+    let na6 = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let mut tagged_na = na6.clone();
+    tagged_na.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
+    assert!(filter_keeps(&arp));
+    assert!(filter_keeps(&tagged_arp));
+    assert!(filter_keeps(&na6));
+    assert!(filter_keeps(&tagged_na));
 
-    assert!(filter_keeps(&arp_reply(ArpOperation::Reply, None)));
-    assert!(filter_keeps(&arp_reply(ArpOperation::Reply, Some(7))));
-    assert!(filter_keeps(&na(ll(), SOLICITED, vip6(), Some(THEIRS))));
-    assert!(filter_keeps(&tagged_na[..n]));
-    assert!(!filter_keeps(&arp_request));
-    assert!(!filter_keeps(&arp_reply(ArpOperation::Request, Some(7))));
-    assert!(!filter_keeps(&ns));
-    assert!(!filter_keeps(&tagged_ns));
-    assert!(!filter_keeps(&icmp_echo));
+    let mut arp_request = probe.clone();
+    arp_request[0..6].copy_from_slice(&OURS.0);
+    assert!(!filter_keeps(&arp_request), "a request");
+    let mut tagged_request = arp_request.clone();
+    tagged_request.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
+    assert!(!filter_keeps(&tagged_request));
+    for (what, at) in [("dst", 0), ("dst last byte", 5)] {
+        let mut f = arp.clone();
+        f[at] ^= 0x10;
+        assert!(!filter_keeps(&f), "{what}");
+        let mut f = tagged_na.clone();
+        f[at] ^= 0x10;
+        assert!(!filter_keeps(&f), "tagged NA {what}");
+    }
+    let mut broadcast = arp.clone();
+    broadcast[0..6].fill(0xff);
+    assert!(!filter_keeps(&broadcast), "broadcast reply");
+    for (what, at) in [
+        ("source", 6),
+        ("source last byte", 11),
+        ("sha", 22),
+        ("sha last byte", 27),
+    ] {
+        let mut f = arp.clone();
+        f[at] ^= 0x10;
+        assert!(!filter_keeps(&f), "source != sha: {what}");
+        let mut f = tagged_arp.clone();
+        f[at + if at >= 14 { 4 } else { 0 }] ^= 0x10;
+        assert!(!filter_keeps(&f), "tagged, source != sha: {what}");
+    }
+    let mut ns = probe6();
+    ns[0..6].copy_from_slice(&OURS.0);
+    assert!(!filter_keeps(&ns), "an NS");
+    let mut echo = na6.clone();
+    echo[14 + 40] = 128;
+    assert!(!filter_keeps(&echo), "ICMPv6 echo");
+    let mut ipv4 = arp.clone();
+    ipv4[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
     assert!(!filter_keeps(&ipv4));
-    assert!(!filter_keeps(&[0u8; 13]));
+    assert!(!filter_keeps(&arp[..13]), "truncated");
+    assert!(!filter_keeps(&arp[..27]), "truncated in ar$sha");
 }
 
 #[test]
