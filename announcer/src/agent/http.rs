@@ -68,6 +68,9 @@ pub struct AgentState {
     pub stats: Stats,
     /// Watches healthy.
     pub api_ok: bool,
+    /// Stepped back: this node exchanges heartbeats with no peer (see the `Isolated` Event).
+    #[serde(default)]
+    pub standby: bool,
 }
 
 /// Shared between the agent loop (writer) and the HTTP server (reader).

@@ -343,5 +343,6 @@ fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> Age
             .collect(),
         stats: core.stats(),
         api_ok: *ctx.watches.healthy.borrow(),
+        standby: core.is_standby(),
     }
 }

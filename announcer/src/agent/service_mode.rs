@@ -155,5 +155,6 @@ fn state(
         peers: Vec::new(),
         stats: counts.clone(),
         api_ok: *ctx.watches.healthy.borrow(),
+        standby: false,
     }
 }

@@ -553,6 +553,11 @@ impl Core {
         self.failovers.drain(..).collect()
     }
 
+    /// Whether this node has stepped back (isolated; see the module docs).
+    pub fn is_standby(&self) -> bool {
+        self.standby.is_some()
+    }
+
     /// Whether the warm-up is over (the readiness probe).
     pub fn is_ready(&self) -> bool {
         self.ready

@@ -198,6 +198,12 @@ fn state(enc: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
     )?;
     gauge(
         enc,
+        "announcer_standby",
+        "1 while this node has stepped back: it exchanges heartbeats with no peer while the API shows peers alive",
+        i64::from(st.standby),
+    )?;
+    gauge(
+        enc,
         "announcer_api_reachable",
         "1 while every watch of the API server is listed and healthy",
         i64::from(st.api_ok),
@@ -263,6 +269,18 @@ fn state(enc: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
         "announcer_partition_overlaps",
         "VIPs found answered by two nodes after a partition healed",
         s.overlaps,
+    )?;
+    counter(
+        enc,
+        "announcer_standbys",
+        "Times this node stepped back (isolated: no heartbeats both ways with any peer)",
+        s.standbys,
+    )?;
+    counter(
+        enc,
+        "announcer_config_mismatches",
+        "Peers found running another configuration fingerprint for over 10 s",
+        s.config_mismatches,
     )?;
     counter(
         enc,

@@ -74,6 +74,17 @@ pub struct Recorder {
     probe_rtt: Histogram,
     heartbeat_missed: Family<PeerLabel, Counter>,
     heartbeat_delay: Family<PeerLabel, Gauge<f64, AtomicU64>>,
+    peer_key_changes: Family<PeerLabel, Counter>,
+    heartbeats_rejected_from: Family<RejectLabel, Counter>,
+}
+
+/// A `peer` and `reason` label: authenticated heartbeats rejected (clock skew, replay).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabel {
+    /// The peer's node name (authenticated: only its own key could have sealed it).
+    pub peer: String,
+    /// The reason ([`crate::heartbeat::Reject::reason`]).
+    pub reason: String,
 }
 
 impl Recorder {
@@ -84,7 +95,27 @@ impl Recorder {
             probe_rtt: Histogram::new(RTT_BUCKETS),
             heartbeat_missed: Family::default(),
             heartbeat_delay: Family::default(),
+            peer_key_changes: Family::default(),
+            heartbeats_rejected_from: Family::default(),
         }
+    }
+
+    /// `peer` published a different heartbeat key than the one we had (its state directory
+    /// was wiped, or someone rewrote its Lease).
+    pub fn peer_key_changed(&self, peer: &NodeName) {
+        let label = PeerLabel {
+            peer: peer.to_string(),
+        };
+        self.peer_key_changes.get_or_create(&label).inc();
+    }
+
+    /// An authenticated heartbeat from `peer` was rejected for `reason`.
+    pub fn heartbeat_rejected_from(&self, peer: &NodeName, reason: &str) {
+        let label = RejectLabel {
+            peer: peer.to_string(),
+            reason: reason.to_owned(),
+        };
+        self.heartbeats_rejected_from.get_or_create(&label).inc();
     }
 
     /// A failover took `d`: from the old owner's last heartbeat to our map write and first
@@ -120,6 +151,7 @@ impl Recorder {
         };
         self.heartbeat_missed.remove(&label);
         self.heartbeat_delay.remove(&label);
+        self.peer_key_changes.remove(&label);
     }
 }
 
@@ -195,6 +227,16 @@ impl Metrics {
             "announcer_heartbeat_delay_seconds",
             "One-way delay of the peer's last heartbeat by the two wall clocks (includes their offset)",
             recorder.heartbeat_delay.clone(),
+        );
+        registry.register(
+            "announcer_peer_key_changes",
+            "Times a peer's published heartbeat key changed (state directory wiped, or its Lease rewritten)",
+            recorder.peer_key_changes.clone(),
+        );
+        registry.register(
+            "announcer_heartbeats_rejected_from",
+            "Authenticated heartbeats from a peer rejected, by reason (clock_skew: its clock is off by more than 5 s)",
+            recorder.heartbeats_rejected_from.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

@@ -77,6 +77,7 @@ fn agent_state() -> AgentState {
             ..Stats::default()
         },
         api_ok: true,
+        standby: false,
     }
 }
 

@@ -48,6 +48,7 @@ fn agent() -> AgentReport {
             ready: true,
             dataplane: true,
             api_ok: true,
+            standby: false,
             owned: vec![owned("192.0.2.1", "eth0"), owned("192.0.2.2", "eth1")],
             peers: vec![
                 PeerState {
