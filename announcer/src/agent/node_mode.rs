@@ -81,6 +81,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
 
     let (write_tx, mut writes) = mpsc::channel::<LeaseWriteResult>(4);
     let (mut probes, mut answers) = Probes::new(256);
+    ctx.sources.set_probes(probes.stats());
     let mut peers: BTreeMap<NodeName, SocketAddr> = BTreeMap::new();
     let mut services: BTreeMap<IpAddr, String> = BTreeMap::new();
     let mut shutdown_seen = false;

@@ -23,6 +23,7 @@ use crate::{
         heartbeat::Stats as HeartbeatStats,
         http::Shared,
         per_service::Stats as ServiceLeaseStats,
+        probe::Stats as ProbeStats,
         watch::WatchCounters,
     },
     dataplane::Dataplane,
@@ -41,6 +42,7 @@ struct Inner {
     events: Option<Events>,
     watches: Option<Arc<WatchCounters>>,
     service_leases: Option<Arc<ServiceLeaseStats>>,
+    probes: Option<Arc<ProbeStats>>,
     dataplane: Option<PathBuf>,
 }
 
@@ -53,6 +55,7 @@ impl fmt::Debug for Sources {
             .field("events", &i.events.is_some())
             .field("watches", &i.watches.is_some())
             .field("service_leases", &i.service_leases.is_some())
+            .field("probes", &i.probes.is_some())
             .field("dataplane", &i.dataplane)
             .finish()
     }
@@ -65,6 +68,11 @@ impl Sources {
 
     fn with(&self, f: impl FnOnce(&mut Inner)) {
         f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// The probe answer filter's counters.
+    pub fn set_probes(&self, stats: Arc<ProbeStats>) {
+        self.with(|i| i.probes = Some(stats));
     }
 
     /// The agent's published state (`/state`): ownership, peers, the core's counters.
@@ -128,6 +136,25 @@ impl prometheus_client::collector::Collector for Collector {
         )?;
         if let Some(s) = &i.service_leases {
             service_leases(&mut enc, s)?;
+        }
+        if let Some(p) = &i.probes {
+            let s = p.snapshot();
+            counter(
+                &mut enc,
+                "announcer_probe_answers_accepted",
+                "Answers to a probe in flight, with its nonce, passed to the election",
+                s.answers_accepted,
+            )?;
+            counters(
+                &mut enc,
+                "announcer_probe_answers_dropped",
+                "Frames on the probe answer socket that answered no probe of ours (forged, late, or another host's), by reason",
+                [
+                    ([("reason", "no_probe")], s.dropped_no_probe),
+                    ([("reason", "bad_nonce")], s.dropped_bad_nonce),
+                    ([("reason", "mismatch")], s.dropped_mismatch),
+                ],
+            )?;
         }
         if let Some(root) = &i.dataplane {
             dataplane(&mut enc, root)?;
