@@ -34,6 +34,13 @@ pub enum Error {
     /// bpffs is not mounted where the pins go.
     #[error("{0} is not on a BPF filesystem (bpffs)")]
     NoBpffs(PathBuf),
+    /// bpffs is not mounted where the pins go, and one mounted now would live only as long
+    /// as this process's private mount namespace (`ip netns exec` makes one and remounts
+    /// `/sys`): the pins would vanish when the command exits.
+    #[error(
+        "{0} is not on a BPF filesystem (bpffs), and this process runs in a private mount namespace (as under `ip netns exec`, which remounts /sys): a bpffs mounted here would vanish, with the pins, when it exits"
+    )]
+    EphemeralBpffs(PathBuf),
     /// The address is of the wrong family or kind for this operation.
     #[error("address family mismatch: {0}")]
     FamilyMismatch(String),
@@ -107,7 +114,7 @@ impl Error {
             | Error::VlanMismatch(_) => 64, // EX_USAGE
             Error::NoSuchInterface(_) | Error::NoSuchVip { .. } => 66, // EX_NOINPUT
             Error::XdpUnsupported { .. } | Error::NotLoaded(_) => 69,  // EX_UNAVAILABLE
-            Error::NoBpffs(_) => 72,                                   // EX_OSFILE
+            Error::NoBpffs(_) | Error::EphemeralBpffs(_) => 72,                                   // EX_OSFILE
             Error::MapFull { .. } => 73,                               // EX_CANTCREAT
             Error::Privileges { .. } => 77,                            // EX_NOPERM
             Error::Bpf { .. } | Error::Io { .. } => 1,
@@ -133,6 +140,7 @@ impl Error {
                 "mount it: `mount -t bpf bpf {}` (or pick another place with --pin-root)",
                 p.parent().unwrap_or(p).display()
             ),
+            Error::EphemeralBpffs(_) => "mount bpffs on the host (`mount -t bpf bpf /sys/fs/bpf`), or enter only the network namespace (`nsenter --net=/run/netns/NAME announcer ...`) instead of `ip netns exec`".into(),
             Error::FamilyMismatch(_) => "give IPv4 VIPs in dotted form and IPv6 VIPs in RFC 5952 form".into(),
             Error::BadAddress { .. } => "a VIP must be a unicast address clients can reach".into(),
             Error::BadMac(_) => "omit --mac to answer with the interface's own address".into(),

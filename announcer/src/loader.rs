@@ -327,6 +327,9 @@ fn ensure_bpffs(root: &Path) -> Result<()> {
     }
     if root.starts_with(BPFFS) && !on_bpffs(Path::new(BPFFS))? {
         use nix::mount::{MsFlags, mount};
+        if private_mount_namespace() {
+            return Err(Error::EphemeralBpffs(root.to_owned()));
+        }
         std::fs::create_dir_all(BPFFS).map_err(|e| Error::io(format!("creating {BPFFS}"), e))?;
         mount(
             Some("bpf"),
@@ -352,6 +355,24 @@ fn ensure_bpffs(root: &Path) -> Result<()> {
         }
     }
     Err(Error::NoBpffs(root.to_owned()))
+}
+
+/// Whether this process lives in another mount namespace than PID 1 (of its PID namespace):
+/// then a filesystem it mounts disappears with the namespace. In a container PID 1 shares the
+/// container's mount namespace, so this is false there; under `ip netns exec` it is true.
+/// If PID 1's namespace cannot be read (a sandbox that hides it), the parent's is compared:
+/// `ip netns exec` unshares and then runs the command in its own process, so the parent is
+/// the shell that started it.
+fn private_mount_namespace() -> bool {
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let Some(own) = ns("self") else {
+        return false; // No /proc: cannot tell, behave as before.
+    };
+    let parent = nix::unistd::getppid().as_raw().to_string();
+    match ns("1").or_else(|| ns(&parent)) {
+        Some(other) => own != other,
+        None => false,
+    }
 }
 
 /// Whether the nearest existing ancestor of `path` is on bpffs.

@@ -278,6 +278,27 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
 }
 
 #[test]
+fn load_under_ip_netns_exec_refuses_a_bpffs_that_would_vanish_and_says_how_to_fix_it() {
+    let pair = Pair::new("ephemeral");
+    // `ip netns exec` remounts /sys in a private mount namespace: /sys/fs/bpf there is empty.
+    let root = format!("/sys/fs/bpf/anntest-{}-ephemeral", std::process::id());
+    let bin = announcer_tests::cli::announcer_bin();
+    let o = pair.node.exec(&[
+        bin.to_str().unwrap(),
+        "--pin-root",
+        &root,
+        "load",
+        "--iface",
+        NODE_IF,
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(72), "{err}");
+    assert!(err.contains("private mount namespace"), "{err}");
+    assert!(err.contains("nsenter --net"), "{err}");
+    assert!(err.contains("mount -t bpf bpf /sys/fs/bpf"), "{err}");
+}
+
+#[test]
 fn program_events_reach_the_log() {
     let pair = Pair::new("logs");
     let cli = Cli::new(&pair.node);
