@@ -4,8 +4,8 @@
 //! on the namespace testbed (real agent processes, real XDP data plane, in-repo API server).
 //!
 //! Correctness only: the bounds are generous for a loaded 2-core machine and still tight
-//! enough to catch the defect (a normal crash failover is ~0.4 s; a bound of 2 s catches a
-//! > 5 s one). Speed targets belong in the benches. Needs root; never skips. What the client
+//! enough to catch the defect (a normal crash failover is ~0.4 s; a bound of 2 s catches one
+//! of over 5 s). Speed targets belong in the benches. Needs root; never skips. What the client
 //! sees is asked with raw ARP/NDP ([`Testbed::resolve_all`]): every MAC that answers, in a
 //! window, for all VIPs at once.
 
@@ -19,7 +19,7 @@ use announcer_tests::{
     cluster::rendezvous_owner,
     netns::fmt_mac,
     testbed::{
-        FloodKind, ProbeKind, Testbed, TestbedConfig, nic2_vip4, nic2_vip6, vip4, vip6,
+        Answers, FloodKind, ProbeKind, Testbed, TestbedConfig, nic2_vip4, nic2_vip6, vip4, vip6,
     },
 };
 
@@ -61,7 +61,7 @@ fn v6_with_owner_of(tb: &Testbed, v4: IpAddr, from: u32, nic2: bool) -> IpAddr {
 }
 
 /// "vip: node-a, node-b" for every VIP of a resolve round.
-fn describe(tb: &Testbed, r: &BTreeMap<IpAddr, Vec<[u8; 6]>>) -> String {
+fn describe(tb: &Testbed, r: &Answers) -> String {
     r.iter()
         .map(|(v, macs)| format!("{v}: [{}]", tb.names_of_macs(macs).join(", ")))
         .collect::<Vec<_>>()
@@ -91,11 +91,7 @@ fn wait_client_sees(tb: &Testbed, want: &BTreeMap<IpAddr, [u8; 6]>) {
 }
 
 /// Rounds of [`Testbed::resolve_all`] for `dur`: (offset from the start, answers).
-fn watch(
-    tb: &Testbed,
-    vips: &[IpAddr],
-    dur: Duration,
-) -> Vec<(Duration, BTreeMap<IpAddr, Vec<[u8; 6]>>)> {
+fn watch(tb: &Testbed, vips: &[IpAddr], dur: Duration) -> Vec<(Duration, Answers)> {
     let start = Instant::now();
     let mut rounds = Vec::new();
     while start.elapsed() < dur {
@@ -168,7 +164,11 @@ async fn spoofed_arp_replies_do_not_delay_crash_failover() {
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(&[]);
     for vip in [v4, v6] {
-        assert_eq!(tb.wait_owner(vip, T), owner, "the rendezvous owner of {vip}");
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            owner,
+            "the rendezvous owner of {vip}"
+        );
     }
     let mac = tb.node_mac(&owner);
     wait_client_sees(&tb, &BTreeMap::from([(v4, mac), (v6, mac)]));
@@ -299,7 +299,10 @@ async fn flood_from_client_namespace_moves_no_vip() {
         for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
             let (lost, answered) = (timeline.lost(*v, kind), timeline.answered(*v, kind));
             let pct = 100.0 * f64::from(lost) / f64::from((lost + answered).max(1));
-            eprintln!("{v} {kind:?}: {lost} lost of {}, {pct:.2}%", lost + answered);
+            eprintln!(
+                "{v} {kind:?}: {lost} lost of {}, {pct:.2}%",
+                lost + answered
+            );
             loss.push((*v, kind, lost, answered, pct));
         }
     }
@@ -334,7 +337,11 @@ async fn vip_on_second_nic_is_probed_at_its_own_mac() {
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(&[]);
     for vip in [v4, v6] {
-        assert_eq!(tb.wait_owner(vip, T), owner, "the rendezvous owner of {vip}");
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            owner,
+            "the rendezvous owner of {vip}"
+        );
     }
     // Announced on eth1 with eth1's MAC (not eth0's).
     let mac2 = tb.node_mac2(&owner);
@@ -377,7 +384,11 @@ async fn sigterm_keeps_vips_without_successor_on_their_ttl() {
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
     tb.start_agents(&[]);
     for vip in [v4, v6] {
-        assert_eq!(tb.wait_owner(vip, T), "node-b", "{vip} on the endpoint's node");
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-b",
+            "{vip} on the endpoint's node"
+        );
     }
     let mac = tb.node_mac("node-b");
     wait_client_sees(&tb, &BTreeMap::from([(v4, mac), (v6, mac)]));

@@ -148,7 +148,10 @@ impl Testbed {
             .node_ns(node)
             .nsenter_cmd(announcer_bin().to_str().expect("utf-8 path"));
         if let Some(offset) = self.clock_offsets.get(node) {
-            let _ = writeln!(out, "===== testbed: wall clock offset {offset} (libfaketime)");
+            let _ = writeln!(
+                out,
+                "===== testbed: wall clock offset {offset} (libfaketime)"
+            );
             super::clock::apply(&mut cmd, offset);
         }
         cmd.args(&args)

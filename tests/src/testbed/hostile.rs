@@ -276,7 +276,11 @@ fn build_pool(
                     solicited: rng.random(),
                     override_: true,
                 };
-                let src = if rng.random() { vip } else { random_v6(&mut rng) };
+                let src = if rng.random() {
+                    vip
+                } else {
+                    random_v6(&mut rng)
+                };
                 write_na(
                     &mut buf,
                     me,

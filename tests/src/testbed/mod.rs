@@ -13,6 +13,16 @@
 //!   client eth0 02:78:00:00:00:fa 10.78.0.250/16 fd78::fa ─┘  API server listens here)
 //! ```
 //!
+//! Options added after [`Testbed::start`], before the agents start:
+//!
+//! * [`Testbed::add_second_nic`]: every node and the client get `eth1` on a second bridge
+//!   `br1`, subnet 10.79.0.0/16 and fd79::/64 (MACs `02:79:00:00:00:..`); VIPs from
+//!   [`nic2_vip4`]/[`nic2_vip6`] are announced there, heartbeats stay on `eth0`.
+//! * [`Testbed::set_clock_offset`]: one node's agent runs with its wall clock offset
+//!   (libfaketime; see `clock.rs`).
+//! * [`Testbed::add_hostile_host`]: a namespace on `br0` (`02:78:00:00:00:fb`, 10.78.0.251,
+//!   fd78::fb) that forges ARP/NDP answers and floods the segment (see `hostile.rs`).
+//!
 //! **How VIP traffic is accepted on a node.** The VIPs are not configured on any interface.
 //! Each node has local routes `local 10.78.128.0/17 dev lo table local` and
 //! `local fd78::8000:0/113 dev lo table local`, so the kernel accepts packets to any VIP as its
@@ -74,12 +84,14 @@ use crate::{
 
 pub use agents::AGENT_HTTP_PORT;
 pub use clock::faketime_library;
+pub use echo::{TCP_PORT, UDP_PORT};
 pub use hostile::{
-    FloodKind, FloodStats, HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6, HEARTBEAT_PORT, Spoofer,
+    FloodKind, FloodStats, HEARTBEAT_PORT, HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6, MAX_FLOOD,
+    MAX_FLOOD_FRAMES, MAX_SPOOF, Spoofer,
 };
 pub use net::{IFACE2, NIC2_PREFIX_V4, NIC2_PREFIX_V6, NIC2_VIP_NET4, NIC2_VIP_NET6};
-pub use echo::{TCP_PORT, UDP_PORT};
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
+pub use resolve::{Answers, claim, on_second_nic};
 pub use services::HEARTBEAT_KEY;
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 

@@ -299,11 +299,7 @@ impl Testbed {
             );
             n.ns.sysctl(&format!("net.ipv4.conf.{IFACE2}.arp_ignore"), "1");
             n.ns.sysctl(&format!("net.ipv4.conf.{IFACE2}.arp_announce"), "2");
-            local_routes_for(
-                &n.ns,
-                true,
-                &[("-4", NIC2_VIP_NET4), ("-6", NIC2_VIP_NET6)],
-            );
+            local_routes_for(&n.ns, true, &[("-4", NIC2_VIP_NET4), ("-6", NIC2_VIP_NET6)]);
         }
         for ns in self.nodes.iter().map(|n| &n.ns).chain([&self.client]) {
             wait_oper_up(ns, IFACE2, Duration::from_secs(5));

@@ -19,13 +19,18 @@ use announcer_ebpf::wire::{
 };
 
 use super::{
-    CLIENT_MAC, CLIENT_V4, CLIENT_V6, CLIENT2_MAC, CLIENT2_V4, CLIENT2_V6, IFACE, IFACE2,
-    Testbed,
+    CLIENT_MAC, CLIENT_V4, CLIENT_V6, CLIENT2_MAC, CLIENT2_V4, CLIENT2_V6, IFACE, IFACE2, Testbed,
 };
 use crate::{
     bench::packet::PacketSocket,
     frames::{write_arp_request, write_ns_multicast},
 };
+
+/// What [`Testbed::resolve_all`] returns: every distinct MAC that claimed each VIP, sorted.
+pub type Answers = BTreeMap<IpAddr, Vec<[u8; 6]>>;
+
+/// VIPs to resolve on one client interface, with the client's MAC and addresses there.
+type Group = (Vec<IpAddr>, [u8; 6], Ipv4Addr, Ipv6Addr);
 
 /// `ETH_P_ALL`.
 const ETH_P_ALL: u16 = 0x0003;
@@ -55,7 +60,8 @@ pub fn claim(frame: &[u8]) -> Option<(IpAddr, [u8; 6])> {
     match eth.ethertype() {
         ethertype::ARP => {
             let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).ok()?).ok()?;
-            (arp.operation == ArpOperation::Reply).then_some((arp.sender_ip.into(), arp.sender_mac.0))
+            (arp.operation == ArpOperation::Reply)
+                .then_some((arp.sender_ip.into(), arp.sender_mac.0))
         }
         ethertype::IPV6 => {
             let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
@@ -128,9 +134,8 @@ impl Testbed {
     /// during `window` (each on the client interface of its subnet: `eth1` for the second
     /// NIC's VIPs) and returns every distinct MAC that claimed each VIP, sorted (empty: no
     /// answer).
-    pub fn resolve_all(&self, vips: &[IpAddr], window: Duration) -> BTreeMap<IpAddr, Vec<[u8; 6]>> {
-        let mut groups: BTreeMap<&'static str, (Vec<IpAddr>, [u8; 6], Ipv4Addr, Ipv6Addr)> =
-            BTreeMap::new();
+    pub fn resolve_all(&self, vips: &[IpAddr], window: Duration) -> Answers {
+        let mut groups: BTreeMap<&'static str, Group> = BTreeMap::new();
         for &vip in vips {
             let (ifname, mac, v4, v6) = client_side(vip);
             groups
