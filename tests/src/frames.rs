@@ -94,6 +94,155 @@ pub fn ns(
     buf[..n].to_vec()
 }
 
+/// Writes an ARP reply into `buf` (at least [`frame::MAX_FRAME`] bytes) from Ethernet `src` to
+/// `dst`, claiming `sender_ip` is at `sender_mac`, addressed to `target_mac`/`target_ip`;
+/// returns its length. The sender fields need not be the Ethernet source's: that is how a
+/// forged reply looks.
+pub fn write_arp_reply(
+    buf: &mut [u8],
+    src: MacAddr,
+    dst: MacAddr,
+    sender_mac: MacAddr,
+    sender_ip: Ipv4Addr,
+    target_mac: MacAddr,
+    target_ip: Ipv4Addr,
+) -> usize {
+    frame::arp(
+        buf,
+        &EthernetRepr {
+            src,
+            dst,
+            vlan: None,
+            ethertype: 0,
+        },
+        &ArpRepr {
+            operation: ArpOperation::Reply,
+            sender_mac,
+            sender_ip,
+            target_mac,
+            target_ip,
+        },
+    )
+}
+
+/// Writes a Neighbor Advertisement into `buf` (at least [`frame::MAX_FRAME`] bytes): Ethernet
+/// `src` → `dst`, IPv6 `ip_src` → `ip_dst`, "`target` is at `lladdr`" (Target Link-Layer
+/// Address option) with the given flags; returns its length.
+#[allow(clippy::too_many_arguments)]
+pub fn write_na(
+    buf: &mut [u8],
+    src: MacAddr,
+    dst: MacAddr,
+    ip_src: Ipv6Addr,
+    ip_dst: Ipv6Addr,
+    target: Ipv6Addr,
+    lladdr: Option<MacAddr>,
+    flags: announcer_ebpf::wire::NaFlags,
+) -> usize {
+    frame::ndisc(
+        buf,
+        &EthernetRepr {
+            src,
+            dst,
+            vlan: None,
+            ethertype: 0,
+        },
+        ip_src,
+        ip_dst,
+        &NdiscRepr::NeighborAdvert {
+            flags,
+            target,
+            lladdr,
+        },
+    )
+}
+
+/// Writes a multicast Neighbor Solicitation for `target` from `mac`/`src` (to the
+/// solicited-node group, with a Source Link-Layer Address option `sllao`) into `buf`; returns
+/// its length.
+pub fn write_ns_multicast(
+    buf: &mut [u8],
+    mac: MacAddr,
+    src: Ipv6Addr,
+    target: Ipv6Addr,
+    sllao: Option<MacAddr>,
+) -> usize {
+    let dst = Ipv6Addr::from(solicited_node(&target.octets()));
+    frame::ndisc(
+        buf,
+        &EthernetRepr {
+            src: mac,
+            dst: MacAddr::from_ipv6_multicast(&dst.octets()),
+            vlan: None,
+            ethertype: 0,
+        },
+        src,
+        dst,
+        &NdiscRepr::NeighborSolicit {
+            target,
+            lladdr: sllao,
+        },
+    )
+}
+
+/// Writes an Ethernet + IPv4 + UDP frame (`src_ip:src_port` → `dst_ip:dst_port`, UDP checksum
+/// 0, which IPv4 allows) carrying `payload` into `buf`; returns its length (padded to
+/// [`frame::MIN_FRAME`]).
+///
+/// # Panics
+/// If `buf` is shorter than `42 + payload.len()` bytes (or 60).
+#[allow(clippy::too_many_arguments)]
+pub fn write_udp4(
+    buf: &mut [u8],
+    src: MacAddr,
+    dst: MacAddr,
+    src_ip: Ipv4Addr,
+    dst_ip: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    payload: &[u8],
+) -> usize {
+    let n = EthernetRepr {
+        src,
+        dst,
+        vlan: None,
+        ethertype: announcer_ebpf::wire::ethernet::ethertype::IPV4,
+    }
+    .emit(buf);
+    let total = 20 + 8 + payload.len();
+    let ip = &mut buf[n..n + 20];
+    ip[0] = 0x45;
+    ip[1] = 0;
+    ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+    ip[4..8].copy_from_slice(&[0, 0, 0x40, 0]); // id 0, DF
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[10..12].fill(0);
+    ip[12..16].copy_from_slice(&src_ip.octets());
+    ip[16..20].copy_from_slice(&dst_ip.octets());
+    let mut sum: u32 = ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    let udp = &mut buf[n + 20..n + 28];
+    udp[0..2].copy_from_slice(&src_port.to_be_bytes());
+    udp[2..4].copy_from_slice(&dst_port.to_be_bytes());
+    udp[4..6].copy_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    udp[6..8].fill(0);
+    buf[n + 28..n + 28 + payload.len()].copy_from_slice(payload);
+    let len = n + total;
+    if len < frame::MIN_FRAME {
+        buf[len..frame::MIN_FRAME].fill(0);
+        frame::MIN_FRAME
+    } else {
+        len
+    }
+}
+
 /// A forged ARP reply "`vip` is-at `claimed`", sent unicast to `to_mac`/`to_ip` with Ethernet
 /// source `claimed` (as a spoofer impersonating a dead owner writes it), and `trailer` in the
 /// Ethernet padding right after the ARP packet (where a probe's nonce sits).

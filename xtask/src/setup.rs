@@ -6,7 +6,9 @@
 //! * `rustup toolchain link debian-bpf /usr`, the name `announcer/build.rs` builds the eBPF
 //!   crate with.
 //! * `bpf-linker` 0.10.0 (LLVM 22, loaded from that toolchain at run time).
-//! * Test and bench tools: iproute2, bpftool, arping, ndisc6, tcpdump, ethtool.
+//! * Test and bench tools: iproute2, bpftool, arping, ndisc6, tcpdump, ethtool, and
+//!   libfaketime (the testbed runs an agent with its wall clock offset, `LD_PRELOAD`ing
+//!   `libfaketime.so.1`; `faketime` is its command-line wrapper, for trying it by hand).
 //! * `kubernetes-validate` from PyPI, which checks `deploy/` against the Kubernetes OpenAPI
 //!   schemas it bundles, offline (`tests/tests/deploy.rs`).
 
@@ -28,6 +30,8 @@ const APT_PACKAGES: &[&str] = &[
     "tcpdump",
     "ethtool",
     "util-linux",
+    "libfaketime",
+    "faketime",
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{IFACE, NAMESPACE, Testbed};
+use super::{NAMESPACE, Testbed};
 use crate::{apiserver::kubeconfig_yaml, cli::announcer_bin};
 
 /// The agents' `/state` port inside their namespaces.
@@ -78,8 +78,10 @@ fn has_flag(extra: &[&str], flag: &str) -> bool {
 impl Testbed {
     /// Starts `node`'s agent with the real data plane: `announcer --pin-root ROOT agent
     /// --node-name NODE --kubeconfig … --heartbeat-address <node IPv4> --http-address
-    /// 0.0.0.0:9746 --xdp-mode generic|native --interface eth0 EXTRA…` (a default flag is left
-    /// out when `extra_args` has it). Logs go to `<dir>/agent-<node>.log`.
+    /// 0.0.0.0:9746 --xdp-mode generic|native --interface eth0[,eth1] EXTRA…` (a default flag
+    /// is left out when `extra_args` has it; `eth1` with [`Self::add_second_nic`]). With a
+    /// [`Self::set_clock_offset`] the agent runs under libfaketime. Logs go to
+    /// `<dir>/agent-<node>.log`.
     pub fn start_agent(&mut self, node: &str, extra_args: &[&str]) {
         if let Some(a) = self.agents.get_mut(node) {
             assert!(
@@ -115,7 +117,7 @@ impl Testbed {
             ("--heartbeat-address", ip),
             ("--http-address", format!("0.0.0.0:{AGENT_HTTP_PORT}")),
             ("--xdp-mode", mode.into()),
-            ("--interface", IFACE.into()),
+            ("--interface", self.node_ifaces().join(",")),
         ];
         for (flag, value) in defaults {
             if !has_flag(extra_args, flag) {
@@ -145,6 +147,13 @@ impl Testbed {
         let mut cmd = self
             .node_ns(node)
             .nsenter_cmd(announcer_bin().to_str().expect("utf-8 path"));
+        if let Some(offset) = self.clock_offsets.get(node) {
+            let _ = writeln!(
+                out,
+                "===== testbed: wall clock offset {offset} (libfaketime)"
+            );
+            super::clock::apply(&mut cmd, offset);
+        }
         cmd.args(&args)
             .env("RUST_LOG", "info,announcer=debug")
             .env("NO_COLOR", "1")
@@ -221,6 +230,14 @@ impl Testbed {
     pub fn agent_pid(&self, node: &str) -> Option<u32> {
         let a = self.agents.get(node)?;
         a.exited.is_none().then(|| a.child.id())
+    }
+
+    /// The whole log of `node`'s agent (empty if none).
+    pub fn agent_log_text(&self, node: &str) -> String {
+        self.agents
+            .get(node)
+            .and_then(|a| std::fs::read_to_string(&a.log).ok())
+            .unwrap_or_default()
     }
 
     /// The last 25 lines of `node`'s agent log.

@@ -13,6 +13,16 @@
 //!   client eth0 02:78:00:00:00:fa 10.78.0.250/16 fd78::fa ─┘  API server listens here)
 //! ```
 //!
+//! Options added after [`Testbed::start`], before the agents start:
+//!
+//! * [`Testbed::add_second_nic`]: every node and the client get `eth1` on a second bridge
+//!   `br1`, subnet 10.79.0.0/16 and fd79::/64 (MACs `02:79:00:00:00:..`); VIPs from
+//!   [`nic2_vip4`]/[`nic2_vip6`] are announced there, heartbeats stay on `eth0`.
+//! * [`Testbed::set_clock_offset`]: one node's agent runs with its wall clock offset
+//!   (libfaketime; see `clock.rs`).
+//! * [`Testbed::add_hostile_host`]: a namespace on `br0` (`02:78:00:00:00:fb`, 10.78.0.251,
+//!   fd78::fb) that forges ARP/NDP answers and floods the segment (see `hostile.rs`).
+//!
 //! **How VIP traffic is accepted on a node.** The VIPs are not configured on any interface.
 //! Each node has local routes `local 10.78.128.0/17 dev lo table local` and
 //! `local fd78::8000:0/113 dev lo table local`, so the kernel accepts packets to any VIP as its
@@ -46,9 +56,12 @@
 //! from a thread that lives as long as the testbed (the test's own thread).
 
 mod agents;
+mod clock;
 mod echo;
+mod hostile;
 mod net;
 mod prober;
+mod resolve;
 mod services;
 mod timeline;
 
@@ -70,8 +83,15 @@ use crate::{
 };
 
 pub use agents::AGENT_HTTP_PORT;
+pub use clock::faketime_library;
 pub use echo::{TCP_PORT, UDP_PORT};
+pub use hostile::{
+    FloodKind, FloodStats, HEARTBEAT_PORT, HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6, MAX_FLOOD,
+    MAX_FLOOD_FRAMES, MAX_SPOOF, Spoofer,
+};
+pub use net::{IFACE2, NIC2_PREFIX_V4, NIC2_PREFIX_V6, NIC2_VIP_NET4, NIC2_VIP_NET6};
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
+pub use resolve::{Answers, claim, on_second_nic};
 pub use services::HEARTBEAT_KEY;
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 
@@ -141,6 +161,41 @@ pub fn node_mac_of(i: usize) -> [u8; 6] {
     [0x02, 0x78, 0, 0, 0, i as u8 + 1]
 }
 
+/// The `k`-th IPv4 VIP of the second NIC's subnet, `10.79.128.0 + k` (`k < 32768`); see
+/// [`Testbed::add_second_nic`].
+pub fn nic2_vip4(k: u32) -> Ipv4Addr {
+    assert!(k < 1 << 15, "nic2_vip4({k}) is outside {NIC2_VIP_NET4}");
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 79, 128, 0)) + k)
+}
+
+/// The `k`-th IPv6 VIP of the second NIC's subnet, `fd79::8000:0 + k` (`k < 32768`).
+pub fn nic2_vip6(k: u32) -> Ipv6Addr {
+    assert!(k < 1 << 15, "nic2_vip6({k}) is outside {NIC2_VIP_NET6}");
+    Ipv6Addr::from(u128::from(Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0x8000, 0)) + u128::from(k))
+}
+
+/// IPv4 address of node `i` on the second NIC: `10.79.0.(i+1)`.
+pub fn node2_v4(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 79, 0, i as u8 + 1)
+}
+
+/// IPv6 address of node `i` on the second NIC: `fd79::(i+1)`.
+pub fn node2_v6(i: usize) -> Ipv6Addr {
+    Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, i as u16 + 1)
+}
+
+/// MAC of node `i`'s second NIC: `02:79:00:00:00:(i+1)`.
+pub fn node2_mac_of(i: usize) -> [u8; 6] {
+    [0x02, 0x79, 0, 0, 0, i as u8 + 1]
+}
+
+/// Client address on the second NIC's bridge (IPv4).
+pub const CLIENT2_V4: Ipv4Addr = Ipv4Addr::new(10, 79, 0, 250);
+/// Client address on the second NIC's bridge (IPv6).
+pub const CLIENT2_V6: Ipv6Addr = Ipv6Addr::new(0xfd79, 0, 0, 0, 0, 0, 0, 0xfa);
+/// Client MAC on the second NIC's bridge.
+pub const CLIENT2_MAC: [u8; 6] = [0x02, 0x79, 0, 0, 0, 0xfa];
+
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct TestbedConfig {
@@ -172,6 +227,8 @@ struct Node {
     v4: Ipv4Addr,
     v6: Ipv6Addr,
     mac: [u8; 6],
+    /// MAC of `eth1` ([`Testbed::add_second_nic`]).
+    mac2: [u8; 6],
 }
 
 /// The running testbed; see the module docs.
@@ -184,10 +241,16 @@ pub struct Testbed {
     agents: BTreeMap<String, agents::Agent>,
     spawned: BTreeMap<String, Vec<Child>>,
     partitions: Mutex<BTreeSet<(String, String)>>,
+    /// Per-node wall-clock offsets for the agents (libfaketime `FAKETIME` values).
+    clock_offsets: BTreeMap<String, String>,
+    /// Whether [`Self::add_second_nic`] ran.
+    second_nic: bool,
     echo: echo::EchoServers,
     admin: kube::Client,
     api: Option<ApiServerHandle>,
     rt: Option<tokio::runtime::Runtime>,
+    /// The hostile host ([`Self::add_hostile_host`]).
+    hostile: Option<Netns>,
     nodes: Vec<Node>,
     client: Netns,
     bridge: Netns,
@@ -229,10 +292,13 @@ impl Testbed {
             agents: BTreeMap::new(),
             spawned: BTreeMap::new(),
             partitions: Mutex::default(),
+            clock_offsets: BTreeMap::new(),
+            second_nic: false,
             echo,
             admin,
             api: Some(api),
             rt: Some(rt),
+            hostile: None,
             nodes: topo.nodes,
             client: topo.client,
             bridge: topo.bridge,
@@ -288,11 +354,17 @@ impl Testbed {
         self.node(node).mac
     }
 
-    /// The node whose `eth0` has this MAC.
+    /// The MAC of the node's `eth1` ([`Self::add_second_nic`]).
+    pub fn node_mac2(&self, node: &str) -> [u8; 6] {
+        assert!(self.second_nic, "no second NIC: call add_second_nic first");
+        self.node(node).mac2
+    }
+
+    /// The node whose `eth0` (or, with [`Self::add_second_nic`], `eth1`) has this MAC.
     pub fn node_by_mac(&self, mac: [u8; 6]) -> Option<String> {
         self.nodes
             .iter()
-            .find(|n| n.mac == mac)
+            .find(|n| n.mac == mac || (self.second_nic && n.mac2 == mac))
             .map(|n| n.name.clone())
     }
 

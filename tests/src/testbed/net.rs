@@ -10,13 +10,30 @@
 use std::{process::Command, time::Duration};
 
 use super::{
-    BRIDGE_V4, BRIDGE_V6, CLIENT_MAC, CLIENT_V4, CLIENT_V6, IFACE, Node, PREFIX_V4, PREFIX_V6,
-    Testbed, TestbedConfig, VIP_NET4, VIP_NET6, node_mac_of, node_name, node_v4, node_v6,
+    BRIDGE_V4, BRIDGE_V6, CLIENT_MAC, CLIENT_V4, CLIENT_V6, CLIENT2_MAC, CLIENT2_V4, CLIENT2_V6,
+    IFACE, Node, PREFIX_V4, PREFIX_V6, Testbed, TestbedConfig, VIP_NET4, VIP_NET6, node_mac_of,
+    node_name, node_v4, node_v6, node2_mac_of, node2_v4, node2_v6,
 };
 use crate::netns::{Netns, add_addr, output_of, set_mac, veth, wait_oper_up};
 
 /// The bridge in the bridge namespace.
 pub const BRIDGE: &str = "br0";
+/// The second bridge ([`Testbed::add_second_nic`]), in the same namespace.
+pub const BRIDGE2: &str = "br1";
+/// Interface name of the second NIC of the nodes and the client.
+pub const IFACE2: &str = "eth1";
+/// Prefix length of the second NIC's IPv4 subnet 10.79.0.0/16.
+pub const NIC2_PREFIX_V4: u8 = 16;
+/// Prefix length of the second NIC's IPv6 subnet fd79::/64.
+pub const NIC2_PREFIX_V6: u8 = 64;
+/// The VIP range of the second NIC's subnet accepted by every node (IPv4): 10.79.128.0/17.
+pub const NIC2_VIP_NET4: &str = "10.79.128.0/17";
+/// The VIP range of the second NIC's subnet accepted by every node (IPv6): fd79::8000:0/113.
+pub const NIC2_VIP_NET6: &str = "fd79::8000:0/113";
+/// The bridge's own address on [`BRIDGE2`] (IPv4).
+const BRIDGE2_V4: &str = "10.79.0.254/16";
+/// The bridge's own address on [`BRIDGE2`] (IPv6).
+const BRIDGE2_V6: &str = "fd79::fe/64";
 
 /// The namespaces, before the API server and agents exist.
 pub(super) struct Topology {
@@ -36,14 +53,49 @@ fn no_dad(ns: &Netns) {
     ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
 }
 
+/// Bridge-side name of a node's (or the client's) second veth: `w-node-a`, `w-client`.
+pub fn port2_name(node: &str) -> String {
+    format!("w-{node}")
+}
+
 /// Creates the namespace `name`, links its `eth0` to the bridge and configures it.
 fn attach(bridge: &Netns, ns: &Netns, port: &str, mac: [u8; 6], v4: &str, v6: &str) {
     no_dad(ns);
-    veth(ns, IFACE, bridge, port);
-    bridge.ip(&["link", "set", "dev", port, "master", BRIDGE]);
-    set_mac(ns, IFACE, mac);
-    add_addr(ns, IFACE, v4);
-    add_addr(ns, IFACE, v6);
+    attach_to(bridge, BRIDGE, ns, IFACE, port, mac, v4, v6);
+}
+
+/// Links `ns`'s `ifname` to `br` (port `port`) and configures it.
+#[allow(clippy::too_many_arguments)]
+fn attach_to(
+    bridge: &Netns,
+    br: &str,
+    ns: &Netns,
+    ifname: &str,
+    port: &str,
+    mac: [u8; 6],
+    v4: &str,
+    v6: &str,
+) {
+    veth(ns, ifname, bridge, port);
+    bridge.ip(&["link", "set", "dev", port, "master", br]);
+    ns.sysctl(&format!("net.ipv6.conf.{ifname}.accept_dad"), "0");
+    set_mac(ns, ifname, mac);
+    add_addr(ns, ifname, v4);
+    add_addr(ns, ifname, v6);
+}
+
+/// Adds the hostile host's namespace on `br0` (see [`super::hostile`]).
+pub(super) fn attach_hostile(bridge: &Netns, ns: &Netns) {
+    use super::hostile::{HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6};
+    attach(
+        bridge,
+        ns,
+        &port_name("hostile"),
+        HOSTILE_MAC,
+        &format!("{HOSTILE_V4}/{PREFIX_V4}"),
+        &format!("{HOSTILE_V6}/{PREFIX_V6}"),
+    );
+    wait_oper_up(ns, IFACE, Duration::from_secs(5));
 }
 
 pub(super) fn build(cfg: &TestbedConfig) -> Topology {
@@ -103,6 +155,7 @@ pub(super) fn build(cfg: &TestbedConfig) -> Topology {
             v4: node_v4(i),
             v6: node_v6(i),
             mac: node_mac_of(i),
+            mac2: node2_mac_of(i),
         });
     }
     for ns in nodes.iter().map(|n| &n.ns).chain([&client]) {
@@ -118,8 +171,12 @@ pub(super) fn build(cfg: &TestbedConfig) -> Topology {
 /// Adds (or removes) the VIP local routes of a node namespace (see the module docs of
 /// [`super`]).
 fn local_routes(ns: &Netns, on: bool) {
+    local_routes_for(ns, on, &[("-4", VIP_NET4), ("-6", VIP_NET6)]);
+}
+
+fn local_routes_for(ns: &Netns, on: bool, nets: &[(&str, &str)]) {
     let verb = if on { "add" } else { "del" };
-    for (family, net) in [("-4", VIP_NET4), ("-6", VIP_NET6)] {
+    for &(family, net) in nets {
         let out = output_of(Command::new("ip").args([
             "-n",
             ns.name(),
@@ -146,7 +203,11 @@ fn local_routes(ns: &Netns, on: bool) {
 /// Attaches the (VIP-less, so pass-everything) responder in native mode to every node's
 /// bridge-side veth: native XDP_TX on a veth only delivers when the peer has XDP too.
 pub(super) fn attach_bridge_pass(tb: &Testbed) {
-    let root = tb.pin_root.join("bridge");
+    attach_bridge_pass_on(tb, &port_name, "bridge");
+}
+
+fn attach_bridge_pass_on(tb: &Testbed, port: &dyn Fn(&str) -> String, pins: &str) {
+    let root = tb.pin_root.join(pins);
     for n in &tb.nodes {
         let mut cmd = tb
             .bridge
@@ -154,7 +215,7 @@ pub(super) fn attach_bridge_pass(tb: &Testbed) {
         cmd.arg("--pin-root").arg(&root).args([
             "load",
             "--iface",
-            &port_name(&n.name),
+            &port(&n.name),
             "--mode",
             "native",
         ]);
@@ -181,17 +242,104 @@ pub(super) fn delete_namespace_by_name(name: &str) {
 }
 
 impl Testbed {
-    /// Sets the node's `eth0` down (the node drops off the LAN; its agent keeps running).
-    pub fn link_down(&self, node: &str) {
-        self.node_ns(node)
-            .ip(&["link", "set", "dev", IFACE, "down"]);
+    /// Gives every node and the client a second NIC: `eth1` on a second bridge `br1` (same
+    /// bridge namespace), subnet 10.79.0.0/16 and fd79::/64 (node `i` at `10.79.0.(i+1)`,
+    /// `fd79::(i+1)`, MAC `02:79:00:00:00:(i+1)`; client `.250`/`::fa`, `02:79:00:00:00:fa`),
+    /// and every node local routes for the VIPs of that subnet ([`NIC2_VIP_NET4`],
+    /// [`NIC2_VIP_NET6`]; [`super::nic2_vip4`]). The agents then start with `--interface
+    /// eth0,eth1`, so a VIP of that subnet is announced on `eth1` with its MAC (the agent picks
+    /// the interface whose subnet contains the VIP), while heartbeats stay on `eth0`.
+    ///
+    /// Call before any agent starts.
+    pub fn add_second_nic(&mut self) {
+        assert!(
+            self.agents.is_empty(),
+            "add_second_nic must come before the agents start"
+        );
+        if self.second_nic {
+            return;
+        }
+        let b = &self.bridge;
+        b.ip(&[
+            "link",
+            "add",
+            BRIDGE2,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ]);
+        b.ip(&["link", "set", "dev", BRIDGE2, "up"]);
+        add_addr(b, BRIDGE2, BRIDGE2_V4);
+        add_addr(b, BRIDGE2, BRIDGE2_V6);
+        attach_to(
+            b,
+            BRIDGE2,
+            &self.client,
+            IFACE2,
+            &port2_name("client"),
+            CLIENT2_MAC,
+            &format!("{CLIENT2_V4}/{NIC2_PREFIX_V4}"),
+            &format!("{CLIENT2_V6}/{NIC2_PREFIX_V6}"),
+        );
+        for (i, n) in self.nodes.iter().enumerate() {
+            attach_to(
+                b,
+                BRIDGE2,
+                &n.ns,
+                IFACE2,
+                &port2_name(&n.name),
+                node2_mac_of(i),
+                &format!("{}/{NIC2_PREFIX_V4}", node2_v4(i)),
+                &format!("{}/{NIC2_PREFIX_V6}", node2_v6(i)),
+            );
+            n.ns.sysctl(&format!("net.ipv4.conf.{IFACE2}.arp_ignore"), "1");
+            n.ns.sysctl(&format!("net.ipv4.conf.{IFACE2}.arp_announce"), "2");
+            local_routes_for(&n.ns, true, &[("-4", NIC2_VIP_NET4), ("-6", NIC2_VIP_NET6)]);
+        }
+        for ns in self.nodes.iter().map(|n| &n.ns).chain([&self.client]) {
+            wait_oper_up(ns, IFACE2, Duration::from_secs(5));
+        }
+        if self.cfg.native_xdp {
+            attach_bridge_pass_on(self, &port2_name, "bridge2");
+        }
+        self.second_nic = true;
     }
 
-    /// Sets the node's `eth0` up again.
+    /// Whether [`Self::add_second_nic`] ran.
+    pub fn has_second_nic(&self) -> bool {
+        self.second_nic
+    }
+
+    /// Sets the node's `eth0` (and `eth1`, with [`Self::add_second_nic`]) down (the node drops
+    /// off the LAN; its agent keeps running).
+    pub fn link_down(&self, node: &str) {
+        for ifname in self.node_ifaces() {
+            self.node_ns(node)
+                .ip(&["link", "set", "dev", ifname, "down"]);
+        }
+    }
+
+    /// Sets the node's `eth0` (and `eth1`) up again.
     pub fn link_up(&self, node: &str) {
         let ns = self.node_ns(node);
-        ns.ip(&["link", "set", "dev", IFACE, "up"]);
-        wait_oper_up(ns, IFACE, Duration::from_secs(5));
+        for ifname in self.node_ifaces() {
+            ns.ip(&["link", "set", "dev", ifname, "up"]);
+            wait_oper_up(ns, ifname, Duration::from_secs(5));
+        }
+    }
+
+    /// The LAN interfaces of a node: `eth0`, and `eth1` with [`Self::add_second_nic`].
+    pub fn node_ifaces(&self) -> &'static [&'static str] {
+        if self.second_nic {
+            &[IFACE, IFACE2]
+        } else {
+            &[IFACE]
+        }
     }
 
     /// Cuts `a` <-> `b` at the bridge (port isolation); both still reach everyone else. Only

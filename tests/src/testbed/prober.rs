@@ -393,12 +393,19 @@ impl Testbed {
     }
 
     /// ARP (IPv4, `arping`) or a Neighbor Solicitation (IPv6, `ndisc6 -m`) for `vip` from the
-    /// client, listening for `timeout`: every distinct MAC that answered.
+    /// client (on `eth1` for the second NIC's VIPs), listening for `timeout`: every distinct
+    /// MAC that answered.
     pub fn arp_macs(&self, vip: IpAddr, timeout: Duration) -> Vec<[u8; 6]> {
+        // The second NIC's VIPs are asked on the client's leg on that bridge.
+        let iface = if super::resolve::on_second_nic(vip) {
+            super::IFACE2
+        } else {
+            IFACE
+        };
         match vip {
-            IpAddr::V4(v4) => arping(&self.client, IFACE, v4, 3, timeout).unique_macs(),
+            IpAddr::V4(v4) => arping(&self.client, iface, v4, 3, timeout).unique_macs(),
             IpAddr::V6(v6) => {
-                let mut macs = ndisc6_all(&self.client, v6, IFACE, timeout);
+                let mut macs = ndisc6_all(&self.client, v6, iface, timeout);
                 macs.sort_unstable();
                 macs.dedup();
                 macs
