@@ -102,8 +102,8 @@ pub struct WriteBody {
     pub release: bool,
     /// Stepped back.
     pub standby: bool,
-    /// Peers exchanging heartbeats with it both ways.
-    pub connected: u32,
+    /// Peers exchanging heartbeats with it both ways (`None`: publish nothing).
+    pub connected: Option<u32>,
 }
 
 /// A peer's Lease as the agent uses it.
@@ -269,10 +269,11 @@ pub fn view(lease: &Lease) -> Result<PeerLease, MalformedLease> {
         Some(v) => return Err(bad(STANDBY_ANNOTATION, format!("{v:?}, expected \"true\""))),
     };
     let connected = match annotation(CONNECTED_ANNOTATION) {
-        None => 0,
-        Some(v) => v
-            .parse()
-            .map_err(|_| bad(CONNECTED_ANNOTATION, format!("{v:?}, expected a count")))?,
+        None => None,
+        Some(v) => Some(
+            v.parse()
+                .map_err(|_| bad(CONNECTED_ANNOTATION, format!("{v:?}, expected a count")))?,
+        ),
     };
     let links = annotation(LINKS_ANNOTATION)
         .map(|v| parse_links(v))
@@ -379,7 +380,9 @@ impl NodeLease {
         if body.standby {
             annotations.insert(STANDBY_ANNOTATION.to_owned(), "true".to_owned());
         }
-        annotations.insert(CONNECTED_ANNOTATION.to_owned(), body.connected.to_string());
+        if let Some(c) = body.connected {
+            annotations.insert(CONNECTED_ANNOTATION.to_owned(), c.to_string());
+        }
         {
             let p = self.published.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(k) = &p.key {
@@ -719,13 +722,13 @@ mod tests {
         let body = WriteBody {
             release: false,
             standby: true,
-            connected: 2,
+            connected: Some(2),
         };
         let mut l = nl.build(Some("1".into()), body, "2025-01-02T03:04:05Z".parse().unwrap());
         l.metadata.resource_version = Some("2".into());
         let p = view(&l).unwrap();
         assert!(p.view.standby);
-        assert_eq!(p.view.connected, 2);
+        assert_eq!(p.view.connected, Some(2));
         assert_eq!(p.view.links, Some(links));
         assert_eq!(p.key.as_deref(), Some("a2V5"));
     }

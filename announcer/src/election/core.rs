@@ -816,6 +816,12 @@ impl Core {
             return;
         }
         self.connected_since = None;
+        if !self.ready {
+            // Peers learn our key from our Lease and start hearing us during the warm-up:
+            // count from readiness, not from start.
+            self.alone_since = None;
+            return;
+        }
         let alone = *self.alone_since.get_or_insert(now);
         if self.standby.is_some()
             || !self.ready
@@ -831,14 +837,14 @@ impl Core {
             p.member(now, trusted)
                 && !p.standby
                 && p.lease.as_ref().is_some_and(|l| l.changed_at > alone)
-                && (p.connected > 0 || **n < me)
+                && p.connected.is_some_and(|c| c > 0 || **n < me)
         });
         let Some((peer, p)) = better else { return };
         let message = format!(
             "{me} has exchanged no heartbeats with any of its {} peers for {:.1}s while the API shows them alive ({peer} exchanges them with {}): stepping back, its VIPs move to its peers (check clock sync, the heartbeat port between nodes both ways, and the peers' published heartbeat keys)",
             self.peers.len(),
             now.saturating_duration_since(alone).as_secs_f64(),
-            p.connected,
+            p.connected.unwrap_or(0),
         );
         self.standby = Some(Standby { written: None });
         self.stats.standbys += 1;
@@ -937,7 +943,7 @@ impl Core {
             resource_version: self.own_rv.clone(),
             release: false,
             standby: self.standby.is_some(),
-            connected: self.connected(now),
+            connected: Some(self.connected(now)),
         });
     }
 
@@ -1457,7 +1463,7 @@ impl Core {
                 resource_version: Some(rv),
                 release: true,
                 standby: false,
-                connected: 0,
+                connected: Some(0),
             });
         }
         self.out.push_back(Output::Exit);

@@ -53,8 +53,8 @@ pub(crate) struct Peer {
     pub config_mismatch: Option<(Instant, bool)>,
     /// Its Lease says it stepped back (isolated).
     pub standby: bool,
-    /// Its Lease's count of peers it exchanges heartbeats with both ways.
-    pub connected: u32,
+    /// Its Lease's count of peers it exchanges heartbeats with both ways, if it publishes one.
+    pub connected: Option<u32>,
     /// Its published links, if any.
     pub links: Option<Vec<Link>>,
 }
@@ -79,7 +79,7 @@ impl Peer {
             view: 0,
             config_mismatch: None,
             standby: false,
-            connected: 0,
+            connected: None,
             links: None,
         }
     }

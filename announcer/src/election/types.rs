@@ -104,8 +104,9 @@ pub struct LeaseView {
     pub standby: bool,
     /// How many peers it exchanged heartbeats with both ways at its last renewal
     /// (`announcer.dev/connected`): an isolated node steps back only for a better-connected
-    /// peer, so a two-node partition never darkens a VIP.
-    pub connected: u32,
+    /// peer, so a two-node partition never darkens a VIP. `None`: it publishes none (an older
+    /// agent, during a rolling upgrade); such a peer never makes a node step back.
+    pub connected: Option<u32>,
     /// The links it can announce on (`announcer.dev/links`), or `None` if it publishes none
     /// (an older agent): then it is assumed to announce anything, from its heartbeat MAC.
     pub links: Option<Vec<Link>>,
@@ -317,8 +318,8 @@ pub enum Output {
         /// Publish that this node stepped back ([`LeaseView::standby`]).
         standby: bool,
         /// Publish how many peers it exchanges heartbeats with both ways
-        /// ([`LeaseView::connected`]).
-        connected: u32,
+        /// ([`LeaseView::connected`]); always `Some` from this core.
+        connected: Option<u32>,
     },
     /// Send one heartbeat to every peer.
     SendHeartbeat(Beat),

@@ -58,7 +58,7 @@ impl NaiveCore {
                 resource_version: self.rv.clone(),
                 release: false,
                 standby: false,
-                connected: 0,
+                connected: None,
             });
             self.stats.lease_writes += 1;
             self.writing = true;
@@ -168,7 +168,7 @@ impl Agent for NaiveCore {
                     resource_version: self.rv.clone(),
                     release: true,
                     standby: false,
-                    connected: 0,
+                    connected: None,
                 });
                 self.out.push_back(Output::Exit);
                 return;

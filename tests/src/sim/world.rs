@@ -140,7 +140,7 @@ struct StoredLease {
 struct LeaseBody {
     released: bool,
     standby: bool,
-    connected: u32,
+    connected: Option<u32>,
 }
 
 struct Client {
