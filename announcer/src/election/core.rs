@@ -848,6 +848,24 @@ impl Core {
         );
         self.standby = Some(Standby { written: None });
         self.stats.standbys += 1;
+        // VIPs we took from members that went silent may have been answered by them all
+        // along (we are the deaf one): those were overlaps.
+        let taken: Vec<(IpAddr, NodeName, Instant)> = self
+            .vips
+            .iter_mut()
+            .filter(|(_, v)| v.installed.is_some())
+            .filter_map(|(ip, v)| {
+                let (from, _, since) = v.took_from.take()?;
+                Some((*ip, from, since))
+            })
+            .collect();
+        for (ip, from, since) in taken {
+            self.stats.overlaps += 1;
+            let secs = now.saturating_duration_since(since).as_secs_f64();
+            self.report_always(ip, EventKind::Overlap, format!(
+                "{from} and {me} may both have answered {ip} for up to {secs:.1}s: {me} could not exchange heartbeats with its peers and steps back; {from} keeps it"
+            ));
+        }
         self.next_write = now;
         self.dirty = true;
         self.out.push_back(Output::NodeEvent {
