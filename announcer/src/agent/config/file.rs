@@ -81,6 +81,8 @@ pub struct ConfigFile {
     pub handover_timeout: Option<Dur>,
     /// `--xdp-mode`: `auto`, `native` or `generic`.
     pub xdp_mode: Option<XdpMode>,
+    /// `--state-dir`: this node's heartbeat identity and incarnation counter.
+    pub state_dir: Option<StateDir>,
 }
 
 /// `heartbeat:`.
@@ -93,8 +95,27 @@ pub struct HeartbeatSection {
     pub misses: Option<u32>,
     /// `--heartbeat-port`.
     pub port: Option<u16>,
-    /// `--heartbeat-secret`.
-    pub secret: Option<String>,
+    /// `secret:` was the shared heartbeat-key Secret. It is gone (heartbeats are sealed with
+    /// per-node keys), and a file that still sets it is rejected with a message saying so
+    /// rather than a bare "unknown field".
+    #[serde(default, rename = "secret")]
+    removed_secret: Removed,
+}
+
+/// A key that no longer exists: reading any value for it fails with the reason, inside the
+/// deserializer, so the error also names the key path and the line.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Removed;
+
+impl<'de> Deserialize<'de> for Removed {
+    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+        Err(de::Error::custom(
+            "this key was removed: heartbeats are no longer authenticated with a shared \
+             Secret but with per-node keys (each agent keeps its own key pair in its state \
+             directory, see stateDir, and publishes the public key in its node Lease); delete \
+             the key",
+        ))
+    }
 }
 
 /// `lease:`.
@@ -165,6 +186,23 @@ fn checked_str<'de, D: Deserializer<'de>, T>(
         }
     }
     d.deserialize_str(V { expecting, check })
+}
+
+/// `stateDir`: an absolute path (the file is shared by every node, so a relative one would
+/// depend on each agent's working directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir(pub PathBuf);
+
+impl<'de> Deserialize<'de> for StateDir {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_str(d, "an absolute directory path", |s| {
+            if Path::new(s).is_absolute() {
+                Ok(StateDir(PathBuf::from(s)))
+            } else {
+                Err(format!("invalid state directory {s:?}: not an absolute path"))
+            }
+        })
+    }
 }
 
 /// A label selector string, checked with the agent's own parser.
@@ -289,12 +327,6 @@ impl ConfigFile {
                 &mut flags.heartbeat_misses,
             );
             set(&keep, "heartbeat_port", h.port, &mut flags.heartbeat_port);
-            set(
-                &keep,
-                "heartbeat_secret",
-                h.secret.clone(),
-                &mut flags.heartbeat_secret,
-            );
         }
         if let Some(l) = &self.lease {
             set(
@@ -349,6 +381,12 @@ impl ConfigFile {
             &mut flags.handover_timeout,
         );
         set(&keep, "xdp_mode", self.xdp_mode, &mut flags.xdp_mode);
+        set(
+            &keep,
+            "state_dir",
+            self.state_dir.as_ref().map(|d| Some(d.0.clone())),
+            &mut flags.state_dir,
+        );
     }
 }
 
