@@ -108,13 +108,45 @@ pub struct HeartbeatSection {
 struct Removed;
 
 impl<'de> Deserialize<'de> for Removed {
-    fn deserialize<D: Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
-        Err(de::Error::custom(
-            "this key was removed: heartbeats are no longer authenticated with a shared \
-             Secret but with per-node keys (each agent keeps its own key pair in its state \
-             directory, see stateDir, and publishes the public key in its node Lease); delete \
-             the key",
-        ))
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        /// Fails for every value, from inside the visitor (where the YAML error gets its
+        /// position).
+        struct V;
+        const WHY: &str = "this key was removed: heartbeats are no longer authenticated with \
+             a shared Secret but with per-node keys (each agent keeps its own key pair in its \
+             state directory, see stateDir, and publishes the public key in its node Lease); \
+             delete the key";
+        impl<'de> de::Visitor<'de> for V {
+            type Value = Removed;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(WHY)
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Removed, E> {
+                Err(E::custom(WHY))
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Removed, A::Error> {
+                Err(de::Error::custom(WHY))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Removed, A::Error> {
+                Err(de::Error::custom(WHY))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

@@ -137,8 +137,10 @@ fn the_removed_heartbeat_secret_key_is_rejected_saying_why() {
     assert!(e.contains("line 3"), "{e}");
     assert!(e.contains("removed") && e.contains("per-node keys"), "{e}");
     // Whatever its value.
-    let e = err("heartbeat: {secret: null}\n");
-    assert!(e.contains("removed"), "{e}");
+    for value in ["null", "{name: k}", "[k]", "42"] {
+        let e = err(&format!("heartbeat: {{secret: {value}}}\n"));
+        assert!(e.contains("heartbeat.secret") && e.contains("removed"), "{e}");
+    }
 }
 
 #[test]
