@@ -377,7 +377,7 @@ fn the_only_writable_paths_are_the_state_directory_and_bpffs() {
         .map(|m| s(&m["mountPath"]))
         .collect();
     writable.sort();
-    assert_eq!(writable, [DEFAULT_STATE_ROOT, "/sys/fs/bpf"]);
+    assert_eq!(writable, ["/sys/fs/bpf", DEFAULT_STATE_ROOT]);
 }
 
 #[test]

@@ -95,59 +95,6 @@ pub struct HeartbeatSection {
     pub misses: Option<u32>,
     /// `--heartbeat-port`.
     pub port: Option<u16>,
-    /// `secret:` was the shared heartbeat-key Secret. It is gone (heartbeats are sealed with
-    /// per-node keys), and a file that still sets it is rejected with a message saying so
-    /// rather than a bare "unknown field".
-    #[serde(default, rename = "secret")]
-    removed_secret: Removed,
-}
-
-/// A key that no longer exists: reading any value for it fails with the reason, inside the
-/// deserializer, so the error also names the key path and the line.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Removed;
-
-impl<'de> Deserialize<'de> for Removed {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        /// Fails for every value, from inside the visitor (where the YAML error gets its
-        /// position).
-        struct V;
-        const WHY: &str = "this key was removed: heartbeats are no longer authenticated with \
-             a shared Secret but with per-node keys (each agent keeps its own key pair in its \
-             state directory, see stateDir, and publishes the public key in its node Lease); \
-             delete the key";
-        impl<'de> de::Visitor<'de> for V {
-            type Value = Removed;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(WHY)
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Removed, E> {
-                Err(E::custom(WHY))
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<Removed, A::Error> {
-                Err(de::Error::custom(WHY))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<Removed, A::Error> {
-                Err(de::Error::custom(WHY))
-            }
-        }
-        d.deserialize_any(V)
-    }
 }
 
 /// `lease:`.
@@ -286,10 +233,40 @@ impl<'de> Deserialize<'de> for InterfacePattern {
     }
 }
 
+/// Keys that existed in earlier versions: (section, key, why it is gone). A file that still
+/// sets one is rejected like any unknown key, but the error says that the key was removed and
+/// why, instead of "unknown field" (and the key is not offered in "expected one of").
+const REMOVED: &[(&str, &str, &str)] = &[(
+    "heartbeat",
+    "secret",
+    "heartbeats are no longer authenticated with a shared Secret but with per-node keys (each \
+     agent keeps its own key pair in its state directory, see stateDir, and publishes the \
+     public key in its node Lease); delete the key",
+)];
+
+/// Rewrites serde's "unknown field" error for a [`REMOVED`] key, keeping the position.
+fn explain_removed(e: serde_yaml::Error) -> serde_yaml::Error {
+    let msg = e.to_string();
+    for (section, key, why) in REMOVED {
+        if msg.starts_with(&format!("{section}: unknown field `{key}`,")) {
+            let at = e
+                .location()
+                .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+                .unwrap_or_default();
+            return de::Error::custom(format!(
+                "{section}.{key}: this key was removed: {why}{at}"
+            ));
+        }
+    }
+    e
+}
+
 impl ConfigFile {
     /// Parses YAML text. An empty document (or only comments) is an empty configuration.
     pub fn parse(text: &str) -> Result<ConfigFile, serde_yaml::Error> {
-        Ok(serde_yaml::from_str::<Option<ConfigFile>>(text)?.unwrap_or_default())
+        serde_yaml::from_str::<Option<ConfigFile>>(text)
+            .map(Option::unwrap_or_default)
+            .map_err(explain_removed)
     }
 
     /// Reads and parses `path`.
