@@ -24,7 +24,6 @@ use std::{
     time::Duration,
 };
 
-
 use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
 use clap::Parser;
 use serde::Deserialize;
@@ -355,7 +354,10 @@ fn the_state_directory_is_a_read_write_host_path_where_the_agent_looks() {
     let (mount, volume) = mount_at(&pod, &c, DEFAULT_STATE_ROOT);
     assert_eq!(s(&volume["hostPath"]["path"]), DEFAULT_STATE_ROOT);
     assert_eq!(s(&volume["hostPath"]["type"]), "DirectoryOrCreate");
-    assert_ne!(mount["readOnly"], true, "the agent writes its identity and counter");
+    assert_ne!(
+        mount["readOnly"], true,
+        "the agent writes its identity and counter"
+    );
     assert!(mount["subPath"].is_null() && mount["mountPropagation"].is_null());
     // The agent's default (no stateDir in deploy/config.yaml) is inside the mount.
     let dir = deployed_settings().state_dir();

@@ -178,7 +178,9 @@ impl<'de> Deserialize<'de> for StateDir {
             if Path::new(s).is_absolute() {
                 Ok(StateDir(PathBuf::from(s)))
             } else {
-                Err(format!("invalid state directory {s:?}: not an absolute path"))
+                Err(format!(
+                    "invalid state directory {s:?}: not an absolute path"
+                ))
             }
         })
     }
@@ -253,9 +255,7 @@ fn explain_removed(e: serde_yaml::Error) -> serde_yaml::Error {
                 .location()
                 .map(|l| format!(" at line {} column {}", l.line(), l.column()))
                 .unwrap_or_default();
-            return de::Error::custom(format!(
-                "{section}.{key}: this key was removed: {why}{at}"
-            ));
+            return de::Error::custom(format!("{section}.{key}: this key was removed: {why}{at}"));
         }
     }
     e

@@ -139,11 +139,17 @@ fn the_removed_heartbeat_secret_key_is_rejected_saying_why() {
     // Whatever its value.
     for value in ["null", "{name: k}", "[k]", "42"] {
         let e = err(&format!("heartbeat: {{secret: {value}}}\n"));
-        assert!(e.contains("heartbeat.secret") && e.contains("removed"), "{e}");
+        assert!(
+            e.contains("heartbeat.secret") && e.contains("removed"),
+            "{e}"
+        );
     }
     // Not offered to someone who misspells another key.
     let e = err("heartbeat: {mises: 3}\n");
-    assert!(e.contains("unknown field `mises`") && !e.contains("secret"), "{e}");
+    assert!(
+        e.contains("unknown field `mises`") && !e.contains("secret"),
+        "{e}"
+    );
 }
 
 #[test]
