@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
-# The announcer image: `announcer agent` for the DaemonSet, `announcer keygen` for the install
-# Job. Build from the repository root:
+# The announcer image: `announcer agent` for the DaemonSet (and the CLI: `announcer status`,
+# `announcer load`, ...). Build from the repository root:
 #
 #   docker build -t registry.example.com/announcer:0.1.0 .
 #
@@ -38,6 +38,7 @@ LABEL org.opencontainers.image.title="announcer" \
       org.opencontainers.image.licenses="MIT OR Apache-2.0"
 COPY --from=builder /out/announcer /usr/local/bin/announcer
 # The agent runs as root with only CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW and CAP_PERFMON (set in
-# deploy/daemonset.yaml); the keygen Job runs as nobody.
+# deploy/daemonset.yaml). Its only writable paths are the host's /sys/fs/bpf and
+# /var/lib/announcer (its per-node heartbeat identity); the root filesystem is read-only.
 ENTRYPOINT ["/usr/local/bin/announcer"]
 CMD ["--help"]

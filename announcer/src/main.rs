@@ -97,8 +97,6 @@ enum Cmd {
     },
     /// Run the Kubernetes agent: watch Services, elect owners, drive the data plane.
     Agent(Box<announcer::agent::config::AgentArgs>),
-    /// Create the heartbeat-key Secret if it does not exist (the install's Job runs this).
-    Keygen(announcer::agent::config::keygen::KeygenArgs),
     /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
     /// and Service per the agent, and the agent's peers with their heartbeat age.
     Status {
@@ -194,9 +192,6 @@ fn main() -> ExitCode {
     init_tracing(cli.log_format);
     if let Cmd::Agent(args) = cli.cmd {
         return agent(*args, cli.pin_root);
-    }
-    if let Cmd::Keygen(args) = cli.cmd {
-        return announcer::agent::config::keygen::main(args);
     }
     if let Cmd::Status {
         iface,
@@ -416,7 +411,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             Vip::new(vip, at.vlan)?;
             send_burst(&at, vip, mac, &burst.config())?;
         }
-        Cmd::Agent(_) | Cmd::Keygen(_) | Cmd::Status { .. } => unreachable!("handled in main"),
+        Cmd::Agent(_) | Cmd::Status { .. } => unreachable!("handled in main"),
         Cmd::Logs { iface, duration } => {
             let mut log = announcer::logs::attach(root, &iface)?;
             let until = duration.map(|d| std::time::Instant::now() + d);

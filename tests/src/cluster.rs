@@ -15,9 +15,8 @@ use std::{
 };
 
 use k8s_openapi::{
-    ByteString,
     api::{
-        core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, Secret, Service},
+        core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, Service},
         discovery::v1::{Endpoint, EndpointConditions, EndpointSlice},
         events::v1::Event,
     },
@@ -80,7 +79,7 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
-    /// Starts the API server (1 s bookmarks) and creates the heartbeat-key Secret.
+    /// Starts the API server (1 s bookmarks).
     pub async fn start(name: &str) -> Cluster {
         let api = ApiServer::builder()
             .bookmark_interval(Duration::from_secs(1))
@@ -91,25 +90,6 @@ impl Cluster {
         let dir = std::env::temp_dir().join(format!("anncluster-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some("announcer-heartbeat-key".into()),
-                namespace: Some(NAMESPACE.into()),
-                ..Default::default()
-            },
-            data: Some(
-                [(
-                    "key".to_string(),
-                    ByteString(b"0123456789abcdef0123456789abcdef".to_vec()),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        };
-        Api::<Secret>::namespaced(client.clone(), NAMESPACE)
-            .create(&PostParams::default(), &secret)
-            .await
-            .expect("create secret");
         Cluster {
             api,
             client,
@@ -266,9 +246,12 @@ impl Cluster {
     }
 
     /// Starts the agent of `node` (with `--no-dataplane` and fast test timings unless `extra`
-    /// overrides them).
+    /// overrides them). Its state directory (heartbeat identity, incarnation counter) is
+    /// `state-<node>` in the cluster's scratch directory, kept across restarts as a hostPath
+    /// keeps it on a node.
     pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
+        let state = self.dir.join(format!("state-{node}"));
         self.api
             .write_kubeconfig(&kubeconfig, node)
             .expect("kubeconfig");
@@ -284,6 +267,8 @@ impl Cluster {
             NAMESPACE,
             "--kubeconfig",
             kubeconfig.to_str().expect("utf-8"),
+            "--state-dir",
+            state.to_str().expect("utf-8"),
             "--heartbeat-address",
             "127.0.0.1",
             "--heartbeat-port",

@@ -3,8 +3,7 @@
 //! on the namespace's loopback, so nothing crosses into the root namespace.
 //!
 //! What is here: a process guard that kills on drop (also while a test panics), the API
-//! server's seed (heartbeat key, a Ready `node-a`, Service `default/web` with an endpoint on
-//! it), starting the `apiserver` binary, setting the Service's ingress IPs the way an IPAM
+//! server's seed (a Ready `node-a`, Service `default/web` with an endpoint on it), starting the `apiserver` binary, setting the Service's ingress IPs the way an IPAM
 //! controller would, and a poll-until helper that shows the agent's log when it gives up.
 
 use std::{
@@ -51,14 +50,11 @@ pub fn log_tail(log: &Path) -> String {
     lines[lines.len().saturating_sub(25)..].join("\n")
 }
 
-/// The objects the API server starts with: the heartbeat key, Node `node-a` (InternalIP
+/// The objects the API server starts with: Node `node-a` (InternalIP
 /// [`NODE_V4`], Ready), Service `default/web` with a ready endpoint on node-a. (Its VIPs go in
 /// with [`set_ingress`]: like kube-apiserver, the server drops a Service's status on create.)
 pub fn seed() -> String {
     let docs = [
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "announcer-heartbeat-key", "namespace": "announcer-system"},
-               "data": {"key": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}}),
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-a"},
                "status": {"conditions": [{"type": "Ready", "status": "True"}],
                           "addresses": [{"type": "InternalIP", "address": NODE_V4.to_string()}]}}),

@@ -9,12 +9,11 @@
 //! of the parser gets the merged settings without knowing a file exists.
 
 pub mod file;
-pub mod keygen;
 
 use std::{
     net::SocketAddr,
     ops::{Deref, DerefMut},
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
@@ -125,12 +124,16 @@ pub struct AgentFlags {
     /// This node's name (from the downward API).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
-    /// Namespace of the agent's Leases, Secret and (with lease-per-service) Service Leases.
+    /// Namespace of the agent's node Leases and (with lease-per-service) Service Leases.
     #[arg(long, env = "POD_NAMESPACE", default_value = "announcer-system")]
     pub namespace: String,
     /// kubeconfig to use (default: in-cluster config, else $KUBECONFIG / ~/.kube/config).
     #[arg(long, env = "ANNOUNCER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Directory for this node's heartbeat identity and incarnation counter (default
+    /// /var/lib/announcer/<node-name>); keep it on the host (hostPath) so restarts keep both.
+    #[arg(long, env = "ANNOUNCER_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Election mode.
     #[arg(long, value_enum, default_value_t = Election::NodeLease)]
     pub election: Election,
@@ -161,9 +164,6 @@ pub struct AgentFlags {
     /// Address this node's peers send heartbeats to (default: the node's InternalIP).
     #[arg(long)]
     pub heartbeat_address: Option<std::net::IpAddr>,
-    /// Secret (in the agent namespace) whose key `key` authenticates heartbeats.
-    #[arg(long, default_value = "announcer-heartbeat-key")]
-    pub heartbeat_secret: String,
     /// Heartbeat period.
     #[arg(long, value_parser = dur, default_value = "100ms")]
     pub heartbeat_interval: Duration,
@@ -217,7 +217,18 @@ pub struct AgentFlags {
     pub http_address: SocketAddr,
 }
 
+/// Where the per-node state directories live unless `--state-dir` says otherwise (the
+/// DaemonSet mounts this host directory).
+pub const DEFAULT_STATE_ROOT: &str = "/var/lib/announcer";
+
 impl AgentFlags {
+    /// This node's state directory: `--state-dir`, else [`DEFAULT_STATE_ROOT`]`/<node-name>`.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| Path::new(DEFAULT_STATE_ROOT).join(&self.node_name))
+    }
+
     /// The election core's configuration.
     pub fn election_config(&self, mac: crate::wire::MacAddr) -> election::Config {
         let mut c = election::Config::new(self.node_name.as_str());

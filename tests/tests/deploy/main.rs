@@ -6,30 +6,26 @@
 //! * the DaemonSet has what the agent needs and nothing more (host network, the four
 //!   capabilities, bpffs, the downward API, probes on the agent's ports, a grace period that
 //!   fits the SIGTERM handover), and its settings agree with the agent's flags and config;
+//! * the agent's state directory (its heartbeat identity and incarnation counter) is on the
+//!   host, where the agent looks for it, and is the only writable path besides bpffs;
+//! * the shared heartbeat key is gone: no key-generator Job, no second ServiceAccount, no grant
+//!   on Secrets;
 //! * the RBAC is exactly what the agents use: real agents run a scenario in both election modes
 //!   against the in-repo API server, and every (API group, resource, verb) they sent must be
-//!   granted, and every grant must have been used (bar a justified allow-list);
-//! * the key-generator Job's one permission (create Secrets) is all `announcer keygen` uses,
-//!   and it never replaces an existing key.
+//!   granted, and every grant must have been used (bar a justified allow-list).
 //!
 //! The RBAC scenario is in [`rbac`].
 
 mod rbac;
 
 use std::{
-    collections::BTreeSet,
     path::{Path, PathBuf},
     process::Command,
     time::Duration,
 };
 
-use rbac::{Grant, grants_of, used_by};
-
-use announcer::agent::config::{AgentArgs, file::ConfigFile, keygen};
-use announcer_tests::cluster::{Cluster, NAMESPACE};
+use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
 use clap::Parser;
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -274,20 +270,7 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
     );
 
     // bpffs from the host, the config from the generated ConfigMap.
-    let volumes = pod["volumes"].as_sequence().expect("volumes");
-    let mount_of = |path: &str| {
-        let m = c["volumeMounts"]
-            .as_sequence()
-            .expect("mounts")
-            .iter()
-            .find(|m| m["mountPath"] == path)
-            .unwrap_or_else(|| panic!("nothing mounted at {path}"));
-        volumes
-            .iter()
-            .find(|v| v["name"] == m["name"])
-            .expect("volume")
-            .clone()
-    };
+    let mount_of = |path: &str| mount_at(pod, c, path).1;
     assert_eq!(
         s(&mount_of("/sys/fs/bpf")["hostPath"]["path"]),
         "/sys/fs/bpf"
@@ -336,76 +319,100 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
         "terminationGracePeriodSeconds {grace} leaves too little after handoverTimeout {:?}",
         settings.handover_timeout
     );
+}
 
-    // The heartbeat Secret the agent reads, the Role grants and keygen creates are one.
-    let role = object("Role", "announcer");
-    let secret_rule = role["rules"]
+/// The agent container of the DaemonSet, and its Pod spec.
+fn agent_container() -> (Value, Value) {
+    let ds = object("DaemonSet", "announcer");
+    let pod = ds["spec"]["template"]["spec"].clone();
+    let c = pod["containers"][0].clone();
+    (pod, c)
+}
+
+/// The container's mount at `path` and the Pod volume behind it.
+fn mount_at(pod: &Value, c: &Value, path: &str) -> (Value, Value) {
+    let m = c["volumeMounts"]
         .as_sequence()
-        .expect("rules")
+        .expect("mounts")
         .iter()
-        .find(|r| r["resources"][0] == "secrets")
-        .expect("secrets rule")
+        .find(|m| m["mountPath"] == path)
+        .unwrap_or_else(|| panic!("nothing mounted at {path}"))
         .clone();
-    assert_eq!(
-        s(&secret_rule["resourceNames"][0]),
-        settings.heartbeat_secret
+    let v = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == m["name"])
+        .expect("volume")
+        .clone();
+    (m, v)
+}
+
+#[test]
+fn the_state_directory_is_a_read_write_host_path_where_the_agent_looks() {
+    let (pod, c) = agent_container();
+    let (mount, volume) = mount_at(&pod, &c, DEFAULT_STATE_ROOT);
+    assert_eq!(s(&volume["hostPath"]["path"]), DEFAULT_STATE_ROOT);
+    assert_eq!(s(&volume["hostPath"]["type"]), "DirectoryOrCreate");
+    assert_ne!(
+        mount["readOnly"], true,
+        "the agent writes its identity and counter"
     );
-    #[derive(Parser)]
-    struct KeygenCli {
-        #[command(flatten)]
-        k: keygen::KeygenArgs,
-    }
-    let job = object("Job", "announcer-keygen");
-    let jc = &job["spec"]["template"]["spec"]["containers"][0];
-    let mut argv = vec!["keygen".to_owned()];
-    argv.extend(
-        jc["args"].as_sequence().expect("args")[1..]
-            .iter()
-            .map(|a| s(a).to_owned()),
-    );
-    let k = KeygenCli::try_parse_from(argv).expect("keygen args").k;
-    assert_eq!(k.secret, settings.heartbeat_secret);
-    assert_eq!(s(&jc["args"][0]), "keygen");
-    assert_eq!(
-        s(&job["spec"]["template"]["spec"]["serviceAccountName"]),
-        "announcer-keygen"
+    assert!(mount["subPath"].is_null() && mount["mountPropagation"].is_null());
+    // The agent's default (no stateDir in deploy/config.yaml) is inside the mount.
+    let dir = deployed_settings().state_dir();
+    assert!(
+        dir.starts_with(DEFAULT_STATE_ROOT) && dir != Path::new(DEFAULT_STATE_ROOT),
+        "the agent keeps its state in {dir:?}, outside the hostPath mount"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keygen_creates_the_key_once_using_only_its_grant() {
-    let c = Cluster::start("keygen").await;
-    let api = Api::<Secret>::namespaced(c.client.clone(), NAMESPACE);
-    const NAME: &str = "fresh-heartbeat-key";
-    let client = c.api.client("keygen").await.expect("client");
-    assert_eq!(
-        keygen::ensure_key(client.clone(), NAMESPACE, NAME)
-            .await
-            .expect("create"),
-        keygen::Outcome::Created
-    );
-    let first = api.get(NAME).await.expect("the Secret exists");
-    let key = first.data.as_ref().and_then(|d| d.get("key")).expect("key");
-    assert_eq!(key.0.len(), keygen::KEY_BYTES);
-    announcer::heartbeat::Key::new(&key.0).expect("the agents accept the key");
-
-    // A second run (the Job re-applied) leaves the key alone.
-    assert_eq!(
-        keygen::ensure_key(client, NAMESPACE, NAME)
-            .await
-            .expect("second run"),
-        keygen::Outcome::Exists
-    );
-    let second = api.get(NAME).await.expect("still there");
-    assert_eq!(second.data, first.data, "the key is not replaced");
-
-    let used = used_by(&c, &["keygen"]);
-    let granted: BTreeSet<Grant> = grants_of("announcer-keygen")
-        .into_iter()
-        .map(|(g, scope)| {
-            assert_eq!(scope.as_deref(), Some(NAMESPACE));
-            g
-        })
+#[test]
+fn the_only_writable_paths_are_the_state_directory_and_bpffs() {
+    let (_, c) = agent_container();
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    let mut writable: Vec<&str> = c["volumeMounts"]
+        .as_sequence()
+        .expect("mounts")
+        .iter()
+        .filter(|m| m["readOnly"] != true)
+        .map(|m| s(&m["mountPath"]))
         .collect();
-    assert_eq!(used, granted, "keygen uses exactly its grant");
+    writable.sort();
+    assert_eq!(writable, ["/sys/fs/bpf", DEFAULT_STATE_ROOT]);
+}
+
+#[test]
+fn no_key_generator_and_no_service_account_but_the_agents() {
+    assert!(
+        !deploy_dir().join("keygen-job.yaml").exists(),
+        "deploy/keygen-job.yaml is back"
+    );
+    let objects = objects();
+    let jobs: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Job").collect();
+    assert!(jobs.is_empty(), "the install runs no Job: {jobs:?}");
+    let accounts: Vec<&str> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ServiceAccount")
+        .map(|o| s(&o["metadata"]["name"]))
+        .collect();
+    assert_eq!(accounts, ["announcer"]);
+}
+
+#[test]
+fn nothing_is_granted_on_secrets() {
+    let secrets: Vec<String> = objects()
+        .iter()
+        .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+        .flat_map(|o| o["rules"].as_sequence().expect("rules").clone())
+        .filter(|r| {
+            r["resources"]
+                .as_sequence()
+                .expect("resources")
+                .iter()
+                .any(|x| x == "secrets" || x == "*")
+        })
+        .map(|r| format!("{r:?}"))
+        .collect();
+    assert!(secrets.is_empty(), "rules on Secrets: {secrets:?}");
 }

@@ -9,11 +9,11 @@ use kube::{Api, api::ListParams};
 use super::{deploy_dir, documents, s};
 
 /// (API group, resource, verb) as RBAC rules and the API server's counters name them.
-pub type Grant = (String, String, String);
+type Grant = (String, String, String);
 
 /// The rules bound to ServiceAccount `sa` in deploy/rbac.yaml, as (group, resource, verb)
 /// with the scope each is granted in (`None` = cluster-wide).
-pub fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
+fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
     let docs = documents("rbac.yaml");
     let mut out = BTreeSet::new();
     for b in docs
@@ -51,7 +51,7 @@ pub fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
 }
 
 /// What the agents (tokens = node names) sent.
-pub fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
+fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
     c.api
         .counts()
         .entries
@@ -212,10 +212,10 @@ async fn rbac_grants_exactly_what_the_agents_use() {
         "deploy/rbac.yaml grants what the agents never used: {unused:?}"
     );
 
-    // Leases and the Secret are granted in the agent namespace only; what lives in users'
-    // namespaces (Services, EndpointSlices, Events) and Nodes cluster-wide.
+    // Leases are granted in the agent namespace only; what lives in users' namespaces
+    // (Services, EndpointSlices, Events) and Nodes cluster-wide.
     for ((group, resource, verb), scope) in &grants {
-        let namespaced = matches!(resource.as_str(), "leases" | "secrets");
+        let namespaced = resource == "leases";
         assert_eq!(
             scope.as_deref(),
             namespaced.then_some(NAMESPACE),

@@ -81,6 +81,8 @@ pub struct ConfigFile {
     pub handover_timeout: Option<Dur>,
     /// `--xdp-mode`: `auto`, `native` or `generic`.
     pub xdp_mode: Option<XdpMode>,
+    /// `--state-dir`: this node's heartbeat identity and incarnation counter.
+    pub state_dir: Option<StateDir>,
 }
 
 /// `heartbeat:`.
@@ -93,8 +95,6 @@ pub struct HeartbeatSection {
     pub misses: Option<u32>,
     /// `--heartbeat-port`.
     pub port: Option<u16>,
-    /// `--heartbeat-secret`.
-    pub secret: Option<String>,
 }
 
 /// `lease:`.
@@ -167,6 +167,25 @@ fn checked_str<'de, D: Deserializer<'de>, T>(
     d.deserialize_str(V { expecting, check })
 }
 
+/// `stateDir`: an absolute path (the file is shared by every node, so a relative one would
+/// depend on each agent's working directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir(pub PathBuf);
+
+impl<'de> Deserialize<'de> for StateDir {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        checked_str(d, "an absolute directory path", |s| {
+            if Path::new(s).is_absolute() {
+                Ok(StateDir(PathBuf::from(s)))
+            } else {
+                Err(format!(
+                    "invalid state directory {s:?}: not an absolute path"
+                ))
+            }
+        })
+    }
+}
+
 /// A label selector string, checked with the agent's own parser.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selector(pub String);
@@ -216,10 +235,38 @@ impl<'de> Deserialize<'de> for InterfacePattern {
     }
 }
 
+/// Keys that existed in earlier versions: (section, key, why it is gone). A file that still
+/// sets one is rejected like any unknown key, but the error says that the key was removed and
+/// why, instead of "unknown field" (and the key is not offered in "expected one of").
+const REMOVED: &[(&str, &str, &str)] = &[(
+    "heartbeat",
+    "secret",
+    "heartbeats are no longer authenticated with a shared Secret but with per-node keys (each \
+     agent keeps its own key pair in its state directory, see stateDir, and publishes the \
+     public key in its node Lease); delete the key",
+)];
+
+/// Rewrites serde's "unknown field" error for a [`REMOVED`] key, keeping the position.
+fn explain_removed(e: serde_yaml::Error) -> serde_yaml::Error {
+    let msg = e.to_string();
+    for (section, key, why) in REMOVED {
+        if msg.starts_with(&format!("{section}: unknown field `{key}`,")) {
+            let at = e
+                .location()
+                .map(|l| format!(" at line {} column {}", l.line(), l.column()))
+                .unwrap_or_default();
+            return de::Error::custom(format!("{section}.{key}: this key was removed: {why}{at}"));
+        }
+    }
+    e
+}
+
 impl ConfigFile {
     /// Parses YAML text. An empty document (or only comments) is an empty configuration.
     pub fn parse(text: &str) -> Result<ConfigFile, serde_yaml::Error> {
-        Ok(serde_yaml::from_str::<Option<ConfigFile>>(text)?.unwrap_or_default())
+        serde_yaml::from_str::<Option<ConfigFile>>(text)
+            .map(Option::unwrap_or_default)
+            .map_err(explain_removed)
     }
 
     /// Reads and parses `path`.
@@ -289,12 +336,6 @@ impl ConfigFile {
                 &mut flags.heartbeat_misses,
             );
             set(&keep, "heartbeat_port", h.port, &mut flags.heartbeat_port);
-            set(
-                &keep,
-                "heartbeat_secret",
-                h.secret.clone(),
-                &mut flags.heartbeat_secret,
-            );
         }
         if let Some(l) = &self.lease {
             set(
@@ -349,6 +390,12 @@ impl ConfigFile {
             &mut flags.handover_timeout,
         );
         set(&keep, "xdp_mode", self.xdp_mode, &mut flags.xdp_mode);
+        set(
+            &keep,
+            "state_dir",
+            self.state_dir.as_ref().map(|d| Some(d.0.clone())),
+            &mut flags.state_dir,
+        );
     }
 }
 

@@ -1,4 +1,4 @@
-use std::{io::Write, time::Duration};
+use std::{io::Write, path::Path, time::Duration};
 
 use clap::Parser;
 
@@ -71,7 +71,7 @@ interfaces: [eth1, "bond*", eth0.100]
 ipv4: true
 ipv6: false
 election: lease-per-service
-heartbeat: {interval: 50ms, misses: 4, port: 7000, secret: other-key}
+heartbeat: {interval: 50ms, misses: 4, port: 7000}
 lease: {duration: 20s, renew: 5s}
 serviceLease: {duration: 10s, renewDeadline: 4s, retry: 1s}
 announcement: {count: 2, interval: 1500ms}
@@ -80,6 +80,7 @@ probeTimeout: 150ms
 warmup: 1s
 handoverTimeout: 3s
 xdpMode: generic
+stateDir: /var/lib/announcer-test
 "#,
     );
     let a = parse(&["--config", f.0.to_str().expect("utf-8")]).expect("valid");
@@ -96,7 +97,6 @@ xdpMode: generic
     assert_eq!(a.heartbeat_interval, Duration::from_millis(50));
     assert_eq!(a.heartbeat_misses, 4);
     assert_eq!(a.heartbeat_port, 7000);
-    assert_eq!(a.heartbeat_secret, "other-key");
     assert_eq!(a.lease_duration, Duration::from_secs(20));
     assert_eq!(a.lease_renew, Duration::from_secs(5));
     assert_eq!(a.service_lease_duration, Duration::from_secs(10));
@@ -109,6 +109,47 @@ xdpMode: generic
     assert_eq!(a.warmup, Duration::from_secs(1));
     assert_eq!(a.handover_timeout, Duration::from_secs(3));
     assert_eq!(a.xdp_mode, XdpMode::Generic);
+    assert_eq!(a.state_dir(), Path::new("/var/lib/announcer-test"));
+}
+
+#[test]
+fn state_dir_defaults_to_one_directory_per_node_under_var_lib() {
+    let a = parse(&[]).expect("defaults");
+    assert_eq!(a.state_dir, None);
+    assert_eq!(a.state_dir(), Path::new("/var/lib/announcer/n1"));
+    let a = parse(&["--state-dir", "/tmp/s"]).expect("flag");
+    assert_eq!(a.state_dir(), Path::new("/tmp/s"));
+}
+
+#[test]
+fn state_dir_in_the_file_must_be_absolute() {
+    let e = err("stateDir: var/lib/announcer\n");
+    assert!(
+        e.contains("stateDir") && e.contains("not an absolute path"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_removed_heartbeat_secret_key_is_rejected_saying_why() {
+    let e = err("heartbeat:\n  interval: 100ms\n  secret: announcer-heartbeat-key\n");
+    assert!(e.contains("heartbeat.secret"), "{e}");
+    assert!(e.contains("line 3"), "{e}");
+    assert!(e.contains("removed") && e.contains("per-node keys"), "{e}");
+    // Whatever its value.
+    for value in ["null", "{name: k}", "[k]", "42"] {
+        let e = err(&format!("heartbeat: {{secret: {value}}}\n"));
+        assert!(
+            e.contains("heartbeat.secret") && e.contains("removed"),
+            "{e}"
+        );
+    }
+    // Not offered to someone who misspells another key.
+    let e = err("heartbeat: {mises: 3}\n");
+    assert!(
+        e.contains("unknown field `mises`") && !e.contains("secret"),
+        "{e}"
+    );
 }
 
 #[test]
