@@ -6,10 +6,9 @@
 //! `410 Gone`), with the default exponential backoff on errors so a struggling API server is
 //! not hammered by every node at once.
 //!
-//! What is watched: Services and EndpointSlices in all namespaces, Nodes, the node Leases in
-//! the agent's namespace (by label), and the one Secret holding the heartbeat key (by
-//! `metadata.name` field selector, so RBAC can grant `list`/`watch` on that Secret alone with
-//! `resourceNames`). The stores are read by [`super::eligibility::plan`];
+//! What is watched: Services and EndpointSlices in all namespaces, Nodes, and the node Leases
+//! in the agent's namespace (by label), which also carry each node's heartbeat public key. The
+//! stores are read by [`super::eligibility::plan`];
 //! [`Watches::changed`] says when to recompute; [`Watches::healthy`] is false while any watch
 //! is failing (the election core counts it as "cannot reach the API server"); Lease changes
 //! also arrive one by one ([`LeaseEvent`]) because the election core wants each Lease's
@@ -30,7 +29,7 @@ use std::{
 use futures::StreamExt;
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{Node, Secret, Service},
+    core::v1::{Node, Service},
     discovery::v1::EndpointSlice,
 };
 use kube::{
@@ -59,18 +58,15 @@ pub enum Source {
     Nodes,
     /// Node Leases in the agent's namespace.
     Leases,
-    /// The heartbeat-key Secret.
-    Secret,
 }
 
 impl Source {
     /// Every source, in a fixed order.
-    pub const ALL: [Source; 5] = [
+    pub const ALL: [Source; 4] = [
         Source::Services,
         Source::EndpointSlices,
         Source::Nodes,
         Source::Leases,
-        Source::Secret,
     ];
 
     fn index(self) -> usize {
@@ -84,7 +80,6 @@ impl Source {
             Source::EndpointSlices => "endpointslices",
             Source::Nodes => "nodes",
             Source::Leases => "leases",
-            Source::Secret => "secrets",
         }
     }
 }
@@ -94,14 +89,14 @@ impl Source {
 pub struct WatchCounters {
     /// Per [`Source`] (in [`Source::ALL`] order): watches replaced after an error or the end
     /// of their stream.
-    restarts: [AtomicU64; 5],
+    restarts: [AtomicU64; Source::ALL.len()],
     /// Per source: errors from the API server or the connection.
-    errors: [AtomicU64; 5],
+    errors: [AtomicU64; Source::ALL.len()],
 }
 
 impl WatchCounters {
     /// `(source, restarts, errors)` for every source.
-    pub fn snapshot(&self) -> [(Source, u64, u64); 5] {
+    pub fn snapshot(&self) -> [(Source, u64, u64); Source::ALL.len()] {
         Source::ALL.map(|s| {
             (
                 s,
@@ -126,13 +121,13 @@ pub enum WatchState {
 /// The health of all watches: healthy when every watch has listed and none is failing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthBoard {
-    states: [WatchState; 5],
+    states: [WatchState; Source::ALL.len()],
 }
 
 impl Default for HealthBoard {
     fn default() -> Self {
         HealthBoard {
-            states: [WatchState::Starting; 5],
+            states: [WatchState::Starting; Source::ALL.len()],
         }
     }
 }
@@ -209,15 +204,11 @@ pub struct Watches {
     pub nodes: Store<Node>,
     /// Node Leases in the agent's namespace.
     pub leases: Store<Lease>,
-    /// The heartbeat-key Secret (zero or one object).
-    pub secrets: Store<Secret>,
     /// Bumped after every change to the plan's inputs: the Service, EndpointSlice and Node
     /// stores (adds, updates, deletes, completed relists). Changes coalesce: after
     /// `changed().await`, recompute the plan from the stores. (Lease renewals, every few
     /// seconds per node, do not bump it: they come as [`Watches::lease_events`].)
     pub changed: watch::Receiver<u64>,
-    /// Bumped after every change to the Secret store.
-    pub secret_changed: watch::Receiver<u64>,
     /// False while any watch has not listed yet or is failing.
     pub healthy: watch::Receiver<bool>,
     /// Node Lease changes, one by one.
@@ -233,7 +224,6 @@ struct Shared {
     board: Mutex<HealthBoard>,
     healthy: watch::Sender<bool>,
     changed: watch::Sender<u64>,
-    secret_changed: watch::Sender<u64>,
     counters: Arc<WatchCounters>,
 }
 
@@ -261,23 +251,20 @@ impl Shared {
 impl Watches {
     /// Starts the watches. They stop when `shutdown` becomes `true` (or its sender is
     /// dropped). `lease_selector` is a label selector for the node Leases (see
-    /// [`super::node_lease::selector`]); `secret_name` names the heartbeat-key Secret. Both
-    /// are in `namespace`. Must be called within a tokio runtime.
+    /// [`super::node_lease::selector`]) in `namespace`. Must be called within a tokio
+    /// runtime.
     pub fn start(
         client: Client,
         namespace: &str,
         lease_selector: &str,
-        secret_name: &str,
         shutdown: watch::Receiver<bool>,
     ) -> Watches {
         let (healthy_tx, healthy) = watch::channel(false);
         let (changed_tx, changed) = watch::channel(0u64);
-        let (secret_tx, secret_changed) = watch::channel(0u64);
         let shared = Arc::new(Shared {
             board: Mutex::new(HealthBoard::default()),
             healthy: healthy_tx,
             changed: changed_tx,
-            secret_changed: secret_tx,
             counters: Arc::default(),
         });
         let (lease_tx, lease_events) = mpsc::unbounded_channel();
@@ -344,26 +331,12 @@ impl Watches {
             after,
         ));
 
-        let (secrets, w) = reflector::store();
-        let c = cfg().fields(&format!("metadata.name={secret_name}"));
-        tasks.push(spawn(
-            Source::Secret,
-            Api::namespaced(client, namespace),
-            c,
-            w,
-            ctx,
-            |_: &mut Secret| {},
-            || {},
-        ));
-
         Watches {
             services,
             slices,
             nodes,
             leases,
-            secrets,
             changed,
-            secret_changed,
             healthy,
             lease_events,
             tasks,
@@ -376,13 +349,7 @@ impl Watches {
         self.services.wait_until_ready().await?;
         self.slices.wait_until_ready().await?;
         self.nodes.wait_until_ready().await?;
-        self.leases.wait_until_ready().await?;
-        self.secrets.wait_until_ready().await
-    }
-
-    /// The heartbeat-key Secret, if it exists.
-    pub fn secret(&self) -> Option<Arc<Secret>> {
-        self.secrets.state().into_iter().next()
+        self.leases.wait_until_ready().await
     }
 }
 
@@ -481,7 +448,6 @@ async fn drive<K>(
                     Source::Services | Source::EndpointSlices | Source::Nodes => {
                         Some(&shared.changed)
                     }
-                    Source::Secret => Some(&shared.secret_changed),
                     Source::Leases => None,
                 };
                 if let Some(s) = signal {
@@ -610,7 +576,7 @@ mod tests {
         ])
         .await;
         let (_stop, shutdown) = watch::channel(false);
-        let mut w = Watches::start(client, "announcer", "a=b", "key", shutdown);
+        let mut w = Watches::start(client, "announcer", "a=b", shutdown);
         w.synced().await.unwrap();
         w.healthy.wait_for(|h| *h).await.unwrap();
         match w.lease_events.recv().await.unwrap() {
@@ -625,7 +591,6 @@ mod tests {
             "images stripped"
         );
         assert!(*w.changed.borrow() > 0);
-        assert!(w.secret().is_none());
     }
 
     #[tokio::test]
@@ -633,7 +598,7 @@ mod tests {
         let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = Client::try_from(cfg).unwrap();
         let (stop, shutdown) = watch::channel(false);
-        let mut w = Watches::start(client, "announcer", "a=b", "key", shutdown);
+        let mut w = Watches::start(client, "announcer", "a=b", shutdown);
         assert!(!*w.healthy.borrow());
         // Every watch fails to connect, is counted, and is replaced after its backoff.
         let counted = || {
@@ -654,6 +619,5 @@ mod tests {
             t.await.unwrap();
         }
         assert!(!*w.healthy.borrow());
-        assert!(w.secret().is_none());
     }
 }
