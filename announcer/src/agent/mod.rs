@@ -48,7 +48,7 @@ use self::{
 };
 use crate::{
     election::{Core, EventKind, IfaceName, Input, VipSpec},
-    heartbeat::{Key, KeyError, Keys},
+    heartbeat::KeyError,
     metrics::{Metrics, Recorder, Sources},
     wire::MacAddr,
 };
@@ -306,27 +306,17 @@ impl Context {
         Ok(true)
     }
 
-    /// The heartbeat keys from the Secret (`key`, and `previous` during a rotation).
-    fn keys(&self) -> Option<Keys> {
+    /// Whether the heartbeat Secret has a `key`.
+    ///
+    /// TODO(issue10-merge): heartbeats no longer use the shared Secret (per-node identities,
+    /// `crate::heartbeat::Identity`); this only keeps waiting for it as before.
+    fn keys(&self) -> Option<()> {
         let secret = self.watches.secret()?;
-        let data = secret.data.as_ref()?;
-        let current = match Key::new(&data.get("key")?.0) {
-            Ok(k) => k,
-            Err(e) => {
-                tracing::error!(secret = %self.args.heartbeat_secret, error = %e, "unusable heartbeat key");
-                return None;
-            }
-        };
-        Some(
-            match data.get("previous").and_then(|p| Key::new(&p.0).ok()) {
-                Some(prev) => Keys::rotating(current, prev),
-                None => Keys::new(current),
-            },
-        )
+        secret.data.as_ref()?.get("key").map(|_| ())
     }
 
     /// Waits for a usable heartbeat key. `None`: shutdown came first.
-    async fn wait_for_key(&mut self) -> Result<Option<Keys>, AgentError> {
+    async fn wait_for_key(&mut self) -> Result<Option<()>, AgentError> {
         let mut changed = self.watches.secret_changed.clone();
         let mut term = self.term_rx.clone();
         loop {

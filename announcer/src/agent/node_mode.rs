@@ -11,7 +11,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant},
 };
 
@@ -27,7 +27,7 @@ use super::{
 };
 use crate::{
     election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
-    heartbeat::{Sealer, Verified, Verifier},
+    heartbeat::{Identity, Keyring, Sealer, Verified, Verifier},
     metrics::{LossTracker, Recorder},
     wire::MacAddr,
 };
@@ -53,15 +53,26 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     ));
     let key = ctx.wait_for_key().await?;
     let incarnation = super::heartbeat::incarnation_now();
-    let Some(key) = key else { return Ok(()) };
-    let mut sealer = Sealer::new(key.current.clone(), node.clone(), incarnation)?;
-    let verifier = Arc::new(Mutex::new(Verifier::new(key, node.clone())));
+    let Some(()) = key else { return Ok(()) };
+    // TODO(issue10-merge): load the identity with `Identity::load_or_create` (a 0600 file on
+    // the node), publish `keyring.public()` in our Lease (`heartbeat::LEASE_ANNOTATION`), and
+    // `set_peer`/`remove_peer` from the peers' Leases (raising an Event on
+    // `PeerKeyChange::Changed`). Until then the keyring has no peers and no heartbeat is sent
+    // or accepted.
+    let keyring = Arc::new(RwLock::new(Keyring::new(Identity::generate())));
+    let mut sealer = Sealer::new(node.clone(), incarnation)?;
+    let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
     let (beat_tx, mut beats) = mpsc::channel::<Verified>(1024);
     {
-        let (socket, verifier, mut stop) = (socket.clone(), verifier.clone(), ctx.stop_rx.clone());
+        let (socket, verifier, keyring, mut stop) = (
+            socket.clone(),
+            verifier.clone(),
+            keyring.clone(),
+            ctx.stop_rx.clone(),
+        );
         tokio::spawn(async move {
             socket
-                .receive(verifier, beat_tx, async move {
+                .receive(verifier, keyring, beat_tx, async move {
                     super::watch::until_true(&mut stop).await
                 })
                 .await;
@@ -142,12 +153,8 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 ctx.specs(&core, &mut services).map(Input::Vips)
             }
             Ok(()) = secret_changed.changed() => {
+                // TODO(issue10-merge): the Secret no longer keys heartbeats.
                 secret_changed.borrow_and_update();
-                if let Some(keys) = ctx.keys() {
-                    sealer.set_key(keys.current.clone());
-                    verifier.lock().unwrap_or_else(|e| e.into_inner()).set_keys(keys);
-                    tracing::info!("heartbeat key reloaded");
-                }
                 None
             }
             _ = links.tick() => {
@@ -194,13 +201,17 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     }));
                 }
                 Output::SendHeartbeat(beat) => {
-                    let bytes = sealer.seal(&beat, unix_ms_now());
-                    let to: Vec<SocketAddr> = peers
-                        .iter()
-                        .filter(|(n, _)| **n != node)
-                        .map(|(_, a)| *a)
-                        .collect();
-                    socket.send(&bytes, &to);
+                    // TODO(issue10-merge): one datagram per peer, sealed with its pairwise key.
+                    let keyring = keyring.read().unwrap_or_else(|e| e.into_inner());
+                    let now = unix_ms_now();
+                    for (peer, addr) in peers.iter().filter(|(n, _)| **n != node) {
+                        match sealer.seal(&keyring, &beat, peer, now) {
+                            Ok(bytes) => {
+                                socket.send(&bytes, &[*addr]);
+                            }
+                            Err(e) => tracing::debug!(%peer, error = %e, "heartbeat not sealed"),
+                        }
+                    }
                 }
                 Output::Install { vip, iface, ttl } => {
                     if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
