@@ -219,7 +219,9 @@ impl HeartbeatSocket {
                 },
             };
             let verdict = {
-                let keyring = keyring.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let keyring = keyring
+                    .read()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 verifier
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -127,7 +127,8 @@ impl Keyring {
             Some(_) => PeerKeyChange::Changed,
             None => PeerKeyChange::Added,
         };
-        let derived = super::check_node_name(&node).and_then(|()| pairwise_key(&self.identity, &key));
+        let derived =
+            super::check_node_name(&node).and_then(|()| pairwise_key(&self.identity, &key));
         let okm = match derived {
             Ok(k) => k,
             Err(e) => {

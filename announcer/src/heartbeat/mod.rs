@@ -120,9 +120,7 @@ mod tests;
 use std::{collections::HashMap, fmt, time::Duration};
 
 use crate::election::{Beat, NodeName};
-pub use identity::{
-    Identity, IdentityError, KEY_LEN, LEASE_ANNOTATION, PublicKey, PublicKeyError,
-};
+pub use identity::{Identity, IdentityError, KEY_LEN, LEASE_ANNOTATION, PublicKey, PublicKeyError};
 pub use keyring::{Keyring, PeerKeyChange};
 pub use wire::{MAX_DATAGRAM, Packet, Repr};
 

@@ -339,7 +339,7 @@ mod tests {
 
     /// `node-a` to `b`, ready + api_ok + hears, incarnation 0x0102030405060708, sequence 9,
     /// time 1000 ms, MAC 02:00:00:00:00:01, config 0x11.., view 0x22..; then a dummy tag.
-    const BEAT: [u8; 78] = [
+    const BEAT: [u8; 77] = [
         b'A', b'N', b'H', b'B', // magic
         2,    // version
         0x16, // api_ok | ready | hears
@@ -407,7 +407,7 @@ mod tests {
             b[i] = v;
             b
         };
-        let check = |b: [u8; 78]| Packet::new_checked(b).and_then(|p| Repr::parse(&p));
+        let check = |b: [u8; 77]| Packet::new_checked(b).and_then(|p| Repr::parse(&p));
         assert_eq!(check(with(0, b'X')).unwrap_err(), Reject::BadMagic);
         assert_eq!(check(with(5, 0x20)).unwrap_err(), Reject::Malformed);
         assert_eq!(check(with(5, 0x80)).unwrap_err(), Reject::Malformed);
@@ -436,7 +436,15 @@ mod tests {
 
     #[test]
     fn every_flag_round_trips() {
-        for f in [flags::LEAVING, flags::API_OK, flags::READY, flags::ACK, flags::HEARS, flags::ALL, 0] {
+        for f in [
+            flags::LEAVING,
+            flags::API_OK,
+            flags::READY,
+            flags::ACK,
+            flags::HEARS,
+            flags::ALL,
+            0,
+        ] {
             let r = Repr { flags: f, ..repr() };
             let mut out = Vec::new();
             r.emit(&mut out);
