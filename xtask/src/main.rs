@@ -129,8 +129,12 @@ fn main() -> Result<()> {
                 "xdp" => "bench-xdp",
                 "control-plane" => "bench-control-plane",
                 "failover" => "bench-failover",
+                // Pure CPU (no BPF, no agents): nothing more to build.
+                "heartbeat" => return run_tests_bin(&root, "bench-heartbeat", json, &args),
                 other => {
-                    bail!("unknown benchmark {other:?}; available: xdp, control-plane, failover")
+                    bail!(
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat"
+                    )
                 }
             };
             if bin != "bench-xdp" {

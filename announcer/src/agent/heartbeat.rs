@@ -17,7 +17,7 @@ use std::{
     io,
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
     },
     time::{SystemTime, UNIX_EPOCH},
@@ -25,7 +25,7 @@ use std::{
 
 use tokio::{net::UdpSocket, sync::mpsc};
 
-use crate::heartbeat::{MAX_DATAGRAM, Reject, Verified, Verifier};
+use crate::heartbeat::{Keyring, MAX_DATAGRAM, Reject, Verified, Verifier};
 
 /// The default heartbeat port (the memberlist port, which L2 announcers commonly open
 /// between nodes already).
@@ -153,8 +153,10 @@ impl HeartbeatSocket {
         Arc::clone(&self.stats)
     }
 
-    /// Sends `datagram` (from [`crate::heartbeat::Sealer::seal`]) to every peer, without
-    /// waiting: a full send buffer counts as a failure for that peer.
+    /// Sends `datagram` (from [`crate::heartbeat::Sealer::seal`]) to every address in
+    /// `peers`, without waiting: a full send buffer counts as a failure for that peer. A
+    /// sealed datagram names its one recipient, so `peers` is that node's address (a slice,
+    /// for a node reachable at more than one).
     pub fn send(&self, datagram: &[u8], peers: &[SocketAddr]) -> SendReport {
         let mut report = SendReport::default();
         for &peer in peers {
@@ -178,15 +180,23 @@ impl HeartbeatSocket {
     }
 
     /// Receives until `shutdown` completes or `out` is closed: verifies each datagram with
-    /// `verifier` and forwards the heartbeats that pass, counting the others by reason.
+    /// `verifier` against the peers' keys in `keyring`, and forwards the heartbeats that
+    /// pass, counting the others by reason.
     ///
-    /// The verifier is shared so that the caller can [`forget`](Verifier::forget) peers and
-    /// [`set_keys`](Verifier::set_keys) meanwhile; the lock is held only while one datagram
-    /// is checked. A full `out` channel holds the loop back (the kernel then queues, and
-    /// eventually drops, datagrams), which is right: the election would only see stale beats.
+    /// Both are shared so that the caller can [`forget`](Verifier::forget) peers and
+    /// [`set_peer`](Keyring::set_peer)/[`remove_peer`](Keyring::remove_peer) from the Leases
+    /// meanwhile; the locks are held only while one datagram is checked (the keyring's for
+    /// reading, so the sender may hold it too). A full `out` channel holds the loop back (the
+    /// kernel then queues, and eventually drops, datagrams), which is right: the election
+    /// would only see stale beats.
+    ///
+    /// A rejection whose sender is known (its tag verified: a peer's clock or incarnation is
+    /// wrong, not a stranger's noise) is logged at warning level, at most once a minute per
+    /// reason, e.g. "heartbeats from node-b are rejected: ... (its clock is 10.2 s ahead)".
     pub async fn receive(
         &self,
         verifier: Arc<Mutex<Verifier>>,
+        keyring: Arc<RwLock<Keyring>>,
         out: mpsc::Sender<Verified>,
         shutdown: impl Future<Output = ()>,
     ) {
@@ -194,6 +204,7 @@ impl HeartbeatSocket {
         // One byte more than the largest heartbeat, so an oversized datagram is not read as
         // a complete one.
         let mut buf = vec![0u8; MAX_DATAGRAM + 1];
+        let mut warned: [Option<std::time::Instant>; Reject::ALL.len()] = [None; Reject::ALL.len()];
         loop {
             let (n, from) = tokio::select! {
                 () = &mut shutdown => return,
@@ -207,10 +218,15 @@ impl HeartbeatSocket {
                     }
                 },
             };
-            let verdict = verifier
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .open(&buf[..n], unix_ms_now());
+            let verdict = {
+                let keyring = keyring
+                    .read()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                verifier
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .open(&keyring, &buf[..n], unix_ms_now())
+            };
             match verdict {
                 Ok(v) => {
                     Stats::bump(&self.stats.accepted);
@@ -218,14 +234,26 @@ impl HeartbeatSocket {
                         return;
                     }
                 }
-                Err(reject) => {
-                    Stats::bump(&self.stats.rejected[reject.index()]);
-                    tracing::debug!(%from, reason = reject.reason(), "heartbeat rejected");
+                Err(rejected) => {
+                    let reason = rejected.reason;
+                    Stats::bump(&self.stats.rejected[reason.index()]);
+                    if rejected.sender.is_some()
+                        && warned[reason.index()]
+                            .is_none_or(|at: std::time::Instant| at.elapsed() >= WARN_EVERY)
+                    {
+                        warned[reason.index()] = Some(std::time::Instant::now());
+                        tracing::warn!(%from, reason = reason.reason(), "{rejected}");
+                    } else {
+                        tracing::debug!(%from, reason = reason.reason(), "{rejected}");
+                    }
                 }
             }
         }
     }
 }
+
+/// How often a rejection from an authenticated peer is logged at warning level, per reason.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The wall clock in milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn unix_ms_now() -> u64 {

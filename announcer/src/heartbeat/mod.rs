@@ -1,71 +1,117 @@
-//! Heartbeats between agents: the wire format, authentication and replay protection (sans-IO).
+//! Heartbeats between agents: the wire format, per-node authentication and replay protection
+//! (sans-IO).
 //!
 //! Why: the Lease in the API server is the authority on membership, but at one renewal every
 //! few seconds it is far too slow to notice a crashed node. Agents therefore send each other
 //! small UDP heartbeats over the announcing network (every 100 ms by default; a peer is dead
 //! after 3 misses, see [`crate::election::Config`]). A heartbeat claims "I am alive", "I am
-//! leaving" or "I took over your VIPs", so a forged or replayed one could keep a dead node's
-//! VIPs unannounced or force a takeover. Every heartbeat is therefore authenticated with a key
-//! shared through a Kubernetes Secret, and replay-protected.
+//! leaving", "I took over your VIPs" or "I hear you", so a forged or replayed one could keep a
+//! dead node's VIPs unannounced or force a takeover. Every heartbeat is therefore
+//! authenticated with a key only its sender and its recipient hold, and replay-protected.
 //!
 //! This module does no I/O and reads no clock: [`Sealer::seal`] and [`Verifier::open`] take
 //! the wall-clock time as an argument. The socket side is [`crate::agent::heartbeat`].
 //!
-//! # Wire format, version 1
+//! # Threat model
 //!
-//! All integers are big-endian (network byte order). `n` = 7 + name length.
+//! Each node has its own X25519 key pair ([`Identity`]); the secret never leaves the node (a
+//! 0600 file, [`Identity::load_or_create`]), the public key is published in the node's Lease
+//! ([`LEASE_ANNOTATION`]). Two nodes derive a pairwise key from their key pair and the peer's
+//! public key ([`Keyring`]), and each heartbeat is sent to one peer, authenticated with that
+//! pair's key. So:
 //!
-//! | Offset     | Size | Field        | Contents                                                    |
-//! |------------|------|--------------|-------------------------------------------------------------|
-//! | 0          | 4    | magic        | ASCII `ANHB`                                                |
-//! | 4          | 1    | version      | 1                                                           |
-//! | 5          | 1    | flags        | bit 0 `leaving`, bit 1 `api_ok`, bit 2 `ready`; others 0    |
-//! | 6          | 1    | name length  | 1..=253                                                     |
-//! | 7          | len  | node name    | the sender, a DNS-1123 subdomain                            |
-//! | n          | 8    | incarnation  | grows on every agent start (start time, ns since the epoch) |
-//! | n + 8      | 8    | sequence     | grows by one per heartbeat within an incarnation            |
-//! | n + 16     | 8    | timestamp    | sender's wall clock, milliseconds since the Unix epoch      |
-//! | n + 24     | 6    | MAC          | the interface the sender sends from (where to probe it)     |
-//! | n + 30     | 1    | ack count    | 0..=8 ([`wire::MAX_ACKS`])                                  |
-//! | n + 31     | …    | acks         | per ack: 1-byte length (1..=253), then a DNS-1123 node name |
-//! | end − 16   | 16   | tag          | HMAC-SHA256 over every byte before it, leftmost 128 bits    |
+//! - A host on the segment without a node secret can forge nothing: every heartbeat it makes
+//!   fails the tag ([`Reject::BadTag`]), and names it makes up cost the receiver a hash look-up
+//!   and no memory ([`Reject::UnknownSender`]).
+//! - A compromised node can forge only its own heartbeats. It cannot speak as another node,
+//!   even to itself as recipient: the pair (X, Y) key needs X's or Y's secret. Its own beats
+//!   cannot claim an incarnation far in the future to lock its future self out
+//!   ([`Reject::FutureIncarnation`]), which is what `u64::MAX` with `leaving` did in
+//!   version 1 once the cluster-wide key leaked.
+//! - Remaining gap: until an admission policy restricts Lease writes to each node's own Lease,
+//!   a compromised node with its API credentials can rewrite a peer's published key in that
+//!   peer's Lease and then speak as the peer. A key change is never silent:
+//!   [`Keyring::set_peer`] returns [`PeerKeyChange::Changed`], which the agent turns into an
+//!   Event and a metric; the real peer's heartbeats then fail ([`Reject::BadTag`]) at every
+//!   receiver, which is visible too.
 //!
-//! A heartbeat is at most 1232 bytes ([`wire::MAX_DATAGRAM`]: the IPv6 minimum MTU less the
-//! IPv6 and UDP headers), so it is never fragmented. The shortest is 55 bytes, a typical one
-//! (30-byte name, no acks) 84. The sender fits acks under that bound (see
-//! [`Sealer::seal`]); the receiver rejects anything that breaks any rule above.
+//! # Why one datagram per recipient
+//!
+//! A heartbeat used to be one datagram sent to every peer under the shared key. With pairwise
+//! keys each peer needs its own tag, so each gets its own datagram, naming it as the recipient
+//! (a datagram for B replayed to C is [`Reject::WrongRecipient`]). That costs one HMAC-SHA256
+//! per beat per peer, the same as verifying; X25519 and HKDF run only when a peer's key is
+//! added or changes, and the keyed HMAC state is kept. It also makes the per-peer statements
+//! one bit each: "I took over your VIPs" (ACK) and "I hear you" (HEARS) replace the ack list
+//! of version 1.
+//!
+//! # Wire format, version 2
+//!
+//! All integers are big-endian (network byte order). `s` = 7 + sender length,
+//! `n` = `s` + 1 + recipient length.
+//!
+//! | Offset     | Size | Field         | Contents                                                   |
+//! |------------|------|---------------|------------------------------------------------------------|
+//! | 0          | 4    | magic         | ASCII `ANHB`                                               |
+//! | 4          | 1    | version       | 2                                                          |
+//! | 5          | 1    | flags         | bit 0 `LEAVING`, bit 1 `API_OK`, bit 2 `READY`, bit 3 `ACK` (the sender has taken over your VIPs: handover ack), bit 4 `HEARS` (the sender hears your heartbeats); others 0 |
+//! | 6          | 1    | sender length | 1..=253                                                    |
+//! | 7          | len  | sender        | a DNS-1123 subdomain                                       |
+//! | s          | 1    | recipient len | 1..=253                                                    |
+//! | s + 1      | len  | recipient     | the one node this datagram is for, a DNS-1123 subdomain    |
+//! | n          | 8    | incarnation   | grows on every agent start (start time, ns since the epoch) |
+//! | n + 8      | 8    | sequence      | grows by one per datagram within an incarnation            |
+//! | n + 16     | 8    | timestamp     | sender's wall clock, milliseconds since the Unix epoch     |
+//! | n + 24     | 6    | MAC           | the interface the sender sends from (where to probe it)    |
+//! | n + 30     | 8    | config        | fingerprint of the sender's ranking configuration          |
+//! | n + 38     | 8    | view          | fingerprint of the sender's view of the cluster            |
+//! | n + 46     | 16   | tag           | HMAC-SHA256 under the pair's key over every byte before it, leftmost 128 bits |
+//!
+//! A heartbeat is 70 bytes plus the two names: at least 72, typically (two 30-byte names) 130,
+//! at most 576, well under the 1232 bytes of [`wire::MAX_DATAGRAM`] (the IPv6 minimum MTU less
+//! the IPv6 and UDP headers), so it is never fragmented. The receiver rejects anything that
+//! breaks any rule above.
 //!
 //! The tag is truncated to 16 bytes: 128 bits leave a forger a 2⁻¹²⁸ chance per attempt (the
 //! same truncation as HMAC-SHA-256-128 in IPsec, RFC 4868 §2.3; RFC 2104 §5 allows down to
-//! half the hash length), and save 16 bytes on each of the ten heartbeats per second per
-//! peer. It is compared in constant time ([`hmac::Mac::verify_truncated_left`]).
+//! half the hash length). It is compared in constant time
+//! ([`hmac::Mac::verify_truncated_left`]).
+//!
+//! Version 1 datagrams (one cluster-wide key) are rejected as [`Reject::UnsupportedVersion`],
+//! and version 1 agents reject version 2 the same way: during an upgrade, old and new agents
+//! do not hear each other. That is acceptable because heartbeats only speed failover up; the
+//! upgrade path is the rolling restart itself, where each agent hands its VIPs over on
+//! SIGTERM and the Lease stays the authority on who is alive, so an upgraded node's peers
+//! learn of it through its Lease.
 //!
 //! # Replay protection
 //!
-//! A [`Verifier`] remembers, per peer, the highest (incarnation, sequence) it accepted, and
-//! accepts only a newer incarnation, or the same incarnation with a higher sequence. Late,
-//! reordered heartbeats are therefore dropped ([`Reject::Replayed`]) rather than accepted
-//! within a window: heartbeats are idempotent statements of current state, so a late one
-//! carries nothing the next one will not, and the simplest rule is the strongest.
+//! A [`Verifier`] remembers, per peer in the keyring, the highest (incarnation, sequence) it
+//! accepted, and accepts only a newer incarnation, or the same incarnation with a higher
+//! sequence. Late, reordered heartbeats are therefore dropped ([`Reject::Replayed`]) rather
+//! than accepted within a window: heartbeats are idempotent statements of current state, so a
+//! late one carries nothing the next one will not, and the simplest rule is the strongest.
 //!
 //! A receiver that has just started has no replay state. The timestamp covers that case: a
 //! heartbeat whose time is more than the maximum skew (5 s by default) away from the
-//! receiver's clock is rejected ([`Reject::ClockSkew`]), so captured traffic can be replayed
-//! to a fresh receiver for at most that long after it was sent. This assumes node clocks
-//! agree within the skew (NTP); a node whose clock is off by more is not heard, and falls
-//! back to what the Lease says. The Lease stays the authority on membership: heartbeats only
-//! make failover fast, they never keep a node whose Lease expired in the cluster.
+//! receiver's clock is rejected ([`Reject::ClockSkew`], with the skew, so the agent can say
+//! whose clock is off and by how much), so captured traffic can be replayed to a fresh
+//! receiver for at most that long after it was sent. This assumes node clocks agree within
+//! the skew (NTP); a node whose clock is off by more is not heard, and falls back to what the
+//! Lease says. The Lease stays the authority on membership: heartbeats only make failover
+//! fast, they never keep a node whose Lease expired in the cluster.
 //!
-//! Incarnations are the agent's start time in nanoseconds, so they grow across restarts as
-//! long as the node's clock does not step back past the previous start; a sender whose
-//! incarnation went backwards is rejected ([`Reject::OldIncarnation`]) by receivers that
-//! remember it, until they [`forget`](Verifier::forget) it (when its Lease goes).
-//!
-//! # Keys
-//!
-//! A [`Key`] is at least 16 bytes of Secret data. During a rotation receivers accept the
-//! current and the previous key ([`Keys`]); senders always use the current one.
+//! Incarnations are the agent's start time in nanoseconds (or a persisted counter, which is
+//! smaller), so they grow across restarts as long as the node's clock does not step back past
+//! the previous start; a sender whose incarnation went backwards is rejected
+//! ([`Reject::OldIncarnation`]) by receivers that remember it, until they
+//! [`forget`](Verifier::forget) it (when its Lease goes). An incarnation more than the maximum
+//! skew ahead of the receiver's clock is rejected ([`Reject::FutureIncarnation`]): no honest
+//! agent can have started in the future, and accepting one would lock the node's real,
+//! later incarnations out.
 
+pub mod identity;
+pub mod keyring;
 pub mod wire;
 
 #[cfg(test)]
@@ -73,32 +119,17 @@ mod tests;
 
 use std::{collections::HashMap, fmt, time::Duration};
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
 use crate::election::{Beat, NodeName};
+pub use identity::{Identity, IdentityError, KEY_LEN, LEASE_ANNOTATION, PublicKey, PublicKeyError};
+pub use keyring::{Keyring, PeerKeyChange};
 pub use wire::{MAX_DATAGRAM, Packet, Repr};
-
-type HmacSha256 = Hmac<Sha256>;
-
-/// Shortest accepted key, in bytes (128 bits, the tag's strength).
-pub const MIN_KEY_LEN: usize = 16;
 
 /// The default largest difference between sender and receiver clocks.
 pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
 
-/// Why a key or a sender identity was refused.
+/// Why a sender identity or a peer key was refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    /// The Secret holds fewer than [`MIN_KEY_LEN`] bytes.
-    #[error(
-        "the heartbeat key is {len} bytes long; at least {MIN_KEY_LEN} are needed \
-         (generate one with `head -c 32 /dev/urandom`)"
-    )]
-    TooShort {
-        /// Its length.
-        len: usize,
-    },
     /// The node name is not a DNS-1123 subdomain of at most 253 characters, so it cannot be a
     /// Kubernetes node name nor be sent.
     #[error("{name:?} is not a valid node name (a DNS-1123 subdomain of at most 253 characters)")]
@@ -106,86 +137,30 @@ pub enum KeyError {
         /// The name.
         name: String,
     },
+    /// The peer's published key is a low-order point: the X25519 shared secret is all zeros,
+    /// which anyone can compute, so no pairwise key can come from it.
+    #[error(
+        "the heartbeat key {key} is a low-order X25519 point (the shared secret would be all \
+         zeros); the peer's Lease annotation {LEASE_ANNOTATION} is corrupt or malicious"
+    )]
+    LowOrderPoint {
+        /// The key.
+        key: PublicKey,
+    },
 }
 
-/// A heartbeat authentication key (HMAC-SHA256).
-#[derive(Clone)]
-pub struct Key {
-    /// HMAC state keyed once; cloned per message.
-    mac: HmacSha256,
+/// Why a heartbeat could not be sealed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    /// The recipient has no key in the keyring (no Lease, or no published key yet).
+    #[error("no heartbeat key for {node} (its Lease has no {LEASE_ANNOTATION} yet)")]
+    NoKey {
+        /// The recipient.
+        node: NodeName,
+    },
 }
 
-impl Key {
-    /// A key from Secret bytes; at least [`MIN_KEY_LEN`] of them.
-    pub fn new(secret: &[u8]) -> Result<Self, KeyError> {
-        if secret.len() < MIN_KEY_LEN {
-            return Err(KeyError::TooShort { len: secret.len() });
-        }
-        let mac = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
-        Ok(Self { mac })
-    }
-
-    /// The full tag of `data`, to be truncated to [`wire::TAG_LEN`].
-    fn tag(&self, data: &[u8]) -> [u8; wire::TAG_LEN] {
-        let full = self.mac.clone().chain_update(data).finalize().into_bytes();
-        let mut tag = [0u8; wire::TAG_LEN];
-        tag.copy_from_slice(&full[..wire::TAG_LEN]);
-        tag
-    }
-
-    /// Whether `tag` is the truncated tag of `data`, compared in constant time.
-    fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
-        self.mac
-            .clone()
-            .chain_update(data)
-            .verify_truncated_left(tag)
-            .is_ok()
-    }
-}
-
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Key(..)")
-    }
-}
-
-/// The keys a receiver accepts: the current one and, during a rotation, the previous one.
-#[derive(Clone, Debug)]
-pub struct Keys {
-    /// Used to send, and tried first.
-    pub current: Key,
-    /// Also accepted while peers still send with it.
-    pub previous: Option<Key>,
-}
-
-impl Keys {
-    /// Only `current`.
-    pub fn new(current: Key) -> Self {
-        Self {
-            current,
-            previous: None,
-        }
-    }
-
-    /// `current`, and `previous` accepted too.
-    pub fn rotating(current: Key, previous: Key) -> Self {
-        Self {
-            current,
-            previous: Some(previous),
-        }
-    }
-}
-
-/// Which key authenticated a heartbeat (to see when a rotation has finished).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KeyUsed {
-    /// [`Keys::current`].
-    Current,
-    /// [`Keys::previous`].
-    Previous,
-}
-
-fn check_node_name(node: &NodeName) -> Result<(), KeyError> {
+pub(crate) fn check_node_name(node: &NodeName) -> Result<(), KeyError> {
     if wire::is_dns1123_subdomain(node.as_str().as_bytes()) {
         Ok(())
     } else {
@@ -195,10 +170,9 @@ fn check_node_name(node: &NodeName) -> Result<(), KeyError> {
     }
 }
 
-/// Seals this node's heartbeats: one per agent run.
+/// Seals this node's heartbeats: one per agent run, one datagram per recipient.
 #[derive(Debug)]
 pub struct Sealer {
-    key: Key,
     node: NodeName,
     incarnation: u64,
     /// The last sequence number used (0: none yet).
@@ -207,81 +181,64 @@ pub struct Sealer {
 
 impl Sealer {
     /// A sealer for `node` in `incarnation` (the agent's start time in ns since the epoch).
-    pub fn new(key: Key, node: NodeName, incarnation: u64) -> Result<Self, KeyError> {
+    pub fn new(node: NodeName, incarnation: u64) -> Result<Self, KeyError> {
         check_node_name(&node)?;
         Ok(Self {
-            key,
             node,
             incarnation,
             sequence: 0,
         })
     }
 
-    /// Switches to a new key (the Secret changed); the sequence goes on.
-    pub fn set_key(&mut self, key: Key) {
-        self.key = key;
-    }
-
-    /// The sequence number of the last sealed heartbeat (0 before the first).
+    /// The sequence number of the last sealed datagram (0 before the first).
     pub fn sequence(&self) -> u64 {
         self.sequence
     }
 
-    /// Builds, numbers and authenticates one heartbeat carrying `beat`'s flags, MAC and acks,
-    /// stamped with `unix_ms` (the wall clock now). The node and incarnation are the sealer's;
-    /// those in `beat` are ignored.
+    /// Builds, numbers and authenticates the datagram of `beat` for peer `to`, stamped with
+    /// `unix_ms` (the wall clock now), under the pairwise key of `keyring`. The node and
+    /// incarnation are the sealer's; those in `beat` are ignored. `ACK` is set iff
+    /// `beat.acks` holds `to`, `HEARS` iff `beat.hears` does.
     ///
-    /// Acks are sent while they fit: at most [`wire::MAX_ACKS`], within
-    /// [`wire::MAX_DATAGRAM`]. Acks that are not valid node names are skipped. If not all fit,
-    /// each heartbeat starts from a different one (rotating with the sequence number), so
-    /// acks the core keeps repeating all reach their node within a few periods.
-    pub fn seal(&mut self, beat: &Beat, unix_ms: u64) -> Vec<u8> {
+    /// Every sealed datagram takes the next sequence number (one sequence across all
+    /// recipients); a refused one takes none.
+    pub fn seal(
+        &mut self,
+        keyring: &Keyring,
+        beat: &Beat,
+        to: &NodeName,
+        unix_ms: u64,
+    ) -> Result<Vec<u8>, SealError> {
+        let peer = keyring
+            .peer(to.as_str())
+            .ok_or_else(|| SealError::NoKey { node: to.clone() })?;
         self.sequence += 1;
-        let mut repr = Repr {
-            node: self.node.clone(),
-            flags: flag_bits(beat),
+        let repr = Repr {
+            sender: self.node.clone(),
+            recipient: peer.node.clone(),
+            flags: flag_bits(beat, to),
             incarnation: self.incarnation,
             sequence: self.sequence,
             timestamp_ms: unix_ms,
             mac: beat.mac,
-            acks: Vec::new(),
+            config: beat.config,
+            view: beat.view,
         };
-        let valid: Vec<&NodeName> = beat
-            .acks
-            .iter()
-            .filter(|a| wire::is_dns1123_subdomain(a.as_str().as_bytes()))
-            .collect();
-        let budget = MAX_DATAGRAM - wire::TAG_LEN;
-        let mut len = repr.buffer_len();
-        let fits_all = valid.len() <= wire::MAX_ACKS
-            && len + valid.iter().map(|a| 1 + a.as_str().len()).sum::<usize>() <= budget;
-        let start = if fits_all || valid.is_empty() {
-            0
-        } else {
-            (self.sequence % valid.len() as u64) as usize
-        };
-        for a in valid.iter().cycle().skip(start).take(valid.len()) {
-            let need = 1 + a.as_str().len();
-            if repr.acks.len() < wire::MAX_ACKS && len + need <= budget {
-                repr.acks.push((*a).clone());
-                len += need;
-            }
-        }
-        let mut out = Vec::with_capacity(len + wire::TAG_LEN);
+        let mut out = Vec::with_capacity(repr.buffer_len() + wire::TAG_LEN);
         repr.emit(&mut out);
-        let tag = self.key.tag(&out);
+        let tag = peer.tag(&out);
         out.extend_from_slice(&tag);
-        out
+        Ok(out)
     }
 }
 
-fn flag_bits(beat: &Beat) -> u8 {
-    (if beat.leaving {
-        wire::flags::LEAVING
-    } else {
-        0
-    }) | (if beat.api_ok { wire::flags::API_OK } else { 0 })
-        | (if beat.ready { wire::flags::READY } else { 0 })
+fn flag_bits(beat: &Beat, to: &NodeName) -> u8 {
+    let bit = |on: bool, b: u8| if on { b } else { 0 };
+    bit(beat.leaving, wire::flags::LEAVING)
+        | bit(beat.api_ok, wire::flags::API_OK)
+        | bit(beat.ready, wire::flags::READY)
+        | bit(beat.acks.contains(to), wire::flags::ACK)
+        | bit(beat.hears.contains(to), wire::flags::HEARS)
 }
 
 /// Why a datagram was not accepted as a heartbeat.
@@ -293,18 +250,25 @@ pub enum Reject {
     /// Does not start with `ANHB`: not a heartbeat at all.
     #[error("not a heartbeat (bad magic)")]
     BadMagic,
-    /// A heartbeat of a version this agent does not speak (mixed versions during an upgrade).
+    /// A heartbeat of a version this agent does not speak (mixed versions during an upgrade:
+    /// version 1 agents are not heard by version 2 ones, and the other way round).
     #[error("unsupported heartbeat version")]
     UnsupportedVersion,
-    /// A length, count or flag out of range, or bytes after the tag.
+    /// A length or flag out of range, or bytes after the tag.
     #[error("malformed heartbeat")]
     Malformed,
     /// A node name that is not a DNS-1123 subdomain.
     #[error("malformed node name")]
     BadName,
-    /// The tag does not match under any accepted key: forged, corrupted, or sent with a key
-    /// this node does not have.
-    #[error("bad authentication tag (wrong key or forged)")]
+    /// The sender has no key here: no Lease, or its Lease publishes no heartbeat key yet.
+    #[error("unknown sender (no Lease or no published heartbeat key)")]
+    UnknownSender,
+    /// Addressed to another node (a datagram for a peer, replayed or misrouted to us).
+    #[error("addressed to another node")]
+    WrongRecipient,
+    /// The tag does not match the pairwise key: forged, corrupted, or the sender's key changed
+    /// and its Lease has not told us yet.
+    #[error("bad authentication tag (forged, or the sender's key changed)")]
     BadTag,
     /// Our own heartbeat (looped back, or another node configured with our name).
     #[error("sent by this node")]
@@ -318,21 +282,29 @@ pub enum Reject {
     /// Sender and receiver clocks differ by more than the maximum skew.
     #[error("timestamp outside the allowed clock skew")]
     ClockSkew,
+    /// An incarnation (start time in ns) more than the maximum skew ahead of our clock: no
+    /// agent starts in the future, and accepting it would lock the sender's real incarnations
+    /// out.
+    #[error("incarnation in the future")]
+    FutureIncarnation,
 }
 
 impl Reject {
     /// Every reason, in a fixed order (for registering metrics up front).
-    pub const ALL: [Reject; 10] = [
+    pub const ALL: [Reject; 13] = [
         Reject::Truncated,
         Reject::BadMagic,
         Reject::UnsupportedVersion,
         Reject::Malformed,
         Reject::BadName,
+        Reject::UnknownSender,
+        Reject::WrongRecipient,
         Reject::BadTag,
         Reject::FromSelf,
         Reject::Replayed,
         Reject::OldIncarnation,
         Reject::ClockSkew,
+        Reject::FutureIncarnation,
     ];
 
     /// A short snake_case label for metrics.
@@ -343,11 +315,14 @@ impl Reject {
             Reject::UnsupportedVersion => "unsupported_version",
             Reject::Malformed => "malformed",
             Reject::BadName => "bad_name",
+            Reject::UnknownSender => "unknown_sender",
+            Reject::WrongRecipient => "wrong_recipient",
             Reject::BadTag => "bad_tag",
             Reject::FromSelf => "from_self",
             Reject::Replayed => "replayed",
             Reject::OldIncarnation => "old_incarnation",
             Reject::ClockSkew => "clock_skew",
+            Reject::FutureIncarnation => "future_incarnation",
         }
     }
 
@@ -357,49 +332,86 @@ impl Reject {
     }
 }
 
+/// A rejected datagram: why, and what can be said about it safely.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejected {
+    /// Why.
+    pub reason: Reject,
+    /// The sender, only when the tag verified (so the name is not made up): rejections that
+    /// name a node are that node's problem (its clock, its incarnation) and worth an Event.
+    pub sender: Option<NodeName>,
+    /// For [`Reject::ClockSkew`]: the sender's clock minus ours, in milliseconds.
+    pub skew_ms: Option<i64>,
+}
+
+impl From<Reject> for Rejected {
+    fn from(reason: Reject) -> Self {
+        Self {
+            reason,
+            sender: None,
+            skew_ms: None,
+        }
+    }
+}
+
+impl fmt::Display for Rejected {
+    /// E.g. "heartbeats from node-b are rejected: timestamp outside the allowed clock skew
+    /// (its clock is 10.2 s ahead)".
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.sender {
+            Some(s) => write!(f, "heartbeats from {s} are rejected: {}", self.reason)?,
+            None => write!(f, "heartbeat rejected: {}", self.reason)?,
+        }
+        if let Some(ms) = self.skew_ms {
+            let side = if ms >= 0 { "ahead" } else { "behind" };
+            write!(
+                f,
+                " (its clock is {:.1} s {side})",
+                ms.unsigned_abs() as f64 / 1000.0
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Rejected {}
+
 /// An authenticated, fresh heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verified {
-    /// What the election core takes ([`crate::election::Input::Heartbeat`]).
+    /// What the election core takes ([`crate::election::Input::Heartbeat`]). `acks` and
+    /// `hears` hold this node alone or nothing, as the datagram's ACK and HEARS bits say.
     pub beat: Beat,
     /// Its sequence number.
     pub sequence: u64,
     /// The sender's wall clock when it sent it, Unix milliseconds.
     pub sent_unix_ms: u64,
-    /// Which key authenticated it.
-    pub key: KeyUsed,
 }
 
 /// Verifies the heartbeats this node receives, and remembers what it accepted from whom.
 #[derive(Debug)]
 pub struct Verifier {
-    keys: Keys,
     own: NodeName,
     max_skew_ms: u64,
-    /// Per peer: the last accepted (incarnation, sequence).
+    /// Per keyring peer: the last accepted (incarnation, sequence).
     seen: HashMap<NodeName, (u64, u64)>,
 }
 
 impl Verifier {
     /// A verifier for node `own`, with the default maximum skew ([`DEFAULT_MAX_SKEW`]).
-    pub fn new(keys: Keys, own: NodeName) -> Self {
+    pub fn new(own: NodeName) -> Self {
         Self {
-            keys,
             own,
             max_skew_ms: DEFAULT_MAX_SKEW.as_millis() as u64,
             seen: HashMap::new(),
         }
     }
 
-    /// Sets the largest accepted difference between a heartbeat's timestamp and now.
+    /// Sets the largest accepted difference between a heartbeat's timestamp and now (and how
+    /// far ahead of now an incarnation may be).
     pub fn with_max_skew(mut self, max_skew: Duration) -> Self {
         self.max_skew_ms = u64::try_from(max_skew.as_millis()).unwrap_or(u64::MAX);
         self
-    }
-
-    /// Replaces the accepted keys (the Secret changed).
-    pub fn set_keys(&mut self, keys: Keys) {
-        self.keys = keys;
     }
 
     /// Drops the replay state of `node` (its Lease is gone): its next heartbeat is accepted
@@ -413,56 +425,96 @@ impl Verifier {
         self.seen.get(node).copied()
     }
 
-    /// Checks one datagram received at wall-clock time `now_unix_ms`: structure, tag, sender,
-    /// freshness, then replay. Only a datagram that passes every check updates the replay
-    /// state.
-    pub fn open(&mut self, datagram: &[u8], now_unix_ms: u64) -> Result<Verified, Reject> {
+    /// Peers with replay state. Never more than the keyring's peers plus those removed from
+    /// it since the last accepted heartbeat: state is created only for authenticated senders,
+    /// and dropped for peers no longer in the keyring.
+    pub fn tracked(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Checks one datagram received at wall-clock time `now_unix_ms`, in this order:
+    /// structure; the sender's key in `keyring` (looked up without allocating); the recipient
+    /// is us; the tag; flags; not from ourselves; freshness (clock skew, then the
+    /// incarnation's bound); replay. Only a datagram that passes every check updates the
+    /// replay state.
+    pub fn open(
+        &mut self,
+        keyring: &Keyring,
+        datagram: &[u8],
+        now_unix_ms: u64,
+    ) -> Result<Verified, Rejected> {
         let packet = Packet::new_checked(datagram)?;
-        let key = if self.keys.current.verify(packet.signed(), packet.tag()) {
-            KeyUsed::Current
-        } else if self
-            .keys
-            .previous
-            .as_ref()
-            .is_some_and(|k| k.verify(packet.signed(), packet.tag()))
-        {
-            KeyUsed::Previous
-        } else {
-            return Err(Reject::BadTag);
+        let sender = wire::name_str(packet.sender())?;
+        let peer = keyring.peer(sender).ok_or(Reject::UnknownSender)?;
+        if packet.recipient() != self.own.as_str().as_bytes() {
+            return Err(Reject::WrongRecipient.into());
+        }
+        if !peer.verify(packet.signed(), packet.tag()) {
+            return Err(Reject::BadTag.into());
+        }
+        let node = &peer.node;
+        let named = |reason, skew_ms| Rejected {
+            reason,
+            sender: Some(node.clone()),
+            skew_ms,
         };
-        let repr = Repr::parse(&packet)?;
-        if repr.node == self.own {
-            return Err(Reject::FromSelf);
+        let flags = packet.flags();
+        if flags & !wire::flags::ALL != 0 {
+            return Err(named(Reject::Malformed, None));
         }
-        if repr.timestamp_ms.abs_diff(now_unix_ms) > self.max_skew_ms {
-            return Err(Reject::ClockSkew);
+        if *node == self.own {
+            return Err(named(Reject::FromSelf, None));
         }
-        let now = (repr.incarnation, repr.sequence);
-        if let Some(&(inc, seq)) = self.seen.get(&repr.node) {
-            if repr.incarnation < inc {
-                return Err(Reject::OldIncarnation);
+        let sent = packet.timestamp_ms();
+        if sent.abs_diff(now_unix_ms) > self.max_skew_ms {
+            let skew = i128::from(sent) - i128::from(now_unix_ms);
+            let skew = i64::try_from(skew).unwrap_or(if skew < 0 { i64::MIN } else { i64::MAX });
+            return Err(named(Reject::ClockSkew, Some(skew)));
+        }
+        let incarnation = packet.incarnation();
+        let latest_ns = now_unix_ms
+            .saturating_add(self.max_skew_ms)
+            .saturating_mul(1_000_000);
+        if incarnation > latest_ns {
+            return Err(named(Reject::FutureIncarnation, None));
+        }
+        let sequence = packet.sequence();
+        if let Some(&(inc, seq)) = self.seen.get(node) {
+            if incarnation < inc {
+                return Err(named(Reject::OldIncarnation, None));
             }
-            if repr.incarnation == inc && repr.sequence <= seq {
-                return Err(Reject::Replayed);
+            if incarnation == inc && sequence <= seq {
+                return Err(named(Reject::Replayed, None));
             }
         }
-        self.seen.insert(repr.node.clone(), now);
+        if self.seen.len() >= keyring.len() && !self.seen.contains_key(node) {
+            // Peers left the keyring without being forgotten: drop their state now, so it
+            // stays bounded by the keyring.
+            self.seen.retain(|n, _| keyring.contains(n.as_str()));
+        }
+        self.seen.insert(node.clone(), (incarnation, sequence));
+        let only_own = |bit| {
+            if flags & bit != 0 {
+                vec![self.own.clone()]
+            } else {
+                Vec::new()
+            }
+        };
         Ok(Verified {
             beat: Beat {
-                node: repr.node,
-                incarnation: repr.incarnation,
-                mac: repr.mac,
-                leaving: repr.flags & wire::flags::LEAVING != 0,
-                api_ok: repr.flags & wire::flags::API_OK != 0,
-                ready: repr.flags & wire::flags::READY != 0,
-                acks: repr.acks,
-                hears: Vec::new(),
-                config: 0,
-                view: 0,
+                node: node.clone(),
+                incarnation,
+                mac: packet.mac(),
+                leaving: flags & wire::flags::LEAVING != 0,
+                api_ok: flags & wire::flags::API_OK != 0,
+                ready: flags & wire::flags::READY != 0,
+                acks: only_own(wire::flags::ACK),
+                hears: only_own(wire::flags::HEARS),
+                config: packet.config(),
+                view: packet.view(),
             },
-            sequence: repr.sequence,
-            sent_unix_ms: repr.timestamp_ms,
-            key,
+            sequence,
+            sent_unix_ms: sent,
         })
     }
 }

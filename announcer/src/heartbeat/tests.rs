@@ -1,192 +1,230 @@
-//! Sealing and verification: authentication, freshness and replay rules.
+//! Sealing and verification: identities, pairwise keys, authentication, freshness and replay
+//! rules. Three nodes (`node-a`, `node-b`, `node-c`) with fixed secrets, and `mallory`, a
+//! compromised node that holds only its own secret.
+
+use std::{os::unix::fs::PermissionsExt, path::PathBuf, sync::LazyLock};
 
 use announcer_ebpf::wire::MacAddr;
 use proptest::prelude::*;
 
-use super::*;
+use super::{keyring::pairwise_key, *};
 
 const NOW: u64 = 1_700_000_000_000;
 const INC: u64 = 1_700_000_000_000_000_000;
 const MAC: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
 
-fn key(b: u8) -> Key {
-    Key::new(&[b; 32]).unwrap()
+fn id(b: u8) -> Identity {
+    Identity::from_secret_bytes([b; KEY_LEN])
 }
+
+fn a() -> Identity {
+    id(1)
+}
+fn b() -> Identity {
+    id(2)
+}
+fn c() -> Identity {
+    id(3)
+}
+fn mallory() -> Identity {
+    id(9)
+}
+
+fn n(s: &str) -> NodeName {
+    NodeName::from(s)
+}
+
+/// `own`'s keyring with the real public keys of `peers`.
+fn ring(own: Identity, peers: &[(&str, Identity)]) -> Keyring {
+    let mut k = Keyring::new(own);
+    for (name, peer) in peers {
+        k.set_peer(n(name), peer.public()).unwrap();
+    }
+    k
+}
+
+/// Every node's keyring, derived once (X25519 is slow in debug builds).
+struct Cluster {
+    a: Keyring,
+    b: Keyring,
+    c: Keyring,
+}
+
+static CLUSTER: LazyLock<Cluster> = LazyLock::new(|| Cluster {
+    a: ring(
+        a(),
+        &[("node-b", b()), ("node-c", c()), ("mallory", mallory())],
+    ),
+    b: ring(
+        b(),
+        &[("node-a", a()), ("node-c", c()), ("mallory", mallory())],
+    ),
+    c: ring(
+        c(),
+        &[("node-a", a()), ("node-b", b()), ("mallory", mallory())],
+    ),
+});
 
 fn beat() -> Beat {
     Beat {
-        node: "node-a".into(),
+        node: n("node-a"),
         incarnation: INC,
         mac: MAC,
         leaving: false,
         api_ok: true,
         ready: true,
-        acks: vec!["node-c".into()],
+        acks: vec![],
         hears: vec![],
-        config: 0,
-        view: 0,
+        config: 0x0123_4567_89ab_cdef,
+        view: 0xfedc_ba98_7654_3210,
     }
 }
 
 fn sealer() -> Sealer {
-    Sealer::new(key(1), "node-a".into(), INC).unwrap()
+    Sealer::new(n("node-a"), INC).unwrap()
 }
 
 fn verifier() -> Verifier {
-    Verifier::new(Keys::new(key(1)), "node-b".into())
+    Verifier::new(n("node-b"))
 }
 
+/// One beat from node-a to node-b, sealed at `at`.
+fn a_to_b(s: &mut Sealer, beat: &Beat, at: u64) -> Vec<u8> {
+    s.seal(&CLUSTER.a, beat, &n("node-b"), at).unwrap()
+}
+
+fn open_at_b(v: &mut Verifier, bytes: &[u8]) -> Result<Verified, Rejected> {
+    v.open(&CLUSTER.b, bytes, NOW)
+}
+
+fn reason(r: Result<Verified, Rejected>) -> Reject {
+    r.unwrap_err().reason
+}
+
+fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("announcer-hb-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("heartbeat.key")
+}
+
+// --- round trips ---------------------------------------------------------------------------
+
 #[test]
-fn round_trip() {
+fn a_beat_sealed_for_b_round_trips() {
     let mut s = sealer();
     let mut v = verifier();
     for seq in 1..=3 {
-        let b = Beat {
+        let sent = Beat {
             leaving: seq == 3,
             ..beat()
         };
-        let got = v.open(&s.seal(&b, NOW + seq), NOW).unwrap();
+        let got = v
+            .open(&CLUSTER.b, &a_to_b(&mut s, &sent, NOW + seq), NOW)
+            .unwrap();
         assert_eq!(
             got,
             Verified {
-                beat: b,
+                beat: sent,
                 sequence: seq,
                 sent_unix_ms: NOW + seq,
-                key: KeyUsed::Current,
             }
         );
     }
-    assert_eq!(v.last_seen(&"node-a".into()), Some((INC, 3)));
+    assert_eq!(v.last_seen(&n("node-a")), Some((INC, 3)));
+}
+
+#[test]
+fn the_sealed_bytes_are_the_documented_layout() {
+    let bytes = a_to_b(&mut sealer(), &beat(), NOW);
+    let p = Packet::new_checked(&bytes[..]).unwrap();
+    assert_eq!(
+        Repr::parse(&p).unwrap(),
+        Repr {
+            sender: n("node-a"),
+            recipient: n("node-b"),
+            flags: wire::flags::API_OK | wire::flags::READY,
+            incarnation: INC,
+            sequence: 1,
+            timestamp_ms: NOW,
+            mac: MAC,
+            config: beat().config,
+            view: beat().view,
+        }
+    );
+    assert_eq!(bytes.len(), wire::FIXED_LEN + 6 + 6);
+    assert_eq!(&bytes[..6], b"ANHB\x02\x06");
 }
 
 #[test]
 fn the_sealer_names_itself_whatever_the_beat_says() {
-    let mut s = sealer();
     let b = Beat {
-        node: "other".into(),
+        node: n("other"),
         incarnation: 7,
         ..beat()
     };
-    let got = verifier().open(&s.seal(&b, NOW), NOW).unwrap();
+    let got = open_at_b(&mut verifier(), &a_to_b(&mut sealer(), &b, NOW)).unwrap();
     assert_eq!(got.beat, beat());
 }
 
 #[test]
-fn every_single_bit_flip_is_rejected() {
-    let bytes = sealer().seal(&beat(), NOW);
-    for i in 0..bytes.len() * 8 {
-        let mut b = bytes.clone();
-        b[i / 8] ^= 1 << (i % 8);
-        let mut v = verifier();
-        assert!(v.open(&b, NOW).is_err(), "flip of bit {i} accepted");
-        assert_eq!(v.last_seen(&"node-a".into()), None, "bit {i}");
-    }
-}
-
-#[test]
-fn the_wrong_key_is_rejected_and_the_previous_one_accepted() {
-    let bytes = sealer().seal(&beat(), NOW);
-    let mut other = Verifier::new(Keys::new(key(2)), "node-b".into());
-    assert_eq!(other.open(&bytes, NOW).unwrap_err(), Reject::BadTag);
-
-    let mut rotating = Verifier::new(Keys::rotating(key(2), key(1)), "node-b".into());
-    assert_eq!(rotating.open(&bytes, NOW).unwrap().key, KeyUsed::Previous);
-
-    // After the rotation, the sender switches and the receiver drops the old key.
+fn the_sequence_grows_by_one_per_sealed_datagram_across_recipients() {
     let mut s = sealer();
-    s.seal(&beat(), NOW);
-    s.set_key(key(2));
-    let mut done = Verifier::new(Keys::new(key(2)), "node-b".into());
-    let got = done.open(&s.seal(&beat(), NOW), NOW).unwrap();
-    assert_eq!((got.key, got.sequence), (KeyUsed::Current, 2));
-    assert_eq!(done.open(&bytes, NOW).unwrap_err(), Reject::BadTag);
+    a_to_b(&mut s, &beat(), NOW);
+    s.seal(&CLUSTER.a, &beat(), &n("node-c"), NOW).unwrap();
+    assert_eq!(s.sequence(), 2);
+    let got = open_at_b(&mut verifier(), &a_to_b(&mut s, &beat(), NOW)).unwrap();
+    assert_eq!(got.sequence, 3);
 }
 
-#[test]
-fn short_keys_and_bad_names_are_refused() {
-    assert_eq!(
-        Key::new(&[0; 15]).unwrap_err(),
-        KeyError::TooShort { len: 15 }
-    );
-    assert!(Key::new(&[0; 16]).is_ok());
-    assert!(KeyError::TooShort { len: 3 }.to_string().contains("16"));
-    assert!(matches!(
-        Sealer::new(key(1), "Node_A".into(), 1),
-        Err(KeyError::BadNodeName { .. })
-    ));
-    assert_eq!(format!("{:?}", key(1)), "Key(..)", "keys are never printed");
-}
+// --- per-recipient bits ---------------------------------------------------------------------
 
 #[test]
-fn replays_and_reordering_are_rejected() {
+fn ack_is_set_only_in_the_datagram_for_the_acked_node() {
+    let sent = Beat {
+        acks: vec![n("node-c")],
+        ..beat()
+    };
     let mut s = sealer();
-    let mut v = verifier();
-    let first = s.seal(&beat(), NOW);
-    let second = s.seal(&beat(), NOW);
-    assert!(v.open(&second, NOW).is_ok());
-    assert_eq!(v.open(&second, NOW).unwrap_err(), Reject::Replayed);
-    assert_eq!(v.open(&first, NOW).unwrap_err(), Reject::Replayed);
-    // Rejections leave the state alone.
-    assert_eq!(v.last_seen(&"node-a".into()), Some((INC, 2)));
-    assert!(v.open(&s.seal(&beat(), NOW), NOW).is_ok());
+    let for_b = open_at_b(&mut verifier(), &a_to_b(&mut s, &sent, NOW)).unwrap();
+    assert_eq!(for_b.beat.acks, Vec::<NodeName>::new());
+    let for_c = Verifier::new(n("node-c"))
+        .open(
+            &CLUSTER.c,
+            &s.seal(&CLUSTER.a, &sent, &n("node-c"), NOW).unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(for_c.beat.acks, vec![n("node-c")]);
 }
 
 #[test]
-fn a_new_incarnation_resets_the_sequence_and_the_old_one_is_rejected() {
-    let mut old = sealer();
-    let mut v = verifier();
-    for _ in 0..5 {
-        v.open(&old.seal(&beat(), NOW), NOW).unwrap();
-    }
-    let mut restarted = Sealer::new(key(1), "node-a".into(), INC + 1).unwrap();
-    let got = v.open(&restarted.seal(&beat(), NOW), NOW).unwrap();
-    assert_eq!((got.beat.incarnation, got.sequence), (INC + 1, 1));
-    assert_eq!(
-        v.open(&old.seal(&beat(), NOW), NOW).unwrap_err(),
-        Reject::OldIncarnation
-    );
-    // Once the node's Lease is gone and it is forgotten, any incarnation is heard again.
-    v.forget(&"node-a".into());
-    assert!(v.open(&old.seal(&beat(), NOW), NOW).is_ok());
-}
-
-#[test]
-fn clock_skew_is_rejected_both_ways() {
+fn hears_is_set_only_in_the_datagram_for_the_heard_node() {
+    let sent = Beat {
+        hears: vec![n("node-b")],
+        ..beat()
+    };
     let mut s = sealer();
-    let mut v = verifier().with_max_skew(Duration::from_secs(5));
-    assert!(v.open(&s.seal(&beat(), NOW - 5000), NOW).is_ok());
-    assert!(v.open(&s.seal(&beat(), NOW + 5000), NOW).is_ok());
-    assert_eq!(
-        v.open(&s.seal(&beat(), NOW - 5001), NOW).unwrap_err(),
-        Reject::ClockSkew
-    );
-    assert_eq!(
-        v.open(&s.seal(&beat(), NOW + 5001), NOW).unwrap_err(),
-        Reject::ClockSkew
-    );
-    // A fresh receiver (no replay state) refuses traffic captured long ago.
-    let captured = sealer().seal(&beat(), NOW - 60_000);
-    assert_eq!(
-        verifier().open(&captured, NOW).unwrap_err(),
-        Reject::ClockSkew
-    );
+    let for_b = open_at_b(&mut verifier(), &a_to_b(&mut s, &sent, NOW)).unwrap();
+    assert_eq!(for_b.beat.hears, vec![n("node-b")]);
+    let for_c = Verifier::new(n("node-c"))
+        .open(
+            &CLUSTER.c,
+            &s.seal(&CLUSTER.a, &sent, &n("node-c"), NOW).unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(for_c.beat.hears, Vec::<NodeName>::new());
 }
 
-#[test]
-fn our_own_heartbeats_are_rejected() {
-    let mut me = Sealer::new(key(1), "node-b".into(), INC).unwrap();
-    assert_eq!(
-        verifier().open(&me.seal(&beat(), NOW), NOW).unwrap_err(),
-        Reject::FromSelf
-    );
-}
+// --- structure -----------------------------------------------------------------------------
 
 #[test]
-fn every_truncation_is_rejected() {
-    let bytes = sealer().seal(&beat(), NOW);
+fn every_proper_prefix_of_a_sealed_beat_is_truncated() {
+    let bytes = a_to_b(&mut sealer(), &beat(), NOW);
     for len in 0..bytes.len() {
         assert_eq!(
-            verifier().open(&bytes[..len], NOW).unwrap_err(),
+            reason(open_at_b(&mut verifier(), &bytes[..len])),
             Reject::Truncated,
             "{len} bytes"
         );
@@ -194,57 +232,433 @@ fn every_truncation_is_rejected() {
 }
 
 #[test]
-fn acks_are_packed_under_the_size_limit_and_rotate() {
-    let long = |i: usize| NodeName::from(format!("{i}{}", "n".repeat(249)));
-    let many: Vec<NodeName> = (0..6).map(long).collect();
-    let b = Beat {
-        acks: many.clone(),
-        ..beat()
-    };
+fn every_single_bit_flip_is_rejected() {
+    let bytes = a_to_b(&mut sealer(), &beat(), NOW);
+    for i in 0..bytes.len() * 8 {
+        let mut flipped = bytes.clone();
+        flipped[i / 8] ^= 1 << (i % 8);
+        let mut v = verifier();
+        assert!(
+            open_at_b(&mut v, &flipped).is_err(),
+            "flip of bit {i} accepted"
+        );
+        assert_eq!(v.tracked(), 0, "bit {i}");
+    }
+}
+
+#[test]
+fn a_version_1_datagram_is_unsupported() {
+    // What a version 1 agent sends: `ANHB`, version 1, its own layout after that.
+    let mut v1 = b"ANHB\x01\x06\x06node-a".to_vec();
+    v1.extend_from_slice(&[0; 31 + 16]);
+    assert_eq!(
+        reason(open_at_b(&mut verifier(), &v1)),
+        Reject::UnsupportedVersion
+    );
+}
+
+// --- who may speak --------------------------------------------------------------------------
+
+#[test]
+fn beat_sealed_for_b_is_rejected_by_c() {
+    let bytes = a_to_b(&mut sealer(), &beat(), NOW);
+    let got = Verifier::new(n("node-c")).open(&CLUSTER.c, &bytes, NOW);
+    assert_eq!(reason(got), Reject::WrongRecipient);
+}
+
+#[test]
+fn a_node_with_only_its_own_secret_cannot_speak_as_another() {
+    // Mallory names itself node-a, and keys the datagram with its own secret and node-b's
+    // public key: the only pairwise key it can compute with node-b is (mallory, node-b).
+    let forger_ring = ring(mallory(), &[("node-b", b())]);
+    let mut forger = Sealer::new(n("node-a"), INC + 1).unwrap();
+    let forged = forger
+        .seal(
+            &forger_ring,
+            &Beat {
+                leaving: true,
+                ..beat()
+            },
+            &n("node-b"),
+            NOW,
+        )
+        .unwrap();
+    let got = open_at_b(&mut verifier(), &forged).unwrap_err();
+    assert_eq!(got.reason, Reject::BadTag);
+    assert_eq!(got.sender, None, "an unverified name is not reported");
+}
+
+#[test]
+fn a_forged_max_incarnation_leaving_beat_does_not_lock_the_real_node_out() {
+    let forger_ring = ring(mallory(), &[("node-b", b())]);
+    let mut forger = Sealer::new(n("node-a"), u64::MAX).unwrap();
+    let forged = forger
+        .seal(
+            &forger_ring,
+            &Beat {
+                leaving: true,
+                ..beat()
+            },
+            &n("node-b"),
+            NOW,
+        )
+        .unwrap();
+    let mut v = verifier();
+    assert_eq!(reason(open_at_b(&mut v, &forged)), Reject::BadTag);
+    let real = open_at_b(&mut v, &a_to_b(&mut sealer(), &beat(), NOW)).unwrap();
+    assert!(!real.beat.leaving);
+}
+
+#[test]
+fn a_node_cannot_claim_an_incarnation_in_the_future() {
+    // Even a node's own, correctly keyed beat: u64::MAX would lock its later restarts out.
+    let mut v = verifier();
+    let mut far = Sealer::new(n("node-a"), u64::MAX).unwrap();
+    let got = open_at_b(&mut v, &a_to_b(&mut far, &beat(), NOW)).unwrap_err();
+    assert_eq!(got.reason, Reject::FutureIncarnation);
+    assert_eq!(got.sender, Some(n("node-a")));
+    assert_eq!(v.tracked(), 0);
+    assert!(open_at_b(&mut v, &a_to_b(&mut sealer(), &beat(), NOW)).is_ok());
+}
+
+#[test]
+fn an_incarnation_up_to_the_max_skew_ahead_is_accepted() {
+    let limit = (NOW + 5_000) * 1_000_000;
+    let mut v = verifier().with_max_skew(Duration::from_secs(5));
+    let mut at_limit = Sealer::new(n("node-a"), limit).unwrap();
+    assert!(open_at_b(&mut v, &a_to_b(&mut at_limit, &beat(), NOW)).is_ok());
+    let mut past = Sealer::new(n("node-a"), limit + 1).unwrap();
+    assert_eq!(
+        reason(open_at_b(&mut verifier(), &a_to_b(&mut past, &beat(), NOW))),
+        Reject::FutureIncarnation
+    );
+}
+
+#[test]
+fn an_unknown_sender_is_rejected_without_naming_it() {
+    let stranger_ring = ring(mallory(), &[("node-b", b())]);
+    let mut s = Sealer::new(n("node-z"), INC).unwrap();
+    let bytes = s.seal(&stranger_ring, &beat(), &n("node-b"), NOW).unwrap();
+    let got = open_at_b(&mut verifier(), &bytes).unwrap_err();
+    assert_eq!(got, Rejected::from(Reject::UnknownSender));
+}
+
+#[test]
+fn verifier_memory_does_not_grow_for_10000_random_sender_names() {
+    let stranger_ring = ring(mallory(), &[("node-b", b())]);
+    let mut v = verifier();
+    open_at_b(&mut v, &a_to_b(&mut sealer(), &beat(), NOW)).unwrap();
+    let mut rng = rand::rng();
+    for _ in 0..10_000 {
+        let name = format!("n{:016x}", rand::Rng::random::<u64>(&mut rng));
+        let mut s = Sealer::new(n(&name), INC).unwrap();
+        let bytes = s.seal(&stranger_ring, &beat(), &n("node-b"), NOW).unwrap();
+        assert_eq!(reason(open_at_b(&mut v, &bytes)), Reject::UnknownSender);
+    }
+    assert_eq!(v.tracked(), 1, "only node-a, the one real peer heard");
+}
+
+#[test]
+fn replay_state_stays_bounded_by_the_keyring_when_peers_are_not_forgotten() {
+    let mut kb = ring(b(), &[("node-a", a()), ("node-c", c())]);
+    let mut v = verifier();
+    let mut sa = sealer();
+    let mut sc = Sealer::new(n("node-c"), INC).unwrap();
+    let from_c = |sc: &mut Sealer| sc.seal(&CLUSTER.c, &beat(), &n("node-b"), NOW).unwrap();
+    v.open(&kb, &a_to_b(&mut sa, &beat(), NOW), NOW).unwrap();
+    v.open(&kb, &from_c(&mut sc), NOW).unwrap();
+    assert_eq!(v.tracked(), 2);
+    // node-a's Lease goes; the caller drops its key but forgets to `forget` it.
+    kb.remove_peer(&n("node-a"));
+    kb.set_peer(n("mallory"), mallory().public()).unwrap();
+    let mut sm = Sealer::new(n("mallory"), INC).unwrap();
+    let from_m = sm
+        .seal(
+            &ring(mallory(), &[("node-b", b())]),
+            &beat(),
+            &n("node-b"),
+            NOW,
+        )
+        .unwrap();
+    v.open(&kb, &from_m, NOW).unwrap();
+    assert_eq!(v.tracked(), 2, "node-a's state went when mallory's came");
+    assert_eq!(v.last_seen(&n("node-a")), None);
+}
+
+#[test]
+fn our_own_heartbeats_are_rejected() {
+    let own = ring(b(), &[("node-b", b())]);
+    let mut me = Sealer::new(n("node-b"), INC).unwrap();
+    let bytes = me.seal(&own, &beat(), &n("node-b"), NOW).unwrap();
+    assert_eq!(reason(verifier().open(&own, &bytes, NOW)), Reject::FromSelf);
+}
+
+// --- freshness and replay -------------------------------------------------------------------
+
+#[test]
+fn replays_and_reordering_are_rejected() {
     let mut s = sealer();
     let mut v = verifier();
-    let mut heard = std::collections::BTreeSet::new();
-    for _ in 0..6 {
-        let bytes = s.seal(&b, NOW);
-        assert!(bytes.len() <= MAX_DATAGRAM, "{}", bytes.len());
-        let got = v.open(&bytes, NOW).unwrap();
-        assert_eq!(got.beat.acks.len(), 4, "four 250-byte names fit");
-        heard.extend(got.beat.acks);
-    }
-    assert_eq!(heard.len(), 6, "every ack got through within a few beats");
-
-    // Short names: up to MAX_ACKS, in order; invalid names are never sent.
-    let names: Vec<NodeName> = (0..10).map(|i| format!("n{i}").into()).collect();
-    let mut with_bad = names.clone();
-    with_bad.insert(0, "Not_A_Node".into());
-    let got = v
-        .open(
-            &s.seal(
-                &Beat {
-                    acks: names[..8].to_vec(),
-                    ..beat()
-                },
-                NOW,
-            ),
-            NOW,
-        )
-        .unwrap();
-    assert_eq!(got.beat.acks, names[..8].to_vec());
-    let got = v
-        .open(
-            &s.seal(
-                &Beat {
-                    acks: with_bad,
-                    ..beat()
-                },
-                NOW,
-            ),
-            NOW,
-        )
-        .unwrap();
-    assert_eq!(got.beat.acks.len(), wire::MAX_ACKS);
-    assert!(got.beat.acks.iter().all(|a| names.contains(a)));
+    let first = a_to_b(&mut s, &beat(), NOW);
+    let second = a_to_b(&mut s, &beat(), NOW);
+    assert!(open_at_b(&mut v, &second).is_ok());
+    assert_eq!(reason(open_at_b(&mut v, &second)), Reject::Replayed);
+    assert_eq!(reason(open_at_b(&mut v, &first)), Reject::Replayed);
+    // Rejections leave the state alone.
+    assert_eq!(v.last_seen(&n("node-a")), Some((INC, 2)));
+    assert!(open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW)).is_ok());
 }
+
+#[test]
+fn a_new_incarnation_resets_the_sequence_and_the_old_one_is_rejected() {
+    let mut old = sealer();
+    let mut v = verifier();
+    for _ in 0..5 {
+        open_at_b(&mut v, &a_to_b(&mut old, &beat(), NOW)).unwrap();
+    }
+    let mut restarted = Sealer::new(n("node-a"), INC + 1).unwrap();
+    let got = open_at_b(&mut v, &a_to_b(&mut restarted, &beat(), NOW)).unwrap();
+    assert_eq!((got.beat.incarnation, got.sequence), (INC + 1, 1));
+    let stale = open_at_b(&mut v, &a_to_b(&mut old, &beat(), NOW)).unwrap_err();
+    assert_eq!(stale.reason, Reject::OldIncarnation);
+    assert_eq!(stale.sender, Some(n("node-a")));
+    // Once the node's Lease is gone and it is forgotten, any incarnation is heard again.
+    v.forget(&n("node-a"));
+    assert!(open_at_b(&mut v, &a_to_b(&mut old, &beat(), NOW)).is_ok());
+}
+
+#[test]
+fn clock_skew_is_rejected_both_ways() {
+    let mut s = sealer();
+    let mut v = verifier().with_max_skew(Duration::from_secs(5));
+    assert!(open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW - 5000)).is_ok());
+    assert!(open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW + 5000)).is_ok());
+    assert_eq!(
+        reason(open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW - 5001))),
+        Reject::ClockSkew
+    );
+    assert_eq!(
+        reason(open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW + 5001))),
+        Reject::ClockSkew
+    );
+    // A fresh receiver (no replay state) refuses traffic captured long ago.
+    let captured = a_to_b(&mut sealer(), &beat(), NOW - 60_000);
+    assert_eq!(
+        reason(open_at_b(&mut verifier(), &captured)),
+        Reject::ClockSkew
+    );
+}
+
+#[test]
+fn clock_skew_reports_the_sender_and_the_skew() {
+    let ahead = open_at_b(
+        &mut verifier(),
+        &a_to_b(&mut sealer(), &beat(), NOW + 10_200),
+    )
+    .unwrap_err();
+    assert_eq!(
+        ahead,
+        Rejected {
+            reason: Reject::ClockSkew,
+            sender: Some(n("node-a")),
+            skew_ms: Some(10_200),
+        }
+    );
+    assert_eq!(
+        ahead.to_string(),
+        "heartbeats from node-a are rejected: timestamp outside the allowed clock skew \
+         (its clock is 10.2 s ahead)"
+    );
+    let behind = open_at_b(
+        &mut verifier(),
+        &a_to_b(&mut sealer(), &beat(), NOW - 61_500),
+    )
+    .unwrap_err();
+    assert_eq!(behind.skew_ms, Some(-61_500));
+    assert!(
+        behind.to_string().ends_with("(its clock is 61.5 s behind)"),
+        "{behind}"
+    );
+}
+
+// --- keys -----------------------------------------------------------------------------------
+
+#[test]
+fn both_ends_derive_the_same_pairwise_key_and_other_pairs_another() {
+    let ab = pairwise_key(&a(), &b().public()).unwrap();
+    assert_eq!(ab, pairwise_key(&b(), &a().public()).unwrap());
+    assert_ne!(ab, pairwise_key(&a(), &c().public()).unwrap());
+    assert_ne!(ab, pairwise_key(&mallory(), &b().public()).unwrap());
+}
+
+#[test]
+fn a_low_order_peer_key_is_refused_and_the_peer_dropped() {
+    let mut k = ring(b(), &[("node-a", a())]);
+    let zero = PublicKey([0; KEY_LEN]);
+    assert_eq!(
+        k.set_peer(n("node-a"), zero),
+        Err(KeyError::LowOrderPoint { key: zero })
+    );
+    assert!(
+        !k.contains("node-a"),
+        "neither the old nor the bad key is trusted"
+    );
+    assert!(
+        KeyError::LowOrderPoint { key: zero }
+            .to_string()
+            .contains(LEASE_ANNOTATION)
+    );
+}
+
+#[test]
+fn a_peer_key_change_is_reported_and_old_key_beats_fail() {
+    let mut k = Keyring::new(b());
+    assert_eq!(
+        k.set_peer(n("node-a"), a().public()),
+        Ok(PeerKeyChange::Added)
+    );
+    assert_eq!(
+        k.set_peer(n("node-a"), a().public()),
+        Ok(PeerKeyChange::Unchanged)
+    );
+    let before = a_to_b(&mut sealer(), &beat(), NOW);
+    let new_a = id(11);
+    assert_eq!(
+        k.set_peer(n("node-a"), new_a.public()),
+        Ok(PeerKeyChange::Changed)
+    );
+    assert_eq!(k.peer_key("node-a"), Some(new_a.public()));
+    assert_eq!(k.len(), 1);
+    assert_eq!(reason(verifier().open(&k, &before, NOW)), Reject::BadTag);
+    let after = sealer()
+        .seal(&ring(new_a, &[("node-b", b())]), &beat(), &n("node-b"), NOW)
+        .unwrap();
+    assert!(verifier().open(&k, &after, NOW).is_ok());
+}
+
+#[test]
+fn a_removed_peer_is_an_unknown_sender() {
+    let mut k = ring(b(), &[("node-a", a())]);
+    assert!(k.remove_peer(&n("node-a")));
+    assert!(k.is_empty());
+    let bytes = a_to_b(&mut sealer(), &beat(), NOW);
+    assert_eq!(
+        reason(verifier().open(&k, &bytes, NOW)),
+        Reject::UnknownSender
+    );
+}
+
+#[test]
+fn sealing_for_a_peer_without_a_key_fails_and_uses_no_sequence() {
+    let mut s = sealer();
+    assert_eq!(
+        s.seal(&CLUSTER.a, &beat(), &n("node-x"), NOW),
+        Err(SealError::NoKey { node: n("node-x") })
+    );
+    assert_eq!(s.sequence(), 0);
+}
+
+#[test]
+fn bad_node_names_are_refused() {
+    assert!(matches!(
+        Sealer::new(n("Node_A"), 1),
+        Err(KeyError::BadNodeName { .. })
+    ));
+    assert!(matches!(
+        Keyring::new(b()).set_peer(n("Node_A"), a().public()),
+        Err(KeyError::BadNodeName { .. })
+    ));
+}
+
+#[test]
+fn public_keys_print_and_parse_as_base64() {
+    let key = a().public();
+    let text = key.to_string();
+    assert_eq!(text.len(), 44);
+    assert_eq!(text.parse::<PublicKey>(), Ok(key));
+    assert_eq!(
+        format!(" {text}\n").parse::<PublicKey>(),
+        Ok(key),
+        "whitespace is trimmed"
+    );
+}
+
+#[test]
+fn a_bad_published_key_says_what_is_wrong() {
+    let not_b64 = "not base64!".parse::<PublicKey>().unwrap_err();
+    assert!(matches!(not_b64, PublicKeyError::Base64 { .. }));
+    assert!(not_b64.to_string().contains(LEASE_ANNOTATION), "{not_b64}");
+    let short = "AAAA".parse::<PublicKey>().unwrap_err();
+    assert_eq!(short, PublicKeyError::WrongLength { len: 3 });
+    assert!(short.to_string().contains("32 bytes"), "{short}");
+}
+
+#[test]
+fn an_identity_never_prints_its_secret() {
+    let secret = PublicKey([1; KEY_LEN]).to_string(); // the secret bytes of `a()`, as base64
+    let shown = format!("{:?} {:?}", a(), ring(a(), &[("node-b", b())]));
+    assert!(!shown.contains(&secret), "{shown}");
+    assert!(shown.contains(&a().public().to_string()));
+}
+
+// --- identity file --------------------------------------------------------------------------
+
+#[test]
+fn an_identity_file_is_created_0600_and_reloads_the_same_key() {
+    let path = temp_path("create");
+    let (made, created) = Identity::load_or_create(&path).unwrap();
+    assert!(created);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), KEY_LEN as u64);
+    let (loaded, created) = Identity::load_or_create(&path).unwrap();
+    assert!(!created);
+    assert_eq!(loaded.public(), made.public());
+    let left: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        [std::ffi::OsString::from("heartbeat.key")],
+        "no temporary file left"
+    );
+}
+
+#[test]
+fn an_identity_file_readable_by_others_is_refused() {
+    let path = temp_path("mode");
+    Identity::load_or_create(&path).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = Identity::load_or_create(&path).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::Permissions { mode: 0o644, .. }),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains(&path.display().to_string()), "{text}");
+    assert!(text.contains("chmod 600"), "{text}");
+}
+
+#[test]
+fn an_identity_file_of_the_wrong_size_is_refused() {
+    let path = temp_path("size");
+    std::fs::write(&path, b"too short").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = Identity::load_or_create(&path).unwrap_err();
+    assert!(
+        matches!(err, IdentityError::WrongSize { len: 9, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&path.display().to_string()));
+}
+
+#[test]
+fn generated_identities_differ() {
+    assert_ne!(Identity::generate().public(), Identity::generate().public());
+}
+
+// --- metrics labels -------------------------------------------------------------------------
 
 #[test]
 fn reasons_are_distinct_labels_in_index_order() {
@@ -263,30 +677,36 @@ fn reasons_are_distinct_labels_in_index_order() {
 proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..1400),
-                                keep_magic in any::<bool>()) {
+                                keep_header in any::<bool>()) {
         let mut bytes = bytes;
-        if keep_magic && bytes.len() >= 5 {
+        if keep_header && bytes.len() >= 14 {
             bytes[..4].copy_from_slice(&wire::MAGIC);
             bytes[4] = wire::VERSION;
+            bytes[6] = 6;
+            bytes[7..13].copy_from_slice(b"node-a");
         }
-        let _ = verifier().open(&bytes, NOW);
+        let _ = verifier().open(&CLUSTER.b, &bytes, NOW);
         if let Ok(p) = Packet::new_checked(&bytes[..]) {
             let _ = Repr::parse(&p);
-            let _ = p.acks().count();
         }
     }
 
     #[test]
     fn sealed_beats_round_trip(leaving in any::<bool>(), api_ok in any::<bool>(),
-                               ready in any::<bool>(), mac in any::<[u8; 6]>(),
-                               acks in proptest::collection::vec("[a-z0-9]{1,20}", 0..8),
-                               at in 0u64..u64::MAX / 2) {
-        let b = Beat {
-            leaving, api_ok, ready, mac: MacAddr(mac),
-            acks: acks.into_iter().map(NodeName::from).collect(),
+                               ready in any::<bool>(), ack in any::<bool>(),
+                               hears in any::<bool>(), mac in any::<[u8; 6]>(),
+                               config in any::<u64>(), view in any::<u64>(),
+                               at in 0u64..u64::MAX / 2_000_000) {
+        let only_b = |on: bool| if on { vec![n("node-b")] } else { vec![] };
+        let sent = Beat {
+            leaving, api_ok, ready, mac: MacAddr(mac), config, view,
+            acks: only_b(ack),
+            hears: only_b(hears),
+            incarnation: at * 1_000_000,
             ..beat()
         };
-        let got = verifier().open(&sealer().seal(&b, at), at).unwrap();
-        prop_assert_eq!(got.beat, b);
+        let mut s = Sealer::new(n("node-a"), at * 1_000_000).unwrap();
+        let got = verifier().open(&CLUSTER.b, &a_to_b(&mut s, &sent, at), at).unwrap();
+        prop_assert_eq!(got.beat, sent);
     }
 }
