@@ -261,7 +261,9 @@ fn agent(args: announcer::agent::config::AgentArgs, pin_root: PathBuf) -> ExitCo
                 | announcer::agent::AgentError::Selector(_)
                 | announcer::agent::AgentError::SelectorSyntax(_)
                 | announcer::agent::AgentError::KubeConfig(_)
-                | announcer::agent::AgentError::Key(_) => 78,
+                | announcer::agent::AgentError::Key(_)
+                | announcer::agent::AgentError::Identity(_) => 78,
+                announcer::agent::AgentError::State(_) => 73, // EX_CANTCREAT
                 _ => 69,
             })
         }

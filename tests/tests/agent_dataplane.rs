@@ -90,6 +90,8 @@ async fn agent_answers_announces_and_withdraws_on_sigterm() {
         .arg(dir.join("kubeconfig.node-a"))
         .args(["--xdp-mode", "generic", "--http-address"])
         .arg(format!("127.0.0.1:{HTTP}"))
+        .arg("--state-dir")
+        .arg(dir.join("state-node-a"))
         .env("RUST_LOG", "info,announcer=debug")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())

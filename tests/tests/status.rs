@@ -77,6 +77,8 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
         .arg(dir.join("kubeconfig.node-a"))
         .args(["--xdp-mode", "generic", "--http-address"])
         .arg(format!("127.0.0.1:{HTTP}"))
+        .arg("--state-dir")
+        .arg(dir.join("state-node-a"))
         .env("RUST_LOG", "info,announcer=debug")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))

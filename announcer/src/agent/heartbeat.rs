@@ -126,6 +126,8 @@ pub struct HeartbeatSocket {
     /// tokio's `try_send_to` would refuse until the reactor has seen the socket writable.
     tx: Arc<std::net::UdpSocket>,
     stats: Arc<Stats>,
+    /// Where authenticated rejections are counted per peer, if set.
+    recorder: Option<crate::metrics::Recorder>,
 }
 
 impl HeartbeatSocket {
@@ -140,7 +142,15 @@ impl HeartbeatSocket {
             rx: Arc::new(rx),
             tx: Arc::new(tx),
             stats: Arc::default(),
+            recorder: None,
         })
+    }
+
+    /// Counts rejections whose sender is known (its tag verified) per peer and reason in
+    /// `recorder` (`announcer_heartbeats_rejected_from_total`).
+    pub fn with_recorder(mut self, recorder: crate::metrics::Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// The address actually bound (the port, if 0 was asked for).
@@ -237,6 +247,9 @@ impl HeartbeatSocket {
                 Err(rejected) => {
                     let reason = rejected.reason;
                     Stats::bump(&self.stats.rejected[reason.index()]);
+                    if let (Some(r), Some(peer)) = (&self.recorder, &rejected.sender) {
+                        r.heartbeat_rejected_from(peer, reason.reason());
+                    }
                     if rejected.sender.is_some()
                         && warned[reason.index()]
                             .is_none_or(|at: std::time::Instant| at.elapsed() >= WARN_EVERY)

@@ -49,7 +49,7 @@ use self::{
 };
 use crate::{
     election::{Core, EventKind, IfaceName, NodeEventKind, VipSpec},
-    heartbeat::{Key, KeyError, Keys},
+    heartbeat::{IdentityError, KeyError},
     metrics::{Metrics, Recorder, Sources},
     wire::MacAddr,
 };
@@ -75,9 +75,15 @@ pub enum AgentError {
     /// The heartbeat socket.
     #[error(transparent)]
     Heartbeat(#[from] HeartbeatError),
-    /// The heartbeat key.
+    /// The heartbeat identity (its node name cannot be sent, or a key is unusable).
     #[error(transparent)]
     Key(#[from] KeyError),
+    /// This node's heartbeat identity file.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The state directory (identity, incarnation counter).
+    #[error(transparent)]
+    State(#[from] persist::PersistError),
     /// This node's Node object says nothing to announce from.
     #[error("node {0}: {1}")]
     Node(String, String),
@@ -123,7 +129,6 @@ pub async fn run(
         client.clone(),
         &args.namespace,
         &lease_selector,
-        &args.heartbeat_secret,
         stop_rx.clone(),
     );
     metrics.sources().set_watches(watches.counters.clone());
@@ -258,7 +263,7 @@ impl Context {
                 () = watch::until_true(&mut term) => return Ok(false),
                 () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {
                     waited += 5;
-                    tracing::warn!(waited_s = waited, "waiting for the API server (first list of Services, EndpointSlices, Nodes, Leases, Secret)");
+                    tracing::warn!(waited_s = waited, "waiting for the API server (first list of Services, EndpointSlices, Nodes, Leases)");
                 }
             }
         }
@@ -328,45 +333,6 @@ impl Context {
             "agent started"
         );
         Ok(true)
-    }
-
-    /// The heartbeat keys from the Secret (`key`, and `previous` during a rotation).
-    fn keys(&self) -> Option<Keys> {
-        let secret = self.watches.secret()?;
-        let data = secret.data.as_ref()?;
-        let current = match Key::new(&data.get("key")?.0) {
-            Ok(k) => k,
-            Err(e) => {
-                tracing::error!(secret = %self.args.heartbeat_secret, error = %e, "unusable heartbeat key");
-                return None;
-            }
-        };
-        Some(
-            match data.get("previous").and_then(|p| Key::new(&p.0).ok()) {
-                Some(prev) => Keys::rotating(current, prev),
-                None => Keys::new(current),
-            },
-        )
-    }
-
-    /// Waits for a usable heartbeat key. `None`: shutdown came first.
-    async fn wait_for_key(&mut self) -> Result<Option<Keys>, AgentError> {
-        let mut changed = self.watches.secret_changed.clone();
-        let mut term = self.term_rx.clone();
-        loop {
-            if let Some(k) = self.keys() {
-                return Ok(Some(k));
-            }
-            tracing::warn!(
-                secret = %self.args.heartbeat_secret,
-                namespace = %self.args.namespace,
-                "waiting for the heartbeat key: create the Secret with a `key` of at least 16 random bytes"
-            );
-            tokio::select! {
-                _ = changed.changed() => {}
-                () = watch::until_true(&mut term) => return Ok(None),
-            }
-        }
     }
 
     /// Entries still answering from a previous run on interfaces we have.

@@ -11,7 +11,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant},
 };
 
@@ -21,13 +21,14 @@ use super::{
     Context, announce_event_type, node_event_type,
     heartbeat::{HeartbeatSocket, unix_ms_now},
     http::{AgentState, OwnedVip, PeerState},
-    node_lease::{self, NodeLease, PeerLease, WriteBody},
+    node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
+    persist::StateDir,
     probe::Probes,
     watch::LeaseEvent,
 };
 use crate::{
     election::{Core, Input, LeaseWriteResult, NodeName, Output},
-    heartbeat::{Sealer, Verified, Verifier},
+    heartbeat::{Identity, Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
     metrics::{LossTracker, Recorder},
     wire::MacAddr,
 };
@@ -42,7 +43,7 @@ const LINK_CHECK: Duration = Duration::from_millis(250);
 pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let node = NodeName::from(ctx.args.node_name.as_str());
     let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
-    let socket = HeartbeatSocket::bind(hb_addr)?;
+    let socket = HeartbeatSocket::bind(hb_addr)?.with_recorder(ctx.recorder.clone());
     ctx.sources.set_heartbeat(socket.stats());
     let lease = Arc::new(NodeLease::new(
         ctx.client.clone(),
@@ -51,17 +52,30 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
         hb_addr,
         ctx.args.lease_duration,
     ));
-    let key = ctx.wait_for_key().await?;
-    let incarnation = super::heartbeat::incarnation_now();
-    let Some(key) = key else { return Ok(()) };
-    let mut sealer = Sealer::new(key.current.clone(), node.clone(), incarnation)?;
-    let verifier = Arc::new(Mutex::new(Verifier::new(key, node.clone())));
+    // This node's identity and incarnation live in its state directory, so that a restart
+    // keeps its key (peers need not learn a new one, also during an API outage) and its
+    // incarnation never goes backwards, whatever the wall clock does.
+    let state_dir = StateDir::open(ctx.args.state_dir())?;
+    let (identity, created) = Identity::load_or_create(&state_dir.identity_path())?;
+    if created {
+        tracing::info!(path = %state_dir.identity_path().display(), key = %identity.public(), "created this node's heartbeat identity");
+    }
+    let incarnation = state_dir.next_incarnation(super::heartbeat::incarnation_now())?;
+    let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
+    let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
+    lease.publish(Published {
+        key: Some(public.to_string()),
+        links: ctx.links(),
+    });
+    let mut sealer = Sealer::new(node.clone(), incarnation)?;
+    let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
     let (beat_tx, mut beats) = mpsc::channel::<Verified>(1024);
     {
-        let (socket, verifier, mut stop) = (socket.clone(), verifier.clone(), ctx.stop_rx.clone());
+        let (socket, verifier, keyring) = (socket.clone(), verifier.clone(), keyring.clone());
+        let mut stop = ctx.stop_rx.clone();
         tokio::spawn(async move {
             socket
-                .receive(verifier, beat_tx, async move {
+                .receive(verifier, keyring, beat_tx, async move {
                     super::watch::until_true(&mut stop).await
                 })
                 .await;
@@ -69,7 +83,9 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     }
 
     let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
-    let mut core = Core::new(ctx.args.election_config(mac), Instant::now(), incarnation);
+    let mut config = ctx.args.election_config(mac);
+    config.config_hash = super::config_fingerprint(&ctx.args);
+    let mut core = Core::new(config, Instant::now(), incarnation);
     let existing = ctx.existing();
     if !existing.is_empty() {
         tracing::info!(
@@ -88,7 +104,6 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let mut links = tokio::time::interval(LINK_CHECK);
     let mut healthy = ctx.watches.healthy.clone();
     let mut changed = ctx.watches.changed.clone();
-    let mut secret_changed = ctx.watches.secret_changed.clone();
     let mut last_plan_inputs = None;
     let mut pending_write: Option<tokio::task::JoinHandle<()>> = None;
     let mut loss = LossTracker::default();
@@ -132,22 +147,15 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 {
                     loss.forget(&n);
                     ctx.recorder.forget_peer(&n);
+                    keyring.write().unwrap_or_else(|e| e.into_inner()).remove_peer(&n);
+                    verifier.lock().unwrap_or_else(|e| e.into_inner()).forget(&n);
                 }
-                lease_input(ev, &node, &mut peers)
+                lease_input(ev, &node, &mut peers, &keyring, &ctx)
             }
             Ok(()) = healthy.changed() => Some(Input::WatchHealth(*healthy.borrow_and_update())),
             Ok(()) = changed.changed() => {
                 changed.borrow_and_update();
                 ctx.specs(&core, &mut services).map(Input::Vips)
-            }
-            Ok(()) = secret_changed.changed() => {
-                secret_changed.borrow_and_update();
-                if let Some(keys) = ctx.keys() {
-                    sealer.set_key(keys.current.clone());
-                    verifier.lock().unwrap_or_else(|e| e.into_inner()).set_keys(keys);
-                    tracing::info!("heartbeat key reloaded");
-                }
-                None
             }
             _ = links.tick() => {
                 ctx.refresh_interfaces();
@@ -155,6 +163,11 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                 let mut inputs = Vec::new();
                 if last_plan_inputs.as_ref() != Some(&fingerprint) {
                     last_plan_inputs = Some(fingerprint);
+                    // Peers learn new links with our next renewal.
+                    lease.publish(Published {
+                        key: Some(public.to_string()),
+                        links: ctx.links(),
+                    });
                     for (iface, up) in ctx.link_states() {
                         inputs.push(Input::Link { iface, up });
                     }
@@ -199,13 +212,17 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
                     }));
                 }
                 Output::SendHeartbeat(beat) => {
-                    let bytes = sealer.seal(&beat, unix_ms_now());
-                    let to: Vec<SocketAddr> = peers
-                        .iter()
-                        .filter(|(n, _)| **n != node)
-                        .map(|(_, a)| *a)
-                        .collect();
-                    socket.send(&bytes, &to);
+                    // One datagram per peer, sealed with the key only it shares with us.
+                    let keys = keyring.read().unwrap_or_else(|e| e.into_inner());
+                    let now_ms = unix_ms_now();
+                    for (peer, addr) in peers.iter().filter(|(n, _)| **n != node) {
+                        match sealer.seal(&keys, &beat, peer, now_ms) {
+                            Ok(bytes) => {
+                                socket.send(&bytes, &[*addr]);
+                            }
+                            Err(e) => tracing::debug!(%peer, error = %e, "heartbeat not sealed"),
+                        }
+                    }
                 }
                 Output::Install { vip, iface, ttl } => {
                     if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
@@ -284,20 +301,26 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// A watched Lease as the core's input; remembers peers' heartbeat addresses.
+/// A watched Lease as the core's input; remembers peers' heartbeat addresses and keys.
 fn lease_input(
     ev: LeaseEvent,
     us: &NodeName,
     peers: &mut BTreeMap<NodeName, SocketAddr>,
+    keyring: &RwLock<Keyring>,
+    ctx: &Context,
 ) -> Option<Input> {
     match ev {
         LeaseEvent::Applied(l) => match node_lease::view(&l) {
-            Ok(PeerLease { view, heartbeat, .. }) => {
-                match heartbeat {
-                    Some(a) if view.node != *us => {
+            Ok(PeerLease {
+                view,
+                heartbeat,
+                key,
+            }) => {
+                if view.node != *us {
+                    if let Some(a) = heartbeat {
                         peers.insert(view.node.clone(), a);
                     }
-                    _ => {}
+                    learn_key(&view.node, key.as_deref(), keyring, ctx);
                 }
                 Some(Input::LeaseSeen(view))
             }
@@ -311,6 +334,41 @@ fn lease_input(
             peers.remove(&node);
             Some(Input::LeaseGone(node))
         }
+    }
+}
+
+/// Takes `node`'s published heartbeat key into the keyring. A key that changed is raised (an
+/// Event on our Node and a metric): it happens when that node's state directory was wiped, and
+/// also when someone with write access to its Lease replaced it.
+fn learn_key(node: &NodeName, key: Option<&str>, keyring: &RwLock<Keyring>, ctx: &Context) {
+    let mut keys = keyring.write().unwrap_or_else(|e| e.into_inner());
+    let Some(text) = key else {
+        if keys.remove_peer(node) {
+            tracing::warn!(%node, "peer no longer publishes a heartbeat key; its heartbeats are ignored");
+        }
+        return;
+    };
+    let parsed = match text.parse::<PublicKey>() {
+        Ok(k) => k,
+        Err(e) => {
+            keys.remove_peer(node);
+            tracing::warn!(%node, error = %e, "ignoring the peer's heartbeats: its published key does not parse");
+            return;
+        }
+    };
+    match keys.set_peer(node.clone(), parsed) {
+        Ok(PeerKeyChange::Changed) => {
+            ctx.recorder.peer_key_changed(node);
+            ctx.events.publish_on_node(
+                kube::runtime::events::EventType::Warning,
+                "PeerKeyChanged",
+                &format!(
+                    "{node} now publishes heartbeat key {parsed} (its state directory was reset, or its Lease was rewritten by someone else)"
+                ),
+            );
+        }
+        Ok(PeerKeyChange::Added | PeerKeyChange::Unchanged) => {}
+        Err(e) => tracing::warn!(%node, error = %e, "ignoring the peer's heartbeats: unusable key"),
     }
 }
 

@@ -107,8 +107,12 @@ impl Testbed {
             pins.to_str().expect("utf-8 path").into(),
             "agent".into(),
         ];
-        let defaults: [(&str, String); 7] = [
+        // Kept across restarts of this node's agent (identity, incarnation), gone with the
+        // testbed.
+        let state = self.dir.join(format!("state-{node}"));
+        let defaults: [(&str, String); 8] = [
             ("--node-name", node.into()),
+            ("--state-dir", state.to_str().expect("utf-8 path").into()),
             ("--namespace", NAMESPACE.into()),
             (
                 "--kubeconfig",

@@ -92,7 +92,6 @@ pub use hostile::{
 pub use net::{IFACE2, NIC2_PREFIX_V4, NIC2_PREFIX_V6, NIC2_VIP_NET4, NIC2_VIP_NET6};
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
-pub use services::HEARTBEAT_KEY;
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 
 /// The agents' namespace (Leases, heartbeat Secret).

@@ -10,7 +10,6 @@
 use std::{net::IpAddr, net::SocketAddr, time::Duration};
 
 use k8s_openapi::{
-    ByteString,
     api::{core::v1::Service, discovery::v1::EndpointSlice},
 };
 use kube::{
@@ -20,24 +19,15 @@ use kube::{
 use serde_json::{Value, json};
 
 use super::{
-    API_PORT, BRIDGE_V4, LB_CLASS, NAMESPACE, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT,
+    API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT,
 };
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     netns::Netns,
 };
 
-/// The heartbeat key in the Secret (32 bytes).
-pub const HEARTBEAT_KEY: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
-
 fn seed(nodes: &[Node]) -> Vec<Value> {
-    // k8s-openapi's ByteString serializes as the base64 a Secret's `data` holds.
-    let key = serde_json::to_value(ByteString(HEARTBEAT_KEY.to_vec())).expect("base64 key");
-    let mut objs = vec![json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "announcer-heartbeat-key", "namespace": NAMESPACE},
-        "data": {"key": key},
-    })];
+    let mut objs = Vec::new();
     for n in nodes {
         objs.push(json!({
             "apiVersion": "v1", "kind": "Node",
