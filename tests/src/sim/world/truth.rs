@@ -80,11 +80,45 @@ impl<A: Agent> World<A> {
                 flows,
             });
         }
+        let latest = self.eligibility.len() - 1;
+        let mixed = self
+            .nodes
+            .iter()
+            .filter(|n| n.agent.is_some())
+            .map(|n| n.view)
+            .min()
+            .filter(|v| *v != latest);
         self.samples.push(Sample {
             t: now,
             live,
-            epoch: self.eligibility.len() - 1,
+            epoch: latest,
+            mixed,
             vips,
         });
+        self.check_peer_tables();
+    }
+
+    /// Bounded memory: an agent's peer table never outgrows the Leases (strict) or the
+    /// Leases and the real nodes (loose: a real node's heartbeat may arrive before its
+    /// Lease). Recorded once per node, at the first sample that breaks each bound.
+    fn check_peer_tables(&mut self) {
+        let at = self.origin + self.now;
+        let leases = self.leases.len();
+        let real = self.nodes.len() - 1;
+        for i in 0..self.nodes.len() {
+            if self.mem_strict[i].is_some() && self.mem_loose[i].is_some() {
+                continue;
+            }
+            let Some(a) = &self.nodes[i].agent else {
+                continue;
+            };
+            let peers = a.peer_count(at);
+            if peers > leases && self.mem_strict[i].is_none() {
+                self.mem_strict[i] = Some((self.now, peers, leases));
+            }
+            if peers > leases.max(real) && self.mem_loose[i].is_none() {
+                self.mem_loose[i] = Some((self.now, peers, leases));
+            }
+        }
     }
 }
