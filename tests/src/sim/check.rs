@@ -200,7 +200,13 @@ impl<'a, A: Agent> Ctx<'a, A> {
     }
 
     /// Whether the node output something matching `f` within `[from, to]`.
-    fn output(&self, node: Option<usize>, from: VTime, to: VTime, f: impl Fn(&Output) -> bool) -> Option<VTime> {
+    fn output(
+        &self,
+        node: Option<usize>,
+        from: VTime,
+        to: VTime,
+        f: impl Fn(&Output) -> bool,
+    ) -> Option<VTime> {
         self.w
             .log
             .iter()
@@ -402,33 +408,68 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     // 8: an isolated node steps back within the bound.
     if plan.isolated && plan.fault_end.unwrap_or(end) >= plan.fault_at + ISOLATION_BOUND {
         let v = plan.victim.expect("isolated victim");
-        let stepped = c.output(Some(v), plan.fault_at, plan.fault_at + ISOLATION_BOUND, |o| {
-            matches!(
-                o,
-                Output::WriteLease { standby: true, .. }
-                    | Output::NodeEvent {
-                        kind: NodeEventKind::Isolated,
-                        ..
-                    }
-            )
-        });
+        let stepped = c.output(
+            Some(v),
+            plan.fault_at,
+            plan.fault_at + ISOLATION_BOUND,
+            |o| {
+                matches!(
+                    o,
+                    Output::WriteLease { standby: true, .. }
+                        | Output::NodeEvent {
+                            kind: NodeEventKind::Isolated,
+                            ..
+                        }
+                )
+            },
+        );
         if stepped.is_none() {
             let msg = format!(
                 "{} exchanged heartbeats with no peer from {:.3}s but neither wrote standby nor raised Isolated within {ISOLATION_BOUND:?}",
                 w.nodes[v].name,
                 plan.fault_at.as_secs_f64()
             );
-            c.fail("8 (isolated node steps back)", None, plan.fault_at + ISOLATION_BOUND, msg);
+            c.fail(
+                "8 (isolated node steps back)",
+                None,
+                plan.fault_at + ISOLATION_BOUND,
+                msg,
+            );
         }
     }
 
-    // 9: no VIP dark longer than the bound while someone could serve it.
+    // 9: no VIP dark longer than the bound while someone could serve it. A node that lost the
+    // API server alone for a Lease duration is fenced by design (it stops being a candidate
+    // so that the cluster converges) until a little after it is back: it serves nothing.
+    let fenced = |t: VTime| -> u16 {
+        let mut m = 0;
+        for (d, a) in &plan.steps {
+            let Action::NodeApi(n, false) = a else {
+                continue;
+            };
+            let back = plan
+                .steps
+                .iter()
+                .find(|(u, b)| u >= d && *b == Action::NodeApi(*n, true))
+                .map_or(end + Duration::from_secs(10), |(u, _)| *u);
+            // Its last renewal was up to a renewal period before it lost the API.
+            let from = (*d + plan.timing.lease_duration)
+                .saturating_sub(plan.timing.lease_renew + Duration::from_millis(500));
+            if t >= from && t < back + Duration::from_secs(2) {
+                m |= bit(*n);
+            }
+        }
+        m
+    };
     for v in 0..plan.vips.len() {
         let mut dark_since: Option<VTime> = None;
         let mut reported = false;
-        for s in c.samples(WARM, end + Duration::from_secs(1)).collect::<Vec<_>>() {
-            let servable = c.eligible_any(s, v) & s.live & w.capable[v] != 0;
-            let dark = servable && s.vips[v].answerers == 0;
+        for s in c
+            .samples(WARM, end + Duration::from_secs(1))
+            .collect::<Vec<_>>()
+        {
+            let servers = c.eligible_any(s, v) & s.live & w.capable[v] & !fenced(s.t);
+            let dark = servers != 0 && s.vips[v].answerers == 0;
             match (dark, dark_since) {
                 (true, None) => dark_since = Some(s.t),
                 (true, Some(a)) => {
@@ -439,7 +480,7 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
                         let msg = format!(
                             "answered by nobody since {:.3}s although {} could (live {})",
                             a.as_secs_f64(),
-                            names(w, c.eligible_any(s, v) & s.live & w.capable[v]),
+                            names(w, servers),
                             names(w, s.live)
                         );
                         c.fail("9 (no VIP dark beyond the bound)", Some(v), s.t, msg);
@@ -457,9 +498,19 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         .iter()
         .enumerate()
         .filter_map(|(n, x)| x.map(|x| (n, x)))
-        .min_by_key(|(_, x)| x.0)
+        .min_by_key(|(_, x)| {
+            if strict {
+                usize::MAX - (x.1 - x.2)
+            } else {
+                x.0.as_micros() as usize
+            }
+        })
     {
-        let bound = if strict { "Leases" } else { "Leases or real nodes" };
+        let bound = if strict {
+            "Leases"
+        } else {
+            "Leases or real nodes"
+        };
         let msg = format!(
             "{} keeps state for {peers} peers with {leases} Leases and {} real nodes (bound: {bound})",
             w.nodes[n].name,
@@ -474,7 +525,13 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         let bad = w.log.iter().find(|r| {
             r.t >= from
                 && r.t <= to
-                && matches!(&r.what, What::Out { out: Output::Install { .. } | Output::Remove { .. }, changed: true })
+                && matches!(
+                    &r.what,
+                    What::Out {
+                        out: Output::Install { .. } | Output::Remove { .. },
+                        changed: true
+                    }
+                )
         });
         if let Some(r) = bad {
             let What::Out { out, .. } = &r.what else {

@@ -178,7 +178,11 @@ impl FromStr for Scenario {
             .chain(Self::MODELS)
             .find(|x| x.name() == s)
             .ok_or_else(|| {
-                let names: Vec<_> = Self::ALL.iter().chain(&Self::MODELS).map(|x| x.name()).collect();
+                let names: Vec<_> = Self::ALL
+                    .iter()
+                    .chain(&Self::MODELS)
+                    .map(|x| x.name())
+                    .collect();
                 format!("unknown scenario {s:?} (one of: {})", names.join(", "))
             })
     }
@@ -234,8 +238,9 @@ pub enum Action {
     /// A key holder sends this many heartbeats under fresh random names, spread over the
     /// duration, to every node.
     Forge(u32, VTime),
-    /// A burst of this many irrelevant inputs to every node within 20 ms: heartbeats under a
-    /// small pool of forged names and probe answers for VIPs and MACs nobody probed.
+    /// A burst of this many irrelevant inputs to each node within 20 ms (thousands across
+    /// the cluster): heartbeats under a small pool of forged names and probe answers for VIPs
+    /// and MACs nobody probed.
     Flood(u32),
     /// The node's watch events (Leases, VIPs, health) arrive this much later from now on.
     WatchLag(usize, VTime),
@@ -315,9 +320,11 @@ fn secs(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> Duration {
 
 /// Whether `addr` is in [`SUBNET_B`] (announced on the second link when nodes have two).
 pub fn in_subnet_b(addr: IpAddr) -> bool {
-    SUBNET_B
-        .iter()
-        .any(|s| s.parse::<announcer::election::Subnet>().expect("valid").contains(addr))
+    SUBNET_B.iter().any(|s| {
+        s.parse::<announcer::election::Subnet>()
+            .expect("valid")
+            .contains(addr)
+    })
 }
 
 /// Bit mask of one node.
@@ -411,17 +418,18 @@ impl Plan {
         let each_other: Vec<usize> = (0..n).filter(|j| *j != victim).collect();
         // An adversary fault either lasts to the end (then the run covers the documented
         // bound and a few seconds of steady state) or is lifted, then a settle time.
-        let mut lasts = |rng: &mut ChaCha8Rng, steps: &mut Vec<(VTime, Action)>, lift: Vec<Action>| {
-            if rng.random_bool(0.5) {
-                fault_end = None;
-                t1 + ISOLATION_BOUND + secs(rng, 3.0, 4.0)
-            } else {
-                let heal = t1 + secs(rng, 1.0, 10.0);
-                steps.extend(lift.into_iter().map(|a| (heal, a)));
-                fault_end = Some(heal);
-                heal + secs(rng, 6.0, 7.0)
-            }
-        };
+        let mut lasts =
+            |rng: &mut ChaCha8Rng, steps: &mut Vec<(VTime, Action)>, lift: Vec<Action>| {
+                if rng.random_bool(0.5) {
+                    fault_end = None;
+                    t1 + ISOLATION_BOUND + secs(rng, 3.0, 4.0)
+                } else {
+                    let heal = t1 + secs(rng, 1.0, 10.0);
+                    steps.extend(lift.into_iter().map(|a| (heal, a)));
+                    fault_end = Some(heal);
+                    heal + secs(rng, 6.0, 7.0)
+                }
+            };
         let end = match scenario {
             Scenario::HeartbeatLossOneWay => {
                 overlap_tolerated = true;
@@ -464,7 +472,8 @@ impl Plan {
                 overlap_tolerated = true;
                 isolated = true;
                 probe_loss = rng.random_range(10..=30);
-                let ms = rng.random_range(6_000..30_000i64) * if rng.random_bool(0.5) { 1 } else { -1 };
+                let ms =
+                    rng.random_range(6_000..30_000i64) * if rng.random_bool(0.5) { 1 } else { -1 };
                 steps.push((t1, Action::Clock(victim, ms)));
                 lasts(&mut rng, &mut steps, vec![Action::Clock(victim, 0)])
             }
@@ -485,7 +494,7 @@ impl Plan {
             Scenario::ForgedHeartbeats => {
                 victim_opt = None;
                 let over = secs(&mut rng, 0.3, 1.0);
-                steps.push((t1, Action::Forge(rng.random_range(100..200), over)));
+                steps.push((t1, Action::Forge(rng.random_range(60..150), over)));
                 fault_end = Some(t1 + over);
                 t1 + over + secs(&mut rng, 4.0, 5.0)
             }
@@ -493,7 +502,7 @@ impl Plan {
                 victim_opt = None;
                 let mut at = t1;
                 for _ in 0..3 {
-                    steps.push((at, Action::Flood(rng.random_range(1000..2000))));
+                    steps.push((at, Action::Flood(rng.random_range(500..1000))));
                     at += secs(&mut rng, 0.3, 1.5);
                 }
                 fault_end = Some(at);
@@ -540,7 +549,10 @@ impl Plan {
                 overlap_tolerated = true;
                 let lagger = rng.random_range(0..n);
                 victim_opt = Some(lagger);
-                steps.push((t1 - Duration::from_secs(1), Action::WatchLag(lagger, Duration::from_secs(2))));
+                steps.push((
+                    t1 - Duration::from_secs(1),
+                    Action::WatchLag(lagger, Duration::from_secs(2)),
+                ));
                 // VIPs move to the lagging node: it tops their new eligible sets.
                 let mut changes = Vec::new();
                 for _ in 0..rng.random_range(1..=3) {

@@ -220,8 +220,8 @@ pub struct World<A> {
     pub trace: Option<Vec<String>>,
     /// Per VIP: the nodes that can announce it (all, unless a node lacks its link).
     pub capable: Vec<u16>,
-    /// Per node: the first sample at which its agent kept more peers than there are Leases
-    /// `(time, peers, leases)`.
+    /// Per node: the sample at which its agent kept the most peers beyond the Leases
+    /// `(time, peers, leases)`, if it ever kept more.
     pub mem_strict: Vec<Option<(VTime, usize, usize)>>,
     /// Per node: the first sample at which its agent kept more peers than there are Leases
     /// or real nodes, whichever is more.
@@ -294,7 +294,9 @@ impl<A: Agent> World<A> {
             key: vec![0; n],
             probe_loss: plan.probe_loss,
             lag: vec![Duration::ZERO; n],
-            flood_pool: (0..32).map(|i| NodeName::from(format!("flood-{i}"))).collect(),
+            flood_pool: (0..32)
+                .map(|i| NodeName::from(format!("flood-{i}")))
+                .collect(),
             eligibility: vec![plan.vips.iter().map(|v| v.eligible).collect()],
             vip_index: plan
                 .vips

@@ -53,7 +53,9 @@ impl<A: Agent> World<A> {
 
     /// The links a node publishes in its Lease (with [`super::Plan::two_nics`]).
     fn links_of(&self, node: usize) -> Vec<Link> {
-        let parse = |v: &[&str; 2]| -> Vec<Subnet> { v.iter().map(|s| s.parse().expect("valid")).collect() };
+        let parse = |v: &[&str; 2]| -> Vec<Subnet> {
+            v.iter().map(|s| s.parse().expect("valid")).collect()
+        };
         let n = &self.nodes[node];
         let single = self.plan.one_nic == Some(node);
         let mut links = vec![Link {
@@ -89,7 +91,8 @@ impl<A: Agent> World<A> {
                     // The shell seals one datagram per recipient: it learns only whether it
                     // is among those heard and acked.
                     let me = &self.nodes[peer].name;
-                    let only = |v: &Vec<_>| v.iter().filter(|x| *x == me).take(1).cloned().collect();
+                    let only =
+                        |v: &Vec<_>| v.iter().filter(|x| *x == me).take(1).cloned().collect();
                     let mut beat = b.clone();
                     beat.hears = only(&b.hears);
                     beat.acks = only(&b.acks);
