@@ -165,10 +165,12 @@ impl<'a, A: Agent> Ctx<'a, A> {
         .map_or(0, bit)
     }
 
-    /// Eligible by any configuration in force (during a roll, the old and the new).
+    /// Eligible as the nodes see it: during a roll, each node by its own configuration.
     fn eligible_any(&self, s: &Sample, v: usize) -> u16 {
-        let old = s.mixed.map_or(0, |e| self.w.eligibility[e][v]);
-        self.eligible(s, v) | old
+        match &s.mixed {
+            Some(m) => m[v],
+            None => self.eligible(s, v),
+        }
     }
 
     /// Invariant 1 under a lasting fault, over `[from, to)`: exactly one answerer per VIP

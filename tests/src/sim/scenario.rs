@@ -502,7 +502,7 @@ impl Plan {
                 victim_opt = None;
                 let mut at = t1;
                 for _ in 0..3 {
-                    steps.push((at, Action::Flood(rng.random_range(500..1000))));
+                    steps.push((at, Action::Flood(rng.random_range(300..700))));
                     at += secs(&mut rng, 0.3, 1.5);
                 }
                 fault_end = Some(at);
@@ -553,10 +553,20 @@ impl Plan {
                     t1 - Duration::from_secs(1),
                     Action::WatchLag(lagger, Duration::from_secs(2)),
                 ));
-                // VIPs move to the lagging node: it tops their new eligible sets.
+                // VIPs move to the lagging node from another owner: it tops their new
+                // eligible sets. (A VIP nobody announced before has no owner to hold on to it
+                // while the lagging node learns of it.)
+                let movable: Vec<usize> = (0..vips.len())
+                    .filter(|i| {
+                        let e = vips[*i].eligible;
+                        e != 0 && owner_in(&nodes, vips[*i].addr, e) != Some(lagger)
+                    })
+                    .collect();
                 let mut changes = Vec::new();
                 for _ in 0..rng.random_range(1..=3) {
-                    let i = rng.random_range(0..vips.len());
+                    let Some(&i) = movable.choose(&mut rng) else {
+                        break;
+                    };
                     for _ in 0..20 {
                         let mask = rng.random_range(0..=all) | bit(lagger);
                         if owner_in(&nodes, vips[i].addr, mask) == Some(lagger) {

@@ -103,8 +103,9 @@ pub struct Sample {
     pub live: u16,
     /// Index into [`World::eligibility`]: the eligible sets in force.
     pub epoch: usize,
-    /// During a configuration roll: the epoch nodes not yet reconfigured still rank by.
-    pub mixed: Option<usize>,
+    /// During a configuration roll (nodes rank by different eligible sets), per VIP: the
+    /// running nodes whose own configuration makes them eligible.
+    pub mixed: Option<Vec<u16>>,
     /// Per VIP, same order as the plan.
     pub vips: Vec<VipState>,
 }

@@ -81,13 +81,22 @@ impl<A: Agent> World<A> {
             });
         }
         let latest = self.eligibility.len() - 1;
-        let mixed = self
+        let rolling = self
             .nodes
             .iter()
-            .filter(|n| n.agent.is_some())
-            .map(|n| n.view)
-            .min()
-            .filter(|v| *v != latest);
+            .any(|n| n.agent.is_some() && n.view != latest);
+        let mixed = rolling.then(|| {
+            (0..self.plan.vips.len())
+                .map(|v| {
+                    (0..self.nodes.len())
+                        .filter(|i| {
+                            let n = &self.nodes[*i];
+                            n.agent.is_some() && self.eligibility[n.view][v] & bit(*i) != 0
+                        })
+                        .fold(0u16, |m, i| m | bit(i))
+                })
+                .collect()
+        });
         self.samples.push(Sample {
             t: now,
             live,
