@@ -6,7 +6,7 @@
 //! simulator itself.
 //!
 //! `SIM_SEEDS=N` changes how many seeds the sweep runs (`SIM_START=S` where it starts); the
-//! per-scenario tests run `SIM_SCENARIO_SEEDS` seeds each (default 120). A failure names its
+//! per-scenario tests run `SIM_SCENARIO_SEEDS` seeds each (default 150). A failure names its
 //! seed; replay it with `cargo run -p announcer-tests --bin soak -- --seed S --scenario X --trace`.
 
 use std::time::Duration;
@@ -126,7 +126,7 @@ fn scenario_seeds() -> u64 {
     sweep_size(
         "SIM_SCENARIO_SEEDS",
         std::env::var("SIM_SCENARIO_SEEDS").ok(),
-        120,
+        150,
     )
 }
 
@@ -222,13 +222,13 @@ fn incarnation_rollback_from_the_wall_clock_is_caught() {
 /// the number of peers, so these runs are slow until it stops doing so.
 #[test]
 fn forged_heartbeats_grow_no_peer_table_and_move_no_vip() {
-    sweep_scenario(Scenario::ForgedHeartbeats, scenario_seeds().min(20));
+    sweep_scenario(Scenario::ForgedHeartbeats, scenario_seeds().min(40));
 }
 
 /// Fewer seeds: thousands of inputs per node and burst are slow in the debug profile.
 #[test]
 fn floods_of_irrelevant_inputs_change_no_owner() {
-    sweep_scenario(Scenario::Flood, scenario_seeds().min(20));
+    sweep_scenario(Scenario::Flood, scenario_seeds().min(40));
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn two_nics_sigkill_waits_for_the_grace_before_taking_over() {
 #[test]
 fn config_roll_is_reported_and_darkens_no_vip() {
     // Fewer seeds: a roll restarts every node one by one, so these runs are long.
-    sweep_scenario(Scenario::ConfigSkew, scenario_seeds().min(60));
+    sweep_scenario(Scenario::ConfigSkew, scenario_seeds().min(100));
 }
 
 #[test]

@@ -776,7 +776,9 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         let mut runs: Vec<(VTime, VTime)> = Vec::new();
         for r in w.log.iter().filter(|r| r.node == Some(n)) {
             match r.what {
-                What::Started { .. } => runs.push((r.t, end)),
+                // The first second after a start is no steady state (first write,
+                // the watches' first list, maybe a 409 on a stale resourceVersion).
+                What::Started { .. } => runs.push((r.t + Duration::from_secs(1), end)),
                 What::Stopped => {
                     if let Some(last) = runs.last_mut() {
                         last.1 = r.t;
