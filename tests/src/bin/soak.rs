@@ -91,6 +91,10 @@ fn main() {
 
     let threads = args.threads.unwrap_or_else(default_threads);
     let total = args.seeds;
+    if total == 0 {
+        eprintln!("--seeds 0: nothing to run");
+        std::process::exit(2);
+    }
     let started = Instant::now();
     let last = AtomicU64::new(0);
     let progress = |done: u64| {
@@ -155,6 +159,10 @@ fn main() {
         );
     }
     print!("{}", summary.table());
+    let idle = summary.idle_victim_scenarios();
+    for (sc, n, of) in &idle {
+        println!("{sc}: in {n} of {of} runs the victim owned nothing (no failover tested)");
+    }
     println!(
         "{} runs in {:.1} s on {threads} threads",
         reports.len(),
@@ -163,5 +171,5 @@ fn main() {
     if args.json {
         println!("{}", summary.json());
     }
-    std::process::exit(i32::from(!failed.is_empty()));
+    std::process::exit(i32::from(!failed.is_empty() || !idle.is_empty()));
 }

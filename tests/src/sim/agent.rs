@@ -18,6 +18,8 @@ pub trait Agent {
     fn poll_timeout(&self) -> Option<Instant>;
     /// Counters (the simulator reads `overlaps` and the Lease write counts).
     fn stats(&self) -> Stats;
+    /// How many peers it keeps state for (bounded memory: never more than the Leases).
+    fn peer_count(&self, now: Instant) -> usize;
 }
 
 impl Agent for Core {
@@ -39,5 +41,9 @@ impl Agent for Core {
 
     fn stats(&self) -> Stats {
         Core::stats(self)
+    }
+
+    fn peer_count(&self, now: Instant) -> usize {
+        Core::peers(self, now).len()
     }
 }

@@ -12,15 +12,32 @@
 //! 5. partition: overlap only while partitioned (+2 s), counted, one owner re-announced after heal;
 //! 6. API outage: no ownership change (with a crash, failover still within 1 s);
 //! 7. API cost: at most 0.5 Lease writes per second per node in steady state.
+//!
+//! And, for every scenario unless said otherwise (the adversary's invariants):
+//!
+//! 5. every episode of two answerers or more lasting over 1 s is counted: an `Overlap` Event
+//!    for that VIP within the episode or up to 2 s after it (a partition's included);
+//! 1. under a fault that lasts ([`Plan::fault_end`] `None`), from the documented
+//!    [`ISOLATION_BOUND`] after it started: exactly one answering data plane per VIP that has
+//!    an eligible live node (and none for a VIP with no eligible node);
+//! 8. an isolated node (it exchanges heartbeats both ways with no peer) has stepped back
+//!    within [`ISOLATION_BOUND`]: it wrote `standby: true` or raised `Isolated`;
+//! 9. no VIP with an eligible live node that can announce it is dark (answered by nobody)
+//!    longer than [`DARK_BOUND`];
+//! 10. bounded memory: no agent keeps more peers than there are Leases (forged-name
+//!     scenarios), or than Leases and real nodes (the others: a real node's first heartbeat
+//!     may arrive before its Lease);
+//! 11. forged heartbeats and floods change no VIP's owner;
+//! 12. a configuration roll is reported (`ConfigMismatch` node Event).
 
 use std::{fmt::Write, time::Duration};
 
-use announcer::election::{EventKind, Output};
+use announcer::election::{EventKind, NodeEventKind, Output};
 
 use super::{
     agent::Agent,
     queue::VTime,
-    scenario::{Action, Scenario, bit, owner_in},
+    scenario::{Action, ISOLATION_BOUND, Scenario, bit, owner_in},
     world::{Record, Sample, What, World},
 };
 
@@ -46,7 +63,19 @@ pub struct RunReport {
     pub lease_writes_per_s: f64,
     /// Hash of the whole run (equal runs, equal hashes).
     pub trace_hash: u64,
+    /// For scenarios that fail a victim over: `true` if it answered no VIP another node could
+    /// take (the run tested no failover).
+    pub victim_idle: Option<bool>,
+    /// The longest time a VIP with an eligible live node was answered by nobody (ms).
+    pub max_dark_ms: f64,
 }
+
+/// The longest a VIP with an eligible live node that can announce it may go unanswered.
+pub const DARK_BOUND: Duration = Duration::from_secs(1);
+/// Overlap episodes longer than this must be counted.
+const COUNT_OVER: Duration = Duration::from_secs(1);
+/// … by an `Overlap` Event at most this long after the episode ended.
+const COUNT_WITHIN: Duration = Duration::from_secs(2);
 
 /// Time after start from which clients are expected to be served.
 pub const WARM: Duration = Duration::from_secs(3);
@@ -131,9 +160,61 @@ impl<'a, A: Agent> Ctx<'a, A> {
         owner_in(
             &w.plan.nodes,
             w.plan.vips[v].addr,
-            self.eligible(s, v) & s.live,
+            self.eligible(s, v) & s.live & w.capable[v],
         )
         .map_or(0, bit)
+    }
+
+    /// Eligible as the nodes see it: during a roll, each node by its own configuration.
+    fn eligible_any(&self, s: &Sample, v: usize) -> u16 {
+        match &s.mixed {
+            Some(m) => m[v],
+            None => self.eligible(s, v),
+        }
+    }
+
+    /// Invariant 1 under a lasting fault, over `[from, to)`: exactly one answerer per VIP
+    /// with an eligible live node, whichever it is; none for a VIP nobody may announce.
+    fn single(&mut self, from: VTime, to: VTime, when: &str) {
+        for s in self.samples(from, to) {
+            for (v, st) in s.vips.iter().enumerate() {
+                let elig = self.eligible_any(s, v);
+                let servable = elig & s.live & self.w.capable[v] != 0;
+                let ok = if servable {
+                    st.answerers.count_ones() == 1
+                } else if elig == 0 {
+                    st.answerers == 0
+                } else {
+                    true
+                };
+                if !ok {
+                    let msg = format!(
+                        "{when}: answered by {} (eligible {}, live {})",
+                        names(self.w, st.answerers),
+                        names(self.w, elig),
+                        names(self.w, s.live)
+                    );
+                    self.fail("1 (one owner per VIP)", Some(v), s.t, msg);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether the node output something matching `f` within `[from, to]`.
+    fn output(
+        &self,
+        node: Option<usize>,
+        from: VTime,
+        to: VTime,
+        f: impl Fn(&Output) -> bool,
+    ) -> Option<VTime> {
+        self.w
+            .log
+            .iter()
+            .filter(|r| r.t >= from && r.t <= to && (node.is_none() || r.node == node))
+            .find(|r| matches!(&r.what, What::Out { out, .. } if f(out)))
+            .map(|r| r.t)
     }
 
     /// Invariant 1 over `[from, to)`.
@@ -168,7 +249,9 @@ impl<'a, A: Agent> Ctx<'a, A> {
             .filter(|v| {
                 let st = pre.vips[*v];
                 let mask = if cached { st.cached } else { st.answerers };
-                mask & bit(victim) != 0 && self.eligible(later, *v) & later.live & !bit(victim) != 0
+                mask & bit(victim) != 0
+                    && self.eligible(later, *v) & later.live & self.w.capable[*v] & !bit(victim)
+                        != 0
             })
             .collect()
     }
@@ -231,6 +314,22 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         _ => None,
     };
     let mut overlapped = Vec::new();
+    let overlap_events: Vec<(VTime, std::net::IpAddr)> = w
+        .log
+        .iter()
+        .filter_map(|r| match &r.what {
+            What::Out {
+                out:
+                    Output::Event {
+                        kind: EventKind::Overlap,
+                        vip,
+                        ..
+                    },
+                ..
+            } => Some((r.t, *vip)),
+            _ => None,
+        })
+        .collect();
     for v in 0..plan.vips.len() {
         let mut start: Option<VTime> = None;
         let mut last = Duration::ZERO;
@@ -259,12 +358,25 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
                                 "still answered by two nodes 2 s after the heal".into(),
                             );
                         }
-                    } else if last - a >= SLACK_OVERLAP {
+                    } else if last - a >= SLACK_OVERLAP && !plan.overlap_tolerated {
                         let msg = format!(
                             "answered by two nodes for {:?} outside any partition",
                             last - a
                         );
                         c.fail("5 (no overlap outside partitions)", Some(v), a, msg);
+                    }
+                    let addr = plan.vips[v].addr;
+                    let counted = overlap_events
+                        .iter()
+                        .any(|(t, ip)| *ip == addr && *t >= a && *t <= last + COUNT_WITHIN);
+                    if last - a > COUNT_OVER && !counted {
+                        let msg = format!(
+                            "answered by two nodes or more from {:.3}s to {:.3}s and no node raised an Overlap Event for it by {:.3}s",
+                            a.as_secs_f64(),
+                            last.as_secs_f64(),
+                            (last + COUNT_WITHIN).as_secs_f64()
+                        );
+                        c.fail("5 (overlap counted)", Some(v), last, msg);
                     }
                     start = None;
                 }
@@ -281,13 +393,201 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         plan.fault_at,
         "before the fault",
     );
-    c.steady(
-        plan.end.saturating_sub(Duration::from_secs(1)),
-        end,
-        "at the end",
-    );
+    let lasting = plan.scenario.adversary() && plan.fault_end.is_none();
+    if !lasting {
+        c.steady(
+            plan.end.saturating_sub(Duration::from_secs(1)),
+            end,
+            "at the end",
+        );
+    }
+    if plan.scenario.bounded_by_isolation() {
+        let from = plan.fault_at + ISOLATION_BOUND;
+        let to = plan.fault_end.unwrap_or(end);
+        c.single(from, to, "6 s after the fault began, while it lasts");
+    }
+
+    // 8: an isolated node steps back within the bound.
+    if plan.isolated && plan.fault_end.unwrap_or(end) >= plan.fault_at + ISOLATION_BOUND {
+        let v = plan.victim.expect("isolated victim");
+        let stepped = c.output(
+            Some(v),
+            plan.fault_at,
+            plan.fault_at + ISOLATION_BOUND,
+            |o| {
+                matches!(
+                    o,
+                    Output::WriteLease { standby: true, .. }
+                        | Output::NodeEvent {
+                            kind: NodeEventKind::Isolated,
+                            ..
+                        }
+                )
+            },
+        );
+        if stepped.is_none() {
+            let msg = format!(
+                "{} exchanged heartbeats with no peer from {:.3}s but neither wrote standby nor raised Isolated within {ISOLATION_BOUND:?}",
+                w.nodes[v].name,
+                plan.fault_at.as_secs_f64()
+            );
+            c.fail(
+                "8 (isolated node steps back)",
+                None,
+                plan.fault_at + ISOLATION_BOUND,
+                msg,
+            );
+        }
+    }
+
+    // 9: no VIP dark longer than the bound while someone could serve it. A node that lost the
+    // API server alone for a Lease duration is fenced by design (it stops being a candidate
+    // so that the cluster converges) until a little after it is back: it serves nothing.
+    let fenced = |t: VTime| -> u16 {
+        let mut m = 0;
+        for (d, a) in &plan.steps {
+            let Action::NodeApi(n, false) = a else {
+                continue;
+            };
+            let back = plan
+                .steps
+                .iter()
+                .find(|(u, b)| u >= d && *b == Action::NodeApi(*n, true))
+                .map_or(end + Duration::from_secs(10), |(u, _)| *u);
+            // Its last renewal was up to a renewal period before it lost the API.
+            let from = (*d + plan.timing.lease_duration)
+                .saturating_sub(plan.timing.lease_renew + Duration::from_millis(500));
+            if t >= from && t < back + Duration::from_secs(2) {
+                m |= bit(*n);
+            }
+        }
+        m
+    };
+    for v in 0..plan.vips.len() {
+        let mut dark_since: Option<VTime> = None;
+        let mut reported = false;
+        for s in c
+            .samples(WARM, end + Duration::from_secs(1))
+            .collect::<Vec<_>>()
+        {
+            let servers = c.eligible_any(s, v) & s.live & w.capable[v] & !fenced(s.t);
+            let dark = servers != 0 && s.vips[v].answerers == 0;
+            match (dark, dark_since) {
+                (true, None) => dark_since = Some(s.t),
+                (true, Some(a)) => {
+                    let len = s.t - a;
+                    rep.max_dark_ms = rep.max_dark_ms.max(len.as_secs_f64() * 1e3);
+                    if len > DARK_BOUND && !reported {
+                        reported = true;
+                        let msg = format!(
+                            "answered by nobody since {:.3}s although {} could (live {})",
+                            a.as_secs_f64(),
+                            names(w, servers),
+                            names(w, s.live)
+                        );
+                        c.fail("9 (no VIP dark beyond the bound)", Some(v), s.t, msg);
+                    }
+                }
+                (false, _) => dark_since = None,
+            }
+        }
+    }
+
+    // 10: bounded memory.
+    let strict = matches!(plan.scenario, Scenario::ForgedHeartbeats | Scenario::Flood);
+    let table = if strict { &w.mem_strict } else { &w.mem_loose };
+    if let Some((n, (t, peers, leases))) = table
+        .iter()
+        .enumerate()
+        .filter_map(|(n, x)| x.map(|x| (n, x)))
+        .min_by_key(|(_, x)| {
+            if strict {
+                usize::MAX - (x.1 - x.2)
+            } else {
+                x.0.as_micros() as usize
+            }
+        })
+    {
+        let bound = if strict {
+            "Leases"
+        } else {
+            "Leases or real nodes"
+        };
+        let msg = format!(
+            "{} keeps state for {peers} peers with {leases} Leases and {} real nodes (bound: {bound})",
+            w.nodes[n].name,
+            w.nodes.len()
+        );
+        c.fail("10 (bounded memory)", None, t, msg);
+    }
+
+    // 11: forged names and floods change no owner.
+    if let Some(from) = plan.when(|a| matches!(a, Action::Forge(..) | Action::Flood(_))) {
+        let to = plan.fault_end.unwrap_or(end) + Duration::from_secs(1);
+        let bad = w.log.iter().find(|r| {
+            r.t >= from
+                && r.t <= to
+                && matches!(
+                    &r.what,
+                    What::Out {
+                        out: Output::Install { .. } | Output::Remove { .. },
+                        changed: true
+                    }
+                )
+        });
+        if let Some(r) = bad {
+            let What::Out { out, .. } = &r.what else {
+                unreachable!()
+            };
+            let vip = vip_of(out).and_then(|a| plan.vips.iter().position(|x| x.addr == a));
+            let who = r.node.map_or("?", |n| w.nodes[n].name.as_str());
+            c.fail(
+                "11 (no ownership change under forged input)",
+                vip,
+                r.t,
+                format!("{who} did {out:?}"),
+            );
+        }
+    }
+
+    // 12: a configuration roll is reported.
+    if plan.scenario == Scenario::ConfigSkew {
+        let to = plan.fault_end.unwrap_or(end) + Duration::from_secs(2);
+        let seen = c.output(None, plan.fault_at, to, |o| {
+            matches!(
+                o,
+                Output::NodeEvent {
+                    kind: NodeEventKind::ConfigMismatch,
+                    ..
+                }
+            )
+        });
+        if seen.is_none() {
+            c.fail(
+                "12 (config mismatch reported)",
+                None,
+                to,
+                "nodes ran with two config fingerprints and no node raised ConfigMismatch".into(),
+            );
+        }
+    }
 
     let victim = plan.victim.unwrap_or(0);
+    if let Some(tf) = plan
+        .when(|a| matches!(a, Action::Crash(_) | Action::LinkDown(_) | Action::Kill(_)))
+        .filter(|_| {
+            matches!(
+                plan.scenario,
+                Scenario::Crash
+                    | Scenario::LinkDown
+                    | Scenario::OutageCrash
+                    | Scenario::Kill
+                    | Scenario::TwoNics
+            )
+        })
+    {
+        rep.victim_idle = Some(c.victims_vips(victim, tf, false).is_empty());
+    }
     match plan.scenario {
         Scenario::Crash | Scenario::LinkDown | Scenario::OutageCrash => {
             let tf = plan
@@ -309,7 +609,7 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
                 }
             }
         }
-        Scenario::Kill => {
+        Scenario::Kill | Scenario::TwoNics => {
             let tf = plan.fault_at;
             for v in c.victims_vips(victim, tf, false) {
                 let took = c.first(tf, |s| s.vips[v].answerers & !bit(victim) != 0);
@@ -376,32 +676,9 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
             c.no_loss("3 (SIGTERM handover)");
         }
         Scenario::Partition => {
-            let (tp, th) = window.expect("partition");
+            let (_, th) = window.expect("partition");
             overlapped.sort();
             overlapped.dedup();
-            if !overlapped.is_empty() {
-                let events = w.log.iter().any(|r| {
-                    r.t >= tp
-                        && matches!(
-                            &r.what,
-                            What::Out {
-                                out: Output::Event {
-                                    kind: EventKind::Overlap,
-                                    ..
-                                },
-                                ..
-                            }
-                        )
-                });
-                if rep.overlaps_counted == 0 && !events {
-                    c.fail(
-                        "5 (overlap counted)",
-                        Some(overlapped[0]),
-                        th,
-                        "an overlap happened but no node counted it".into(),
-                    );
-                }
-            }
             let at = th + HEAL_BUDGET;
             if let Some(s) = c.before(at + Duration::from_millis(1)).cloned() {
                 for v in overlapped {
@@ -432,6 +709,8 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
             c.no_loss("3 (no loss when a node loses the API)");
         }
         Scenario::Outage | Scenario::Join | Scenario::Eligibility => {}
+        // The adversary's scenarios are judged by the invariants above.
+        _ => {}
     }
 
     // 6: no ownership change during an API outage (crashed node's VIPs excepted).
@@ -497,7 +776,9 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         let mut runs: Vec<(VTime, VTime)> = Vec::new();
         for r in w.log.iter().filter(|r| r.node == Some(n)) {
             match r.what {
-                What::Started { .. } => runs.push((r.t, end)),
+                // The first second after a start is no steady state (first write,
+                // the watches' first list, maybe a 409 on a stale resourceVersion).
+                What::Started { .. } => runs.push((r.t + Duration::from_secs(1), end)),
                 What::Stopped => {
                     if let Some(last) = runs.last_mut() {
                         last.1 = r.t;

@@ -189,4 +189,8 @@ impl Agent for NaiveCore {
     fn stats(&self) -> Stats {
         self.stats.clone()
     }
+
+    fn peer_count(&self, _now: Instant) -> usize {
+        self.peers.len()
+    }
 }

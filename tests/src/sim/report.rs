@@ -27,6 +27,12 @@ pub struct ScenarioStats {
     pub overlaps_counted: u64,
     /// Highest steady-state Lease write rate seen (per node, per second).
     pub max_lease_writes_per_s: f64,
+    /// Runs whose fault has a victim to fail over from.
+    pub victim_runs: u64,
+    /// … of which the victim answered no VIP another node could take (no failover tested).
+    pub idle_victims: u64,
+    /// The longest a servable VIP was dark (ms).
+    pub max_dark_ms: f64,
 }
 
 impl ScenarioStats {
@@ -71,12 +77,27 @@ impl Summary {
         s.overlaps += r.overlaps;
         s.overlaps_counted += r.overlaps_counted;
         s.max_lease_writes_per_s = s.max_lease_writes_per_s.max(r.lease_writes_per_s);
+        if let Some(idle) = r.victim_idle {
+            s.victim_runs += 1;
+            s.idle_victims += u64::from(idle);
+        }
+        s.max_dark_ms = s.max_dark_ms.max(r.max_dark_ms);
+    }
+
+    /// Scenarios in which more than half the runs' victims owned nothing, with the counts:
+    /// such a sweep tests little failover.
+    pub fn idle_victim_scenarios(&self) -> Vec<(Scenario, u64, u64)> {
+        self.by_scenario
+            .iter()
+            .filter(|(_, s)| s.victim_runs > 0 && s.idle_victims * 2 > s.victim_runs)
+            .map(|(sc, s)| (*sc, s.idle_victims, s.victim_runs))
+            .collect()
     }
 
     /// A fixed-width table, one line per scenario.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "{:<13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}\n",
+            "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n",
             "scenario",
             "runs",
             "failed",
@@ -86,12 +107,14 @@ impl Summary {
             "lost",
             "overlaps",
             "counted",
-            "lease/s"
+            "lease/s",
+            "dark ms",
+            "idle vic"
         );
         for (sc, s) in &self.by_scenario {
             let _ = writeln!(
                 t,
-                "{:<13} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2}",
+                "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2} {:>8.0} {:>9}",
                 sc.name(),
                 s.runs,
                 s.failed,
@@ -101,7 +124,13 @@ impl Summary {
                 s.lost_samples,
                 s.overlaps,
                 s.overlaps_counted,
-                s.max_lease_writes_per_s
+                s.max_lease_writes_per_s,
+                s.max_dark_ms,
+                if s.victim_runs > 0 {
+                    format!("{}/{}", s.idle_victims, s.victim_runs)
+                } else {
+                    "-".into()
+                }
             );
         }
         t
@@ -126,6 +155,9 @@ impl Summary {
                     "overlaps": s.overlaps,
                     "overlaps_counted": s.overlaps_counted,
                     "max_lease_writes_per_s": (s.max_lease_writes_per_s * 1000.0).round() / 1000.0,
+                    "max_dark_ms": round1(s.max_dark_ms),
+                    "victim_runs": s.victim_runs,
+                    "idle_victims": s.idle_victims,
                 })
             })
             .collect();

@@ -38,11 +38,47 @@ pub enum Scenario {
     Eligibility,
     /// One owner loses the API server (its Lease stops renewing) while its heartbeats flow.
     ApiIsolated,
+    // ---- the adversary: faults the first eleven never produce ----
+    /// Heartbeats are lost one way only (the victim is mute to everyone, deaf to everyone, or
+    /// mute to one peer); Leases and probes are unaffected.
+    HeartbeatLossOneWay,
+    /// The victim's heartbeats are lost both ways; Leases and probes are unaffected.
+    HeartbeatLossBothWays,
+    /// The victim's heartbeats are lost both ways and 30% of all probe answers are lost.
+    ProbeAnswerLoss,
+    /// The victim's wall clock steps by more than the ±5 s skew window: every peer's verifier
+    /// rejects its heartbeats and its verifier rejects theirs; its Lease keeps renewing.
+    ClockOffset,
+    /// The victim restarts after its wall clock stepped back; the shell's persisted counter
+    /// still hands its core a higher incarnation (the fixed incarnation source).
+    IncarnationRollback,
+    /// The victim's heartbeat key differs from everyone's (a botched rotation): its
+    /// heartbeats are rejected both ways.
+    KeyMismatch,
+    /// A node holding the cluster key sends heartbeats under random names that have no Lease.
+    ForgedHeartbeats,
+    /// Bursts of thousands of irrelevant inputs (forged-name heartbeats, probe answers for
+    /// VIPs and MACs nobody probed) interleaved with normal traffic.
+    Flood,
+    /// Every node publishes two links (VIPs in subnet B answered only from MAC B) and an
+    /// owner's agent is SIGKILLed, its data plane alive.
+    TwoNics,
+    /// A ConfigMap roll: nodes restart one by one with another config fingerprint and other
+    /// eligible sets, so for a while two nodes rank the same VIP differently.
+    ConfigSkew,
+    /// One node's Lease and VIP watch events arrive 2 s late while VIPs move to it.
+    WatchLag,
+    /// Frames from one node to one peer are lost (heartbeats, probes, probe answers); the
+    /// other way works.
+    OneWayLink,
+    /// Not in the sweep: [`Scenario::IncarnationRollback`] with the old incarnation source
+    /// (the wall clock at start), which hands the core a lower incarnation after the step.
+    IncarnationRollbackWallClock,
 }
 
 impl Scenario {
     /// Every scenario, in the order seeds cycle through them.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 23] = [
         Scenario::Crash,
         Scenario::LinkDown,
         Scenario::Kill,
@@ -54,7 +90,42 @@ impl Scenario {
         Scenario::Join,
         Scenario::Eligibility,
         Scenario::ApiIsolated,
+        Scenario::HeartbeatLossOneWay,
+        Scenario::HeartbeatLossBothWays,
+        Scenario::ProbeAnswerLoss,
+        Scenario::ClockOffset,
+        Scenario::IncarnationRollback,
+        Scenario::KeyMismatch,
+        Scenario::ForgedHeartbeats,
+        Scenario::Flood,
+        Scenario::TwoNics,
+        Scenario::ConfigSkew,
+        Scenario::WatchLag,
+        Scenario::OneWayLink,
     ];
+
+    /// Scenarios that can be run by name but are not in the sweep: models of behaviour the
+    /// agent no longer has, kept to show the invariants catch it.
+    pub const MODELS: [Scenario; 1] = [Scenario::IncarnationRollbackWallClock];
+
+    /// Faults whose cure is the isolated node stepping back (or no cure needed): under them,
+    /// each VIP must have one owner from [`ISOLATION_BOUND`] after the fault began.
+    pub fn bounded_by_isolation(self) -> bool {
+        matches!(
+            self,
+            Scenario::HeartbeatLossOneWay
+                | Scenario::HeartbeatLossBothWays
+                | Scenario::ProbeAnswerLoss
+                | Scenario::ClockOffset
+                | Scenario::KeyMismatch
+                | Scenario::OneWayLink
+        )
+    }
+
+    /// The adversary's scenarios (the last twelve of [`Scenario::ALL`] and the models).
+    pub fn adversary(self) -> bool {
+        Self::ALL[11..].contains(&self) || Self::MODELS.contains(&self)
+    }
 
     /// The scenario a seed runs when all scenarios are cycled.
     pub fn for_seed(seed: u64) -> Scenario {
@@ -75,6 +146,19 @@ impl Scenario {
             Scenario::Join => "join",
             Scenario::Eligibility => "eligibility",
             Scenario::ApiIsolated => "api-isolated",
+            Scenario::HeartbeatLossOneWay => "heartbeat-loss-one-way",
+            Scenario::HeartbeatLossBothWays => "heartbeat-loss-both-ways",
+            Scenario::ProbeAnswerLoss => "probe-answer-loss",
+            Scenario::ClockOffset => "clock-offset",
+            Scenario::IncarnationRollback => "incarnation-rollback",
+            Scenario::KeyMismatch => "key-mismatch",
+            Scenario::ForgedHeartbeats => "forged-heartbeats",
+            Scenario::Flood => "flood",
+            Scenario::TwoNics => "two-nics",
+            Scenario::ConfigSkew => "config-skew",
+            Scenario::WatchLag => "watch-lag",
+            Scenario::OneWayLink => "one-way-link",
+            Scenario::IncarnationRollbackWallClock => "incarnation-rollback-wall-clock",
         }
     }
 }
@@ -91,9 +175,14 @@ impl FromStr for Scenario {
     fn from_str(s: &str) -> Result<Self, String> {
         Self::ALL
             .into_iter()
+            .chain(Self::MODELS)
             .find(|x| x.name() == s)
             .ok_or_else(|| {
-                let names: Vec<_> = Self::ALL.iter().map(|x| x.name()).collect();
+                let names: Vec<_> = Self::ALL
+                    .iter()
+                    .chain(&Self::MODELS)
+                    .map(|x| x.name())
+                    .collect();
                 format!("unknown scenario {s:?} (one of: {})", names.join(", "))
             })
     }
@@ -127,6 +216,40 @@ pub enum Action {
     Heal,
     /// New eligible sets (bit `i` = node `i`) for some VIPs, by index.
     Eligibility(Vec<(usize, u16)>),
+    /// Heartbeats from `.0` to each node in the mask `.1` are lost from now on (heartbeats
+    /// only: Leases, probes and probe answers still flow).
+    BeatCut(usize, u16),
+    /// Every heartbeat cut of [`Action::BeatCut`] is lifted.
+    BeatHeal,
+    /// Every frame from `.0` to `.1` is lost (heartbeats, probes, probe answers), one way.
+    LinkCut(usize, usize),
+    /// Every cut of [`Action::LinkCut`] is lifted.
+    LinkHeal,
+    /// The node's wall clock is now this many milliseconds off (heartbeat verifiers reject
+    /// beats whose sender's clock is more than 5 s away from their own).
+    Clock(usize, i64),
+    /// The node's heartbeat key is now this one (verifiers reject other keys).
+    Key(usize, u8),
+    /// Each probe answer is lost with this probability (per mille) from now on.
+    ProbeLoss(u16),
+    /// SIGKILL and start again after the node's wall clock stepped back: the incarnation
+    /// comes from the plan's source ([`Plan::wall_clock_incarnation`]).
+    RestartAfterClockStep(usize),
+    /// A key holder sends this many heartbeats under fresh random names, spread over the
+    /// duration, to every node.
+    Forge(u32, VTime),
+    /// A burst of this many irrelevant inputs to each node within 20 ms (thousands across
+    /// the cluster): heartbeats under a small pool of forged names and probe answers for VIPs
+    /// and MACs nobody probed.
+    Flood(u32),
+    /// The node's watch events (Leases, VIPs, health) arrive this much later from now on.
+    WatchLag(usize, VTime),
+    /// The node's agent restarts with the new configuration: the latest eligible sets and
+    /// another config fingerprint (a ConfigMap roll reaching it).
+    Reconfigure(usize),
+    /// A new configuration starts rolling out: these eligible sets (like
+    /// [`Action::Eligibility`]) apply to each node once it is reconfigured.
+    NewConfig(Vec<(usize, u16)>),
 }
 
 /// One VIP of the simulated cluster.
@@ -161,10 +284,47 @@ pub struct Plan {
     pub fault_at: VTime,
     /// When the run ends.
     pub end: VTime,
+    /// Probe answers lost (per mille) from the start; an adversary scenario may raise it.
+    pub probe_loss: u16,
+    /// Every node publishes two links in its Lease (VIPs in [`SUBNET_B`] on `eth1`).
+    pub two_nics: bool,
+    /// With `two_nics`: this node has only its first link, without fallback (it cannot
+    /// announce VIPs outside [`SUBNET_A`]).
+    pub one_nic: Option<usize>,
+    /// With [`Action::RestartAfterClockStep`]: the incarnation is the wall clock at start (so
+    /// it goes down), not a persisted counter.
+    pub wall_clock_incarnation: bool,
+    /// When the adversary's faults end (`None`: they last to the end of the run).
+    pub fault_end: Option<VTime>,
+    /// The victim cannot exchange heartbeats both ways with any peer from `fault_at` to
+    /// `fault_end`, so it must step back.
+    pub isolated: bool,
+    /// Two answerers within the documented bound are tolerated (if counted when over 1 s):
+    /// no node can tell them apart from a partition.
+    pub overlap_tolerated: bool,
 }
+
+/// Subnets of the first link (v4 and v6): the VIPs' third octet / seventh group 0 or 1.
+pub const SUBNET_A: [&str; 2] = ["10.96.0.0/23", "fd00::/111"];
+/// Subnets of the second link: third octet / seventh group 2 or 3.
+pub const SUBNET_B: [&str; 2] = ["10.96.2.0/23", "fd00::2:0/111"];
+
+/// The documented bound for an isolated node: it has stepped back and each of its VIPs has a
+/// single owner this long after the fault started (dead-after 0.3 s + Lease renewal 3 s +
+/// slack).
+pub const ISOLATION_BOUND: Duration = Duration::from_secs(6);
 
 fn secs(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> Duration {
     Duration::from_secs_f64(rng.random_range(lo..hi))
+}
+
+/// Whether `addr` is in [`SUBNET_B`] (announced on the second link when nodes have two).
+pub fn in_subnet_b(addr: IpAddr) -> bool {
+    SUBNET_B.iter().any(|s| {
+        s.parse::<announcer::election::Subnet>()
+            .expect("valid")
+            .contains(addr)
+    })
 }
 
 /// Bit mask of one node.
@@ -251,7 +411,180 @@ impl Plan {
         let t1 = secs(&mut rng, 4.0, 6.0);
         let grace = timing.grace;
         let mut victim_opt = Some(victim);
+        let (mut probe_loss, mut two_nics, mut one_nic) = (0u16, false, None);
+        let mut fault_end = None;
+        let (mut isolated, mut overlap_tolerated) = (false, false);
+        let others = all & !bit(victim);
+        let each_other: Vec<usize> = (0..n).filter(|j| *j != victim).collect();
+        // An adversary fault either lasts to the end (then the run covers the documented
+        // bound and a few seconds of steady state) or is lifted, then a settle time.
+        let mut lasts =
+            |rng: &mut ChaCha8Rng, steps: &mut Vec<(VTime, Action)>, lift: Vec<Action>| {
+                if rng.random_bool(0.5) {
+                    fault_end = None;
+                    t1 + ISOLATION_BOUND + secs(rng, 3.0, 4.0)
+                } else {
+                    let heal = t1 + secs(rng, 1.0, 10.0);
+                    steps.extend(lift.into_iter().map(|a| (heal, a)));
+                    fault_end = Some(heal);
+                    heal + secs(rng, 6.0, 7.0)
+                }
+            };
         let end = match scenario {
+            Scenario::HeartbeatLossOneWay => {
+                overlap_tolerated = true;
+                probe_loss = rng.random_range(10..=30);
+                match rng.random_range(0..3) {
+                    0 => {
+                        // Mute: nobody hears it, it hears everyone.
+                        isolated = true;
+                        steps.push((t1, Action::BeatCut(victim, others)));
+                    }
+                    1 => {
+                        // Deaf: it hears nobody, everyone hears it.
+                        isolated = true;
+                        for &j in &each_other {
+                            steps.push((t1, Action::BeatCut(j, bit(victim))));
+                        }
+                    }
+                    _ => {
+                        let peer = *each_other.choose(&mut rng).expect("3+ nodes");
+                        steps.push((t1, Action::BeatCut(victim, bit(peer))));
+                    }
+                }
+                lasts(&mut rng, &mut steps, vec![Action::BeatHeal])
+            }
+            Scenario::HeartbeatLossBothWays | Scenario::ProbeAnswerLoss => {
+                overlap_tolerated = true;
+                isolated = true;
+                probe_loss = if scenario == Scenario::ProbeAnswerLoss {
+                    300
+                } else {
+                    rng.random_range(10..=30)
+                };
+                steps.push((t1, Action::BeatCut(victim, others)));
+                for &j in &each_other {
+                    steps.push((t1, Action::BeatCut(j, bit(victim))));
+                }
+                lasts(&mut rng, &mut steps, vec![Action::BeatHeal])
+            }
+            Scenario::ClockOffset => {
+                overlap_tolerated = true;
+                isolated = true;
+                probe_loss = rng.random_range(10..=30);
+                let ms =
+                    rng.random_range(6_000..30_000i64) * if rng.random_bool(0.5) { 1 } else { -1 };
+                steps.push((t1, Action::Clock(victim, ms)));
+                lasts(&mut rng, &mut steps, vec![Action::Clock(victim, 0)])
+            }
+            Scenario::KeyMismatch => {
+                overlap_tolerated = true;
+                isolated = true;
+                probe_loss = rng.random_range(10..=30);
+                steps.push((t1, Action::Key(victim, 1)));
+                lasts(&mut rng, &mut steps, vec![Action::Key(victim, 0)])
+            }
+            Scenario::IncarnationRollback | Scenario::IncarnationRollbackWallClock => {
+                steps.push((t1, Action::Kill(victim)));
+                let back = t1 + secs(&mut rng, 0.2, 10.0);
+                steps.push((back, Action::RestartAfterClockStep(victim)));
+                fault_end = Some(back);
+                back + secs(&mut rng, 6.0, 7.0)
+            }
+            Scenario::ForgedHeartbeats => {
+                victim_opt = None;
+                let over = secs(&mut rng, 0.3, 1.0);
+                steps.push((t1, Action::Forge(rng.random_range(60..150), over)));
+                fault_end = Some(t1 + over);
+                t1 + over + secs(&mut rng, 4.0, 5.0)
+            }
+            Scenario::Flood => {
+                victim_opt = None;
+                let mut at = t1;
+                for _ in 0..3 {
+                    steps.push((at, Action::Flood(rng.random_range(300..700))));
+                    at += secs(&mut rng, 0.3, 1.5);
+                }
+                fault_end = Some(at);
+                at + secs(&mut rng, 4.0, 5.0)
+            }
+            Scenario::TwoNics => {
+                two_nics = true;
+                // Preferably the owner of a VIP on the second link: the one probed at MAC B.
+                let b: Vec<usize> = vips
+                    .iter()
+                    .filter(|v| in_subnet_b(v.addr) && (v.eligible & initial).count_ones() >= 2)
+                    .filter_map(|v| owner_in(&nodes, v.addr, v.eligible & initial))
+                    .collect();
+                let victim = b.choose(&mut rng).copied().unwrap_or(victim);
+                victim_opt = Some(victim);
+                if rng.random_bool(0.3) {
+                    let rest: Vec<usize> = (0..n).filter(|j| *j != victim).collect();
+                    one_nic = rest.choose(&mut rng).copied();
+                }
+                steps.push((t1, Action::Kill(victim)));
+                t1 + grace + secs(&mut rng, 4.0, 5.0)
+            }
+            Scenario::ConfigSkew => {
+                victim_opt = None;
+                overlap_tolerated = true;
+                let changes = (0..rng.random_range(1..=4))
+                    .map(|_| {
+                        let i = rng.random_range(0..vips.len());
+                        (i, rng.random_range(0..=all))
+                    })
+                    .collect();
+                steps.push((t1, Action::NewConfig(changes)));
+                let mut order: Vec<usize> = (0..n).collect();
+                rand::seq::SliceRandom::shuffle(&mut order[..], &mut rng);
+                let mut at = t1;
+                for j in order {
+                    at += secs(&mut rng, 0.7, 2.0);
+                    steps.push((at, Action::Reconfigure(j)));
+                }
+                fault_end = Some(at);
+                at + secs(&mut rng, 6.0, 7.0)
+            }
+            Scenario::WatchLag => {
+                overlap_tolerated = true;
+                let lagger = rng.random_range(0..n);
+                victim_opt = Some(lagger);
+                steps.push((
+                    t1 - Duration::from_secs(1),
+                    Action::WatchLag(lagger, Duration::from_secs(2)),
+                ));
+                // VIPs move to the lagging node from another owner: it tops their new
+                // eligible sets. (A VIP nobody announced before has no owner to hold on to it
+                // while the lagging node learns of it.)
+                let movable: Vec<usize> = (0..vips.len())
+                    .filter(|i| {
+                        let e = vips[*i].eligible;
+                        e != 0 && owner_in(&nodes, vips[*i].addr, e) != Some(lagger)
+                    })
+                    .collect();
+                let mut changes = Vec::new();
+                for _ in 0..rng.random_range(1..=3) {
+                    let Some(&i) = movable.choose(&mut rng) else {
+                        break;
+                    };
+                    for _ in 0..20 {
+                        let mask = rng.random_range(0..=all) | bit(lagger);
+                        if owner_in(&nodes, vips[i].addr, mask) == Some(lagger) {
+                            changes.push((i, mask));
+                            break;
+                        }
+                    }
+                }
+                steps.push((t1, Action::Eligibility(changes)));
+                fault_end = Some(t1);
+                t1 + secs(&mut rng, 6.0, 7.0)
+            }
+            Scenario::OneWayLink => {
+                overlap_tolerated = true;
+                let peer = *each_other.choose(&mut rng).expect("3+ nodes");
+                steps.push((t1, Action::LinkCut(victim, peer)));
+                lasts(&mut rng, &mut steps, vec![Action::LinkHeal])
+            }
             Scenario::Crash => {
                 steps.push((t1, Action::Crash(victim)));
                 t1 + secs(&mut rng, 5.0, 6.0)
@@ -367,6 +700,13 @@ impl Plan {
             victim: victim_opt,
             fault_at: t1,
             end,
+            probe_loss,
+            two_nics,
+            one_nic,
+            wall_clock_incarnation: scenario == Scenario::IncarnationRollbackWallClock,
+            fault_end,
+            isolated,
+            overlap_tolerated,
         }
     }
 

@@ -15,7 +15,7 @@ use std::{
     time::Duration,
 };
 
-use announcer::election::{IfaceName, Input, Instant, NodeName, Output, core::Stats};
+use announcer::election::{Beat, IfaceName, Input, Instant, NodeName, Output, core::Stats};
 use announcer_ebpf::wire::MacAddr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,11 +23,15 @@ use rand_chacha::ChaCha8Rng;
 use super::{
     agent::Agent,
     queue::{Queue, VTime},
-    scenario::{Action, Plan, bit},
+    scenario::{Action, Plan, bit, in_subnet_b},
 };
 
 /// The interface every simulated node announces on.
 pub const IFACE: &str = "eth0";
+/// The second link's interface, with [`Plan::two_nics`].
+pub const IFACE_B: &str = "eth1";
+/// Heartbeat verifiers reject a beat whose sender's clock is further than this from theirs.
+pub const SKEW_WINDOW_MS: i64 = 5000;
 /// How often ground truth is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(10);
 /// How many clients watch the VIPs.
@@ -99,6 +103,9 @@ pub struct Sample {
     pub live: u16,
     /// Index into [`World::eligibility`]: the eligible sets in force.
     pub epoch: usize,
+    /// During a configuration roll (nodes rank by different eligible sets), per VIP: the
+    /// running nodes whose own configuration makes them eligible.
+    pub mixed: Option<Vec<u16>>,
     /// Per VIP, same order as the plan.
     pub vips: Vec<VipState>,
 }
@@ -155,6 +162,16 @@ pub struct SimNode<A> {
     pub name: NodeName,
     /// Its MAC (heartbeats, probes and announcements).
     pub mac: MacAddr,
+    /// The MAC of its second link (with [`Plan::two_nics`]).
+    pub mac_b: MacAddr,
+    /// Per data-plane entry: installed on the second link.
+    pub dp_b: BTreeMap<usize, bool>,
+    /// Index into [`World::eligibility`] its agent ranks by.
+    pub view: usize,
+    /// Its agent's config fingerprint.
+    pub config_hash: u64,
+    /// Its next start follows a wall-clock step back.
+    pub clock_stepped_back: bool,
     /// The running agent, if any.
     pub agent: Option<A>,
     /// Bumped whenever an agent starts or stops: answers meant for an earlier agent are dropped.
@@ -202,6 +219,21 @@ pub struct World<A> {
     pub samples: Vec<Sample>,
     /// Full trace lines (inputs and outputs), when enabled.
     pub trace: Option<Vec<String>>,
+    /// Per VIP: the nodes that can announce it (all, unless a node lacks its link).
+    pub capable: Vec<u16>,
+    /// Per node: the sample at which its agent kept the most peers beyond the Leases
+    /// `(time, peers, leases)`, if it ever kept more.
+    pub mem_strict: Vec<Option<(VTime, usize, usize)>>,
+    /// Per node: the first sample at which its agent kept more peers than there are Leases
+    /// or real nodes, whichever is more.
+    pub mem_loose: Vec<Option<(VTime, usize, usize)>>,
+    beat_cut: Vec<u16>,
+    link_cut: Vec<u16>,
+    clock_ms: Vec<i64>,
+    key: Vec<u8>,
+    probe_loss: u16,
+    lag: Vec<VTime>,
+    flood_pool: Vec<NodeName>,
     hasher: DefaultHasher,
     same_instant: u64,
 }
@@ -218,6 +250,11 @@ impl<A: Agent> World<A> {
             .map(|(i, name)| SimNode {
                 name: name.clone(),
                 mac: MacAddr([0x02, 0, 0, 0, 0, i as u8 + 1]),
+                mac_b: MacAddr([0x02, 0, 0, 0, 0x0b, i as u8 + 1]),
+                dp_b: BTreeMap::new(),
+                view: 0,
+                config_hash: 0,
+                clock_stepped_back: false,
                 agent: None,
                 run: 0,
                 incarnation: 1000 * (i as u64 + 1),
@@ -240,7 +277,27 @@ impl<A: Agent> World<A> {
             stale_since: vec![None; m],
             next_resolve: vec![Duration::ZERO; m],
         };
+        let capable = plan
+            .vips
+            .iter()
+            .map(|v| match plan.one_nic {
+                Some(o) if plan.two_nics && in_subnet_b(v.addr) => ((1u16 << n) - 1) & !bit(o),
+                _ => (1u16 << n) - 1,
+            })
+            .collect();
         World {
+            capable,
+            mem_strict: vec![None; n],
+            mem_loose: vec![None; n],
+            beat_cut: vec![0; n],
+            link_cut: vec![0; n],
+            clock_ms: vec![0; n],
+            key: vec![0; n],
+            probe_loss: plan.probe_loss,
+            lag: vec![Duration::ZERO; n],
+            flood_pool: (0..32)
+                .map(|i| NodeName::from(format!("flood-{i}")))
+                .collect(),
             eligibility: vec![plan.vips.iter().map(|v| v.eligible).collect()],
             vip_index: plan
                 .vips
@@ -421,6 +478,12 @@ impl<A: Agent> World<A> {
     }
 
     fn deliver(&mut self, at: VTime, node: usize, run: Option<u64>, input: Input) {
+        // A lagging watch: everything the watches bring arrives late (in order).
+        let watched = matches!(
+            input,
+            Input::LeaseSeen(_) | Input::LeaseGone(_) | Input::Vips(_) | Input::WatchHealth(_)
+        );
+        let at = if watched { at + self.lag[node] } else { at };
         self.queue.push(at, Ev::Deliver { node, run, input });
     }
 
@@ -431,25 +494,39 @@ impl<A: Agent> World<A> {
             n.up = true;
             n.link = true;
             n.dp.clear();
+            n.dp_b.clear();
         }
         n.run += 1;
-        n.incarnation += 1;
+        if std::mem::take(&mut n.clock_stepped_back) && self.plan.wall_clock_incarnation {
+            // The old source: the wall clock at start, now earlier than the last start.
+            n.incarnation = n.incarnation.saturating_sub(500).max(1);
+        } else {
+            // A persisted counter (or a clock that only moves on).
+            n.incarnation += 1;
+        }
         n.started_at = self.now;
         n.leaving = false;
         let mut config = self.plan.timing.clone();
         config.node = n.name.clone();
         config.mac = n.mac;
+        config.config_hash = n.config_hash;
         n.agent = Some(A::start(config, self.origin + self.now, n.incarnation));
         let run = n.run;
         let existing: Vec<(IpAddr, IfaceName)> =
             n.dp.iter()
                 .filter(|(_, exp)| **exp > self.now)
-                .map(|(v, _)| (self.plan.vips[*v].addr, IfaceName::from(IFACE)))
+                .map(|(v, _)| {
+                    let b = n.dp_b.get(v).copied().unwrap_or(false);
+                    (
+                        self.plan.vips[*v].addr,
+                        IfaceName::from(if b { IFACE_B } else { IFACE }),
+                    )
+                })
                 .collect();
         self.record(Some(node), What::Started { run });
         self.feed(node, Input::Existing(existing));
         let at = self.now + us(&mut self.rng, 1000, 10_000);
-        let specs = self.specs_for();
+        let specs = self.specs_for(node);
         self.deliver(at, node, Some(run), Input::Vips(specs));
         let at = at + us(&mut self.rng, 1000, 10_000);
         if self.api[node] {
@@ -475,6 +552,7 @@ impl<A: Agent> World<A> {
         n.up = false;
         n.link = false;
         n.dp.clear();
+        n.dp_b.clear();
     }
 
     /// The node loses or regains the API server: its watches notice within a second; on
@@ -535,12 +613,125 @@ impl<A: Agent> World<A> {
                 }
                 self.eligibility.push(e);
                 for n in 0..self.nodes.len() {
+                    self.nodes[n].view = self.eligibility.len() - 1;
                     let at = self.now + us(&mut self.rng, 1000, 100_000);
-                    let (run, specs) = (self.nodes[n].run, self.specs_for());
+                    let (run, specs) = (self.nodes[n].run, self.specs_for(n));
                     self.deliver(at, n, Some(run), Input::Vips(specs));
                 }
             }
+            Action::NewConfig(changes) => {
+                let mut e = self.eligibility.last().expect("initial").clone();
+                for (v, mask) in changes {
+                    e[v] = mask;
+                }
+                self.eligibility.push(e);
+            }
+            Action::Reconfigure(n) => {
+                let node = &mut self.nodes[n];
+                node.view = self.eligibility.len() - 1;
+                node.config_hash = 0xc0ff_ee00 + node.view as u64;
+                if node.agent.is_some() {
+                    self.start_agent(n);
+                }
+            }
+            Action::BeatCut(from, mask) => self.beat_cut[from] |= mask,
+            Action::BeatHeal => self.beat_cut.iter_mut().for_each(|m| *m = 0),
+            Action::LinkCut(from, to) => self.link_cut[from] |= bit(to),
+            Action::LinkHeal => self.link_cut.iter_mut().for_each(|m| *m = 0),
+            Action::Clock(n, ms) => self.clock_ms[n] = ms,
+            Action::Key(n, k) => self.key[n] = k,
+            Action::ProbeLoss(p) => self.probe_loss = p,
+            Action::WatchLag(n, d) => self.lag[n] = d,
+            Action::RestartAfterClockStep(n) => {
+                self.nodes[n].clock_stepped_back = true;
+                self.start_agent(n);
+            }
+            Action::Forge(count, over) => {
+                for _ in 0..count {
+                    let at = self.now + us(&mut self.rng, 0, over.as_micros().max(1) as u64);
+                    let name = NodeName::from(format!("forged-{:08x}", self.rng.random::<u32>()));
+                    let beat = self.forged_beat(name);
+                    self.spray(at, beat);
+                }
+            }
+            Action::Flood(count) => {
+                for node in 0..self.nodes.len() {
+                    if self.nodes[node].agent.is_none() {
+                        continue;
+                    }
+                    for _ in 0..count {
+                        let at = self.now + us(&mut self.rng, 0, 20_000);
+                        let input = if self.rng.random_bool(0.5) {
+                            let i = self.rng.random_range(0..self.flood_pool.len());
+                            let mut b = self.forged_beat(self.flood_pool[i].clone());
+                            b.hears = vec![self.nodes[node].name.clone()];
+                            Input::Heartbeat(b)
+                        } else {
+                            let vip = if self.rng.random_bool(0.5) {
+                                let i = self.rng.random_range(0..self.plan.vips.len());
+                                self.plan.vips[i].addr
+                            } else {
+                                IpAddr::V4([192, 0, 2, self.rng.random()].into())
+                            };
+                            Input::ProbeAnswered {
+                                vip,
+                                mac: self.stranger_mac(),
+                            }
+                        };
+                        self.deliver(at, node, None, input);
+                    }
+                }
+            }
         }
+    }
+
+    /// A MAC no simulated node has.
+    fn stranger_mac(&mut self) -> MacAddr {
+        let mut m: [u8; 6] = self.rng.random();
+        m[0] = 0x0a;
+        MacAddr(m)
+    }
+
+    /// A heartbeat under `name`, as a key holder would seal it.
+    fn forged_beat(&mut self, name: NodeName) -> Beat {
+        Beat {
+            node: name,
+            incarnation: self.rng.random(),
+            mac: self.stranger_mac(),
+            leaving: self.rng.random_bool(0.2),
+            api_ok: true,
+            ready: true,
+            acks: Vec::new(),
+            hears: Vec::new(),
+            config: self.rng.random(),
+            view: self.rng.random(),
+        }
+    }
+
+    /// Deliver a forged beat to every running node, each sealed for its recipient (claiming
+    /// to hear it).
+    fn spray(&mut self, at: VTime, beat: Beat) {
+        for node in 0..self.nodes.len() {
+            if self.nodes[node].agent.is_some() {
+                let mut b = beat.clone();
+                b.hears = vec![self.nodes[node].name.clone()];
+                self.deliver(at, node, None, Input::Heartbeat(b));
+            }
+        }
+    }
+
+    /// Whether heartbeats from `a` reach `b`'s core: its verifier accepts them (same key,
+    /// clocks within the skew window) and no heartbeat-only loss applies.
+    pub(super) fn beat_accepted(&self, a: usize, b: usize) -> bool {
+        self.beat_cut[a] & bit(b) == 0
+            && self.link_cut[a] & bit(b) == 0
+            && (self.clock_ms[a] - self.clock_ms[b]).abs() <= SKEW_WINDOW_MS
+            && self.key[a] == self.key[b]
+    }
+
+    /// Whether frames from `a` reach `b` (probes, probe answers).
+    pub(super) fn frames_pass(&self, a: usize, b: usize) -> bool {
+        self.reachable(a, b) && self.link_cut[a] & bit(b) == 0
     }
 }
 

@@ -10,11 +10,15 @@
 use std::{hash::Hash, net::IpAddr};
 
 use announcer::election::{
-    IfaceName, Input, LeaseView, LeaseWriteResult, Output, ServiceRef, VipSpec,
+    IfaceName, Input, LeaseView, LeaseWriteResult, Link, Output, ServiceRef, Subnet, VipSpec,
 };
+use announcer_ebpf::wire::MacAddr;
 use rand::Rng;
 
-use super::{Agent, Ev, IFACE, LeaseBody, StoredLease, VTime, What, World, bit, hash_beat, us};
+use super::{
+    super::scenario::{SUBNET_A, SUBNET_B, in_subnet_b},
+    Agent, Ev, IFACE, IFACE_B, LeaseBody, StoredLease, VTime, What, World, bit, hash_beat, us,
+};
 
 impl<A: Agent> World<A> {
     pub(super) fn reachable(&self, a: usize, b: usize) -> bool {
@@ -27,6 +31,48 @@ impl<A: Agent> World<A> {
         n.up && n.link && n.dp.get(&vip).is_some_and(|exp| *exp > self.now)
     }
 
+    /// Whether the node's data plane answers a unicast probe for `vip` sent to `mac`: only on
+    /// the link the entry is installed under, with that link's MAC.
+    fn answers_probe(&self, node: usize, vip: usize, mac: MacAddr) -> bool {
+        let n = &self.nodes[node];
+        let on_b = n.dp_b.get(&vip).copied().unwrap_or(false);
+        let want = if on_b { n.mac_b } else { n.mac };
+        self.answers(node, vip) && mac == want
+    }
+
+    /// The interface a node announces `vip` on, if it has one.
+    fn iface_for(&self, node: usize, vip: usize) -> Option<&'static str> {
+        if !self.plan.two_nics || !in_subnet_b(self.plan.vips[vip].addr) {
+            Some(IFACE)
+        } else if self.plan.one_nic == Some(node) {
+            None
+        } else {
+            Some(IFACE_B)
+        }
+    }
+
+    /// The links a node publishes in its Lease (with [`super::Plan::two_nics`]).
+    fn links_of(&self, node: usize) -> Vec<Link> {
+        let parse = |v: &[&str; 2]| -> Vec<Subnet> {
+            v.iter().map(|s| s.parse().expect("valid")).collect()
+        };
+        let n = &self.nodes[node];
+        let single = self.plan.one_nic == Some(node);
+        let mut links = vec![Link {
+            mac: n.mac,
+            subnets: parse(&SUBNET_A),
+            fallback: !single,
+        }];
+        if !single {
+            links.push(Link {
+                mac: n.mac_b,
+                subnets: parse(&SUBNET_B),
+                fallback: false,
+            });
+        }
+        links
+    }
+
     /// The simulated shell: carry out one output of the node's agent.
     pub(super) fn output(&mut self, node: usize, out: Output) {
         if let Output::SendHeartbeat(b) = &out {
@@ -34,12 +80,24 @@ impl<A: Agent> World<A> {
             node.hash(&mut self.hasher);
             hash_beat(b, &mut self.hasher);
             for peer in 0..self.nodes.len() {
-                if peer != node && self.nodes[peer].agent.is_some() && self.reachable(node, peer) {
+                if peer != node
+                    && self.nodes[peer].agent.is_some()
+                    && self.reachable(node, peer)
+                    && self.beat_accepted(node, peer)
+                {
                     if self.plan.loss > 0.0 && self.rng.random_bool(self.plan.loss) {
                         continue;
                     }
+                    // The shell seals one datagram per recipient: it learns only whether it
+                    // is among those heard and acked.
+                    let me = &self.nodes[peer].name;
+                    let only =
+                        |v: &Vec<_>| v.iter().filter(|x| *x == me).take(1).cloned().collect();
+                    let mut beat = b.clone();
+                    beat.hears = only(&b.hears);
+                    beat.acks = only(&b.acks);
                     let at = self.now + us(&mut self.rng, 100, 2000);
-                    self.deliver(at, peer, None, Input::Heartbeat(b.clone()));
+                    self.deliver(at, peer, None, Input::Heartbeat(beat));
                 }
             }
             return;
@@ -90,14 +148,18 @@ impl<A: Agent> World<A> {
                     self.bad(Some(node), format!("{out:?} names a VIP nobody asked for"));
                     return;
                 };
-                if &**iface != IFACE {
-                    self.bad(Some(node), format!("{out:?} names an unknown interface"));
+                if Some(&**iface) != self.iface_for(node, v) {
+                    self.bad(
+                        Some(node),
+                        format!("{out:?} names an interface the node does not announce it on"),
+                    );
                 }
                 match &out {
                     Output::Install { ttl, .. } => {
                         let expiry = self.now + *ttl;
                         let n = &mut self.nodes[node];
                         changed = n.dp.insert(v, expiry).is_none_or(|old| old <= self.now);
+                        n.dp_b.insert(v, &**iface == IFACE_B);
                     }
                     Output::Remove { .. } => {
                         changed = self.nodes[node]
@@ -123,11 +185,18 @@ impl<A: Agent> World<A> {
                         }
                     }
                     Output::Probe { mac, .. } => {
-                        let target = self.nodes.iter().position(|n| n.mac == *mac);
+                        let target = self
+                            .nodes
+                            .iter()
+                            .position(|n| n.mac == *mac || (self.plan.two_nics && n.mac_b == *mac));
+                        let lost = self.probe_loss > 0
+                            && self.rng.random_range(0..1000u16) < self.probe_loss;
                         if let Some(t) = target
                             && t != node
-                            && self.reachable(node, t)
-                            && self.answers(t, v)
+                            && self.frames_pass(node, t)
+                            && self.frames_pass(t, node)
+                            && self.answers_probe(t, v, *mac)
+                            && !lost
                         {
                             let at = self.now + us(&mut self.rng, 200, 4000);
                             self.deliver(
@@ -167,7 +236,7 @@ impl<A: Agent> World<A> {
             released: l.body.released,
             standby: l.body.standby,
             connected: l.body.connected,
-            links: None,
+            links: self.plan.two_nics.then(|| self.links_of(node)),
         })
     }
 
@@ -227,8 +296,9 @@ impl<A: Agent> World<A> {
         }
     }
 
-    pub(super) fn specs_for(&self) -> Vec<VipSpec> {
-        let elig = self.eligibility.last().expect("initial");
+    /// The VIPs as `node`'s watches and configuration compute them.
+    pub(super) fn specs_for(&self, node: usize) -> Vec<VipSpec> {
+        let elig = &self.eligibility[self.nodes[node].view];
         self.plan
             .vips
             .iter()
@@ -243,7 +313,7 @@ impl<A: Agent> World<A> {
                     .filter(|j| elig[i] & bit(*j) != 0)
                     .map(|j| self.nodes[j].name.clone())
                     .collect(),
-                local: Some(IfaceName::from(IFACE)),
+                local: self.iface_for(node, i).map(IfaceName::from),
             })
             .collect()
     }

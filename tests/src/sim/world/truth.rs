@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{Agent, CLIENT_STALE_AFTER, Sample, VipState, World, bit};
+use super::{super::scenario::Scenario, Agent, CLIENT_STALE_AFTER, Sample, VipState, World, bit};
 
 impl<A: Agent> World<A> {
     /// Ground truth now; clients re-resolve stale entries.
@@ -80,11 +80,66 @@ impl<A: Agent> World<A> {
                 flows,
             });
         }
+        let latest = self.eligibility.len() - 1;
+        let rolling = self
+            .nodes
+            .iter()
+            .any(|n| n.agent.is_some() && n.view != latest);
+        let mixed = rolling.then(|| {
+            (0..self.plan.vips.len())
+                .map(|v| {
+                    (0..self.nodes.len())
+                        .filter(|i| {
+                            let n = &self.nodes[*i];
+                            n.agent.is_some() && self.eligibility[n.view][v] & bit(*i) != 0
+                        })
+                        .fold(0u16, |m, i| m | bit(i))
+                })
+                .collect()
+        });
         self.samples.push(Sample {
             t: now,
             live,
-            epoch: self.eligibility.len() - 1,
+            epoch: latest,
+            mixed,
             vips,
         });
+        // Every sample where forged names arrive; every tenth elsewhere (real nodes only ever
+        // add their own name, so a slower look catches the same).
+        let forged = matches!(
+            self.plan.scenario,
+            Scenario::ForgedHeartbeats | Scenario::Flood
+        );
+        if forged || self.samples.len() % 10 == 1 {
+            self.check_peer_tables();
+        }
+    }
+
+    /// Bounded memory: an agent's peer table never outgrows the Leases (strict) or the
+    /// Leases and the real nodes (loose: a real node's heartbeat may arrive before its
+    /// Lease). Recorded once per node, at the first sample that breaks each bound.
+    fn check_peer_tables(&mut self) {
+        let at = self.origin + self.now;
+        let leases = self.leases.len();
+        let real = self.nodes.len() - 1;
+        for i in 0..self.nodes.len() {
+            // Once both bounds broke, only the peak is still of interest.
+            if self.mem_strict[i].is_some()
+                && self.mem_loose[i].is_some()
+                && self.samples.len() % 10 != 1
+            {
+                continue;
+            }
+            let Some(a) = &self.nodes[i].agent else {
+                continue;
+            };
+            let peers = a.peer_count(at);
+            if peers > leases && self.mem_strict[i].is_none_or(|(_, p, l)| peers - leases > p - l) {
+                self.mem_strict[i] = Some((self.now, peers, leases));
+            }
+            if peers > leases.max(real) && self.mem_loose[i].is_none() {
+                self.mem_loose[i] = Some((self.now, peers, leases));
+            }
+        }
     }
 }
