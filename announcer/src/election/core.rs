@@ -1124,7 +1124,22 @@ impl Core {
             .iter()
             .find(|n| self.candidate_for(n, ip, now))
             .cloned();
-        if owner.as_ref() == Some(&me) {
+        // Stepped back, but no other member can announce it (eTP Local with every endpoint
+        // here): keep announcing it rather than darken it. (Stepped back, we hear nobody, so
+        // membership is judged by the Leases alone.)
+        let last_resort = self.standby.is_some()
+            && v.spec.local.is_some()
+            && v.ranking.contains(&me)
+            && !v.ranking.iter().any(|n| {
+                *n != me
+                    && self.peers.get(n).is_some_and(|p| {
+                        p.member(now, self.trusted_since)
+                            && !p.standby
+                            && !p.leaving
+                            && p.can_announce(ip)
+                    })
+            });
+        if owner.as_ref() == Some(&me) || last_resort {
             self.reconcile_ours(now, ip, revived);
             return;
         }
