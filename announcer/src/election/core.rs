@@ -484,6 +484,9 @@ impl Core {
             if let Some(d) = p.patience_deadline(self.patience()) {
                 at(d);
             }
+            if let Some(d) = p.alive_by_api_deadline(self.api_freshness()) {
+                at(d);
+            }
         }
         if let Some(ok) = self.last_write_ok {
             at(ok + self.config.lease_duration);
@@ -978,9 +981,17 @@ impl Core {
             !p.leaving
                 && !p.standby
                 && p.member(now, self.trusted_since)
-                && p.beating(now, self.config.dead_after())
+                && (p.beating(now, self.config.dead_after())
+                    || p.alive_by_api(now, self.api_freshness()))
                 && p.settled(now, self.patience())
         })
+    }
+
+    /// How long a Lease renewal proves a peer alive whose heartbeats do not reach us: two of
+    /// our renewal periods (agents of one cluster renew at the same period), so one late
+    /// renewal is not a death.
+    fn api_freshness(&self) -> Duration {
+        self.config.lease_renew * 2
     }
 
     /// A candidate that can announce `vip` (has an interface for it): only such a node is
@@ -1005,7 +1016,10 @@ impl Core {
     /// stopped without it saying goodbye.
     fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
         let p = self.peers.get(node)?;
-        let silent = !p.beating(now, self.config.dead_after()) && !p.leaving && !p.standby;
+        let silent = !p.beating(now, self.config.dead_after())
+            && !p.alive_by_api(now, self.api_freshness())
+            && !p.leaving
+            && !p.standby;
         (silent && p.member(now, self.trusted_since))
             .then_some(p.mac)
             .flatten()

@@ -127,6 +127,27 @@ impl Peer {
         true
     }
 
+    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed after
+    /// its last heartbeat here, it says other peers hear it (`connected > 0`), and that renewal
+    /// is recent (within `fresh`). Then heartbeats are lost only between it and us (a one-way
+    /// or pairwise link fault), the rest of the cluster ranks it, and so must we; taking its
+    /// VIPs would make two owners for as long as the fault lasts.
+    pub fn alive_by_api(&self, now: Instant, fresh: Duration) -> bool {
+        let (Some(l), Some(beat)) = (&self.lease, self.last_beat) else {
+            return false;
+        };
+        self.connected.is_some_and(|c| c > 0)
+            && !self.standby
+            && l.changed_at > beat
+            && now < l.changed_at + fresh
+    }
+
+    /// When [`alive_by_api`](Self::alive_by_api) lapses unless the Lease is renewed again.
+    pub fn alive_by_api_deadline(&self, fresh: Duration) -> Option<Instant> {
+        let (l, beat) = (self.lease.as_ref()?, self.last_beat?);
+        (l.changed_at > beat).then_some(l.changed_at + fresh)
+    }
+
     /// Heartbeats arrive: the last one is younger than `dead_after`.
     pub fn beating(&self, now: Instant, dead_after: Duration) -> bool {
         self.last_beat.is_some_and(|t| now < t + dead_after)
