@@ -257,6 +257,8 @@ pub struct Core {
     own_rv: Option<String>,
     own_seen: bool,
     write_in_flight: bool,
+    /// The write in flight says `standby` (so its success publishes our stepping back).
+    write_says_standby: bool,
     next_write: Instant,
     last_write_ok: Option<Instant>,
     watch_ok: bool,
@@ -315,6 +317,7 @@ impl Core {
             own_rv: None,
             own_seen: false,
             write_in_flight: false,
+            write_says_standby: false,
             next_write: now,
             last_write_ok: None,
             watch_ok: false,
@@ -704,14 +707,22 @@ impl Core {
         self.write_in_flight = false;
         match result {
             LeaseWriteResult::Written { resource_version } => {
-                if let Some(s) = &mut self.standby
-                    && s.written.is_none()
-                {
-                    s.written = Some(now);
-                }
                 self.own_rv = Some(resource_version);
                 self.last_write_ok = Some(now);
                 self.next_write = now + self.config.lease_renew;
+                if let Some(s) = &mut self.standby
+                    && s.written.is_none()
+                {
+                    if self.write_says_standby {
+                        s.written = Some(now);
+                    } else {
+                        // A renewal from before we stepped back: publish it now.
+                        self.next_write = now;
+                    }
+                } else if self.standby.is_none() && self.write_says_standby {
+                    // Stepped in again while a write said standby: correct it now.
+                    self.next_write = now;
+                }
             }
             LeaseWriteResult::Conflict => {
                 // Someone (our previous incarnation, a racing create) wrote it. The watch brings
@@ -959,6 +970,7 @@ impl Core {
             return;
         }
         self.write_in_flight = true;
+        self.write_says_standby = self.standby.is_some();
         self.stats.lease_writes += 1;
         self.out.push_back(Output::WriteLease {
             resource_version: self.own_rv.clone(),
