@@ -174,9 +174,10 @@ const MAX_FAILOVERS: usize = 1024;
 /// unanswered before its VIP is taken: one lost answer must not make two owners.
 pub const PROBE_LOSSES_AFTER_ANSWER: u32 = 3;
 
-/// A peer whose configuration fingerprint differs from ours for this long is reported (a
-/// ConfigMap roll takes a few seconds per node; longer means a node kept an old config).
-pub const CONFIG_MISMATCH_AFTER: Duration = Duration::from_secs(10);
+/// A peer whose configuration fingerprint differs from ours for this long is reported: the
+/// nodes may rank VIPs differently meanwhile (a ConfigMap roll in progress, or a node left on
+/// an old configuration). One Event per episode, from one node of the cluster.
+pub const CONFIG_MISMATCH_AFTER: Duration = Duration::from_secs(1);
 
 /// A takeover waiting on a probe of one suspect's data plane.
 #[derive(Clone, Debug)]
@@ -295,6 +296,8 @@ pub struct Core {
     watch_bad_since: Option<Instant>,
     /// Whether we were fenced at the last tick (to raise the Event once).
     was_fenced: bool,
+    /// A configuration mismatch episode is under way and was counted.
+    config_mismatch_reported: bool,
     /// VIPs with [`Vip::lost_at`] set.
     holding: BTreeSet<IpAddr>,
     /// A Lease or link change that needs a full reconcile at the next tick.
@@ -339,6 +342,7 @@ impl Core {
             standby: None,
             watch_bad_since: Some(now),
             was_fenced: false,
+            config_mismatch_reported: false,
             holding: BTreeSet::new(),
             dirty: false,
             config,
@@ -519,9 +523,11 @@ impl Core {
         if let (Some(t), Some(ok)) = (self.watch_bad_since, self.peers_api_ok_since) {
             at(t.max(ok) + self.config.lease_duration);
         }
-        for p in self.peers.values() {
-            if let Some((t, false)) = p.config_mismatch {
-                at(t + CONFIG_MISMATCH_AFTER);
+        if !self.config_mismatch_reported {
+            for p in self.peers.values() {
+                if let Some(t) = p.config_mismatch {
+                    at(t + CONFIG_MISMATCH_AFTER);
+                }
             }
         }
         Some(t)
@@ -751,7 +757,7 @@ impl Core {
             if p.config == ours {
                 p.config_mismatch = None;
             } else if p.config_mismatch.is_none() {
-                p.config_mismatch = Some((now, false));
+                p.config_mismatch = Some(now);
             }
         }
     }
@@ -892,24 +898,37 @@ impl Core {
     /// our own fencing.
     fn report_node_conditions(&mut self, now: Instant) {
         let ours = self.config.config_hash;
-        let mut events = Vec::new();
-        for (n, p) in &mut self.peers {
-            if let Some((since, false)) = p.config_mismatch
-                && now >= since + CONFIG_MISMATCH_AFTER
-            {
-                p.config_mismatch = Some((since, true));
-                self.stats.config_mismatches += 1;
-                events.push(Output::NodeEvent {
+        let dead_after = self.config.dead_after();
+        let others: Vec<(NodeName, u64)> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.beating(now, dead_after))
+            .filter(|(_, p)| {
+                p.config_mismatch
+                    .is_some_and(|since| now >= since + CONFIG_MISMATCH_AFTER)
+            })
+            .map(|(n, p)| (n.clone(), p.config))
+            .collect();
+        if others.is_empty() {
+            self.config_mismatch_reported = false;
+        } else if !self.config_mismatch_reported {
+            self.config_mismatch_reported = true;
+            self.stats.config_mismatches += 1;
+            if self.is_reporter("config-mismatch", now) {
+                let list: Vec<String> = others
+                    .iter()
+                    .map(|(n, h)| format!("{n} ({h:016x})"))
+                    .collect();
+                self.out.push_back(Output::NodeEvent {
                     kind: NodeEventKind::ConfigMismatch,
                     message: format!(
-                        "{n} has run with configuration fingerprint {:016x} (ours {ours:016x}) for over {}s: nodes may rank VIPs differently until every agent runs the same configuration",
-                        p.config,
-                        CONFIG_MISMATCH_AFTER.as_secs()
+                        "peers run another configuration than {} ({ours:016x}): {}; nodes may rank VIPs differently until every agent runs the same one (expected while a ConfigMap change rolls out)",
+                        self.config.node,
+                        list.join(", ")
                     ),
                 });
             }
         }
-        self.out.extend(events);
         let fenced = self.fenced(now);
         if fenced && !self.was_fenced {
             let me = &self.config.node;

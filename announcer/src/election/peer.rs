@@ -48,9 +48,8 @@ pub(crate) struct Peer {
     pub config: u64,
     /// Its view fingerprint ([`Beat::view`]).
     pub view: u64,
-    /// Since when its configuration fingerprint differs from ours, and whether that was
-    /// reported.
-    pub config_mismatch: Option<(Instant, bool)>,
+    /// Since when its configuration fingerprint differs from ours.
+    pub config_mismatch: Option<Instant>,
     /// Its Lease says it stepped back (isolated).
     pub standby: bool,
     /// Its Lease's count of peers it exchanges heartbeats with both ways, if it publishes one.
