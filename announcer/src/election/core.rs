@@ -198,6 +198,18 @@ struct Probe {
     silent: bool,
 }
 
+/// A VIP handed to its new owner: we answer it until that owner's data plane does.
+#[derive(Clone, Debug)]
+struct Handoff {
+    target: NodeName,
+    /// The MAC the new owner answers the VIP with.
+    mac: MacAddr,
+    /// When the VIP became the new owner's.
+    since: Instant,
+    /// When to ask again.
+    deadline: Instant,
+}
+
 /// This node stepped back: it cannot exchange heartbeats with peers that the API shows alive.
 #[derive(Clone, Copy, Debug)]
 struct Standby {
@@ -216,9 +228,9 @@ struct Vip {
     installed: Option<IfaceName>,
     /// One per suspect ranked above us; the VIP is taken when all are silent.
     probes: Vec<Probe>,
-    /// Installed here but owned by another node since then: released when that node shares
-    /// our view (it has the VIP too), or after [`Config::view_hold`].
-    lost_at: Option<Instant>,
+    /// Installed here but owned by another node since then: released once that node's data
+    /// plane answers it (make before break, checked where it matters).
+    handoff: Option<Handoff>,
     /// We took it while this peer (incarnation) was still a member: if it comes back with the
     /// same incarnation, both of us answered.
     took_from: Option<(NodeName, u64, Instant)>,
@@ -298,7 +310,7 @@ pub struct Core {
     was_fenced: bool,
     /// A configuration mismatch episode is under way and was counted.
     config_mismatch_reported: bool,
-    /// VIPs with [`Vip::lost_at`] set.
+    /// VIPs with [`Vip::handoff`] set.
     holding: BTreeSet<IpAddr>,
     /// A Lease or link change that needs a full reconcile at the next tick.
     dirty: bool,
@@ -392,6 +404,17 @@ impl Core {
                 }
             }
             Input::Heartbeat(beat) => self.heartbeat(now, beat),
+            Input::ProbeAnswered { vip, mac }
+                if self
+                    .vips
+                    .get(&vip)
+                    .and_then(|v| v.handoff.as_ref())
+                    .is_some_and(|h| h.mac == mac) =>
+            {
+                // The new owner answers it: let go.
+                self.stats.probes_answered += 1;
+                self.release(vip);
+            }
             Input::ProbeAnswered { vip, mac } => {
                 // One answer proves the old owner's data plane alive for every VIP waiting on
                 // it: probes to one MAC are shared (see `probe`).
@@ -507,8 +530,9 @@ impl Core {
         }
         let hold = self.config.view_hold();
         for ip in &self.holding {
-            if let Some(lost) = self.vips.get(ip).and_then(|v| v.lost_at) {
-                at(lost + hold);
+            if let Some(h) = self.vips.get(ip).and_then(|v| v.handoff.as_ref()) {
+                at(h.deadline);
+                at(h.since + hold);
             }
         }
         if let Some(w) = self.standby.and_then(|s| s.written) {
@@ -620,7 +644,7 @@ impl Core {
                     ranking,
                     installed: None,
                     probes: Vec::new(),
-                    lost_at: None,
+                    handoff: None,
                     took_from: None,
                     reported: None,
                     wanted: true,
@@ -644,7 +668,7 @@ impl Core {
         self.probing
             .retain(|ip| vips.get(ip).is_some_and(|v| !v.probes.is_empty()));
         self.holding
-            .retain(|ip| vips.get(ip).is_some_and(|v| v.lost_at.is_some()));
+            .retain(|ip| vips.get(ip).is_some_and(|v| v.handoff.is_some()));
         self.view = view_fingerprint(&self.vips);
     }
 
@@ -782,6 +806,7 @@ impl Core {
         self.write_lease(now);
         self.reconcile(now, force);
         self.probes(now);
+        self.handoffs(now);
         self.refresh(now);
         self.handover(now);
         self.send_beat(now);
@@ -947,24 +972,54 @@ impl Core {
         self.was_fenced = fenced;
     }
 
-    /// A VIP held for make-before-break whose hold is over, or whose new owner now shares our
-    /// view: reconcile it.
+    /// Our standby hold is over while we still hold VIPs: reconcile them.
     fn hold_due(&self, now: Instant) -> bool {
-        let hold = self.config.view_hold();
-        self.holding.iter().any(|ip| {
-            self.vips.get(ip).is_some_and(|v| {
-                v.lost_at.is_some_and(|t| now >= t + hold)
-                    || v.ranking
-                        .iter()
-                        .find(|n| self.candidate_for(n, *ip, now))
-                        .and_then(|o| self.peers.get(o))
-                        .is_some_and(|p| p.view == self.view)
-            })
-        }) || self
-            .standby
+        self.standby
             .and_then(|s| s.written)
             .is_some_and(|w| now >= w + self.config.standby_hold())
             && self.vips.values().any(|v| v.installed.is_some())
+    }
+
+    /// Drives handoffs: the new owner's data plane answered (release), or is asked again; if it
+    /// still does not answer `view_hold` after the move although it shares our view (so it
+    /// should have the VIP: its data plane may be broken), let go anyway. While its view
+    /// differs (a lagging watch, a config roll) we keep answering: one owner, never none.
+    fn handoffs(&mut self, now: Instant) {
+        let hold = self.config.view_hold();
+        let due: Vec<IpAddr> = self
+            .holding
+            .iter()
+            .copied()
+            .filter(|ip| {
+                self.vips[ip]
+                    .handoff
+                    .as_ref()
+                    .is_some_and(|h| now >= h.deadline || now >= h.since + hold)
+            })
+            .collect();
+        for ip in due {
+            let v = self.vips.get_mut(&ip).expect("holding");
+            let Some(h) = v.handoff.clone() else { continue };
+            let same_view = self.peers.get(&h.target).is_some_and(|p| p.view == self.view);
+            if now >= h.since + hold && same_view {
+                self.release(ip);
+                continue;
+            }
+            if now >= h.deadline
+                && let Some(iface) = v.installed.clone()
+            {
+                v.handoff = Some(Handoff {
+                    deadline: now + self.config.reprobe_interval(),
+                    ..h.clone()
+                });
+                self.stats.probes += 1;
+                self.out.push_back(Output::Probe {
+                    vip: ip,
+                    iface,
+                    mac: h.mac,
+                });
+            }
+        }
     }
 
     fn update_trust(&mut self, now: Instant) {
@@ -1207,7 +1262,7 @@ impl Core {
         let me = self.config.node.clone();
         let v = self.vips.get_mut(&ip).expect("present");
         let found = std::mem::take(&mut v.found);
-        if v.lost_at.take().is_some() {
+        if v.handoff.take().is_some() {
             self.holding.remove(&ip);
         }
         if let Some(iface) = &v.installed {
@@ -1285,24 +1340,35 @@ impl Core {
             self.release(ip);
             return;
         }
-        // Make before break: let go once the new owner is ready and shares our view (so it
-        // has the VIP too), or, if its view differs (a watch lagging on one side, a config
-        // roll), once `view_hold` has passed.
-        let ready_owner = match owner {
-            None => true,
-            Some(o) => self.peers.get(o).is_some_and(|p| p.ready),
+        // Make before break: let go once the new owner is ready and its data plane answers
+        // the VIP. Asking its data plane (a probe, as for a takeover) checks what matters
+        // whatever the reason views differ (a lagging watch, a config roll): until it
+        // answers, we do, so the VIP is never dark and has one answerer.
+        let Some(o) = owner.cloned() else {
+            self.release(ip);
+            return;
         };
-        if !ready_owner {
+        if !self.peers.get(&o).is_some_and(|p| p.ready) {
             return;
         }
-        let same_view = owner.is_none_or(|o| self.peers.get(o).is_some_and(|p| p.view == self.view));
-        let v = self.vips.get_mut(&ip).expect("present");
-        let lost = *v.lost_at.get_or_insert(now);
-        if same_view || now >= lost + self.config.view_hold() {
+        let Some(mac) = self.peers.get(&o).and_then(|p| p.probe_mac(ip)) else {
             self.release(ip);
-        } else {
-            self.holding.insert(ip);
+            return;
+        };
+        let v = self.vips.get_mut(&ip).expect("present");
+        if v.handoff.as_ref().is_some_and(|h| h.target == o && h.mac == mac) {
+            return; // `handoffs` drives it.
         }
+        let Some(iface) = v.installed.clone() else { return };
+        v.handoff = Some(Handoff {
+            target: o,
+            mac,
+            since: now,
+            deadline: now + self.config.reprobe_interval(),
+        });
+        self.holding.insert(ip);
+        self.stats.probes += 1;
+        self.out.push_back(Output::Probe { vip: ip, iface, mac });
     }
 
     fn take(&mut self, now: Instant, ip: IpAddr) {
@@ -1332,7 +1398,7 @@ impl Core {
             self.failovers.push_back(f);
         }
         v.probes.clear();
-        v.lost_at = None;
+        v.handoff = None;
         v.installed = Some(iface.clone());
         v.took_from = displaced;
         self.probing.remove(&ip);
@@ -1384,7 +1450,7 @@ impl Core {
         self.holding.remove(&ip);
         if let Some(v) = self.vips.get_mut(&ip) {
             v.took_from = None;
-            v.lost_at = None;
+            v.handoff = None;
             if let Some(iface) = v.installed.take() {
                 self.stats.releases += 1;
                 self.out.push_back(Output::Remove { vip: ip, iface });
@@ -1622,7 +1688,7 @@ impl Vip {
             ranking: Vec::new(),
             installed: None,
             probes: Vec::new(),
-            lost_at: None,
+            handoff: None,
             took_from: None,
             reported: None,
             wanted: false,
