@@ -1187,14 +1187,31 @@ impl Core {
     fn revived(&mut self, now: Instant) -> Vec<(NodeName, bool)> {
         let mut out = Vec::new();
         let names: Vec<NodeName> = self.peers.keys().cloned().collect();
+        let dead_after = self.config.dead_after();
         for n in names {
             let alive = self.candidate(&n, now);
             let p = self.peers.get_mut(&n).expect("listed");
+            // Heartbeats resuming with the same incarnation: a healed partition or link, also
+            // when the API kept the peer ranked meanwhile. Clients on its side may still
+            // follow announcements it made, so count it as back (owners re-announce).
+            let beating = p.beating(now, dead_after);
+            match (beating, p.was_beating) {
+                (true, false) => {
+                    if p.incarnation_when_silent == Some(p.incarnation) && alive {
+                        out.push((n.clone(), true));
+                    }
+                }
+                (false, true) => p.incarnation_when_silent = Some(p.incarnation),
+                _ => {}
+            }
+            p.was_beating = beating;
             match (alive, p.was_alive) {
                 (true, None) => {
                     // Dead or unknown before: did it keep its incarnation?
                     let same = p.incarnation_at_death == Some(p.incarnation);
-                    out.push((n.clone(), same));
+                    if !out.iter().any(|(m, _)| *m == n) {
+                        out.push((n.clone(), same));
+                    }
                     p.was_alive = Some(p.incarnation);
                 }
                 (false, Some(inc)) => {
@@ -1325,6 +1342,7 @@ impl Core {
         if let Some((from, _, since)) = v.took_from.clone()
             && revived.iter().any(|(n, same)| *same && above.contains(&n))
         {
+            self.vips.get_mut(&ip).expect("present").took_from = None;
             self.stats.overlaps += 1;
             let secs = now.saturating_duration_since(since).as_secs_f64();
             self.report_always(ip, EventKind::Overlap, format!(

@@ -40,6 +40,11 @@ pub(crate) struct Peer {
     pub was_alive: Option<u64>,
     /// The incarnation it had when it was last counted dead.
     pub incarnation_at_death: Option<u64>,
+    /// Whether its heartbeats arrived at the last evaluation, and the incarnation they had
+    /// when they stopped (a heal: they resume with the same one).
+    pub was_beating: bool,
+    /// The incarnation its heartbeats had when they last stopped arriving.
+    pub incarnation_when_silent: Option<u64>,
     /// When the first heartbeat of its current incarnation arrived.
     pub incarnation_since: Option<Instant>,
     /// Its last heartbeat said it hears ours: heartbeats flow both ways.
@@ -72,6 +77,8 @@ impl Peer {
             acked_us: false,
             was_alive: None,
             incarnation_at_death: None,
+            was_beating: false,
+            incarnation_when_silent: None,
             incarnation_since: None,
             hears_us: false,
             config: 0,
