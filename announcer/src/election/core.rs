@@ -438,10 +438,14 @@ impl Core {
                 }
             }
             Input::Link { iface, up } => {
+                let before = self.says_standby();
                 if up {
                     self.links_down.remove(&iface);
                 } else {
                     self.links_down.insert(iface);
+                }
+                if before != self.says_standby() && !self.write_in_flight {
+                    self.next_write = now;
                 }
                 force = true;
             }
@@ -690,9 +694,13 @@ impl Core {
         p.standby = view.standby;
         p.connected = view.connected;
         p.links = view.links;
+        let dead_after = self.config.dead_after();
+        let silent = p.last_beat.is_some_and(|b| now >= b + dead_after);
         match &mut p.lease {
             Some(o) => {
-                o.update(view.resource_version, view.renew_time, view.duration, now);
+                if o.update(view.resource_version, view.renew_time, view.duration, now) && silent {
+                    p.renewals_while_silent += 1;
+                }
             }
             None => {
                 p.lease = Some(Observed::new(
@@ -749,8 +757,8 @@ impl Core {
                         // A renewal from before we stepped back: publish it now.
                         self.next_write = now;
                     }
-                } else if self.standby.is_none() && self.write_says_standby {
-                    // Stepped in again while a write said standby: correct it now.
+                } else if self.write_says_standby != self.says_standby() {
+                    // Our standby changed while the write was in flight: correct it now.
                     self.next_write = now;
                 }
             }
@@ -810,6 +818,13 @@ impl Core {
         self.refresh(now);
         self.handover(now);
         self.send_beat(now);
+    }
+
+    /// What our Lease says: stepped back (isolated), or an announcing link is down. Peers take
+    /// the VIPs of a standby node without probing; when our link is down our heartbeats may not
+    /// reach them to say `leaving`, and the API may still (a management network).
+    fn says_standby(&self) -> bool {
+        self.standby.is_some() || !self.links_down.is_empty()
     }
 
     /// Peers we exchange heartbeats with both ways right now.
@@ -1044,12 +1059,12 @@ impl Core {
             return;
         }
         self.write_in_flight = true;
-        self.write_says_standby = self.standby.is_some();
+        self.write_says_standby = self.says_standby();
         self.stats.lease_writes += 1;
         self.out.push_back(Output::WriteLease {
             resource_version: self.own_rv.clone(),
             release: false,
-            standby: self.standby.is_some(),
+            standby: self.says_standby(),
             connected: Some(self.connected(now)),
         });
     }
@@ -1068,7 +1083,7 @@ impl Core {
                 && !p.standby
                 && p.member(now, self.trusted_since)
                 && (p.beating(now, self.config.dead_after())
-                    || p.alive_by_api(now, self.api_freshness()))
+                    || p.alive_by_api(now, self.api_settled(), self.api_freshness()))
                 && p.settled(now, self.patience())
         })
     }
@@ -1078,6 +1093,12 @@ impl Core {
     /// renewal is not a death.
     fn api_freshness(&self) -> Duration {
         self.config.lease_renew * 2
+    }
+
+    /// How long after a peer's last heartbeat here its Lease renewal must come to speak for
+    /// its state after the cut (its own dead-after, plus a heartbeat of slack for the watch).
+    fn api_settled(&self) -> Duration {
+        self.config.dead_after() + self.config.heartbeat_interval
     }
 
     /// A candidate that can announce `vip` (has an interface for it): only such a node is
@@ -1103,7 +1124,7 @@ impl Core {
     fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
         let p = self.peers.get(node)?;
         let silent = !p.beating(now, self.config.dead_after())
-            && !p.alive_by_api(now, self.api_freshness())
+            && !p.alive_by_api(now, self.api_settled(), self.api_freshness())
             && !p.leaving
             && !p.standby;
         (silent && p.member(now, self.trusted_since))
@@ -1369,7 +1390,14 @@ impl Core {
         if !self.peers.get(&o).is_some_and(|p| p.ready) {
             return;
         }
-        let Some(mac) = self.peers.get(&o).and_then(|p| p.probe_mac(ip)) else {
+        let beating = self
+            .peers
+            .get(&o)
+            .is_some_and(|p| p.beating(now, self.config.dead_after()));
+        let Some(mac) = self.peers.get(&o).and_then(|p| p.probe_mac(ip)).filter(|_| beating)
+        else {
+            // No MAC to ask, or ranked only because the API shows it alive while its frames do
+            // not reach us (a probe answer would not either): let go now.
             self.release(ip);
             return;
         };

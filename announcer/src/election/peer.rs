@@ -45,6 +45,8 @@ pub(crate) struct Peer {
     pub was_beating: bool,
     /// The incarnation its heartbeats had when they last stopped arriving.
     pub incarnation_when_silent: Option<u64>,
+    /// Lease renewals seen since its heartbeats stopped arriving here.
+    pub renewals_while_silent: u32,
     /// When the first heartbeat of its current incarnation arrived.
     pub incarnation_since: Option<Instant>,
     /// Its last heartbeat said it hears ours: heartbeats flow both ways.
@@ -79,6 +81,7 @@ impl Peer {
             incarnation_at_death: None,
             was_beating: false,
             incarnation_when_silent: None,
+            renewals_while_silent: 0,
             incarnation_since: None,
             hears_us: false,
             config: 0,
@@ -115,6 +118,7 @@ impl Peer {
             return false;
         }
         self.last_beat = Some(now);
+        self.renewals_while_silent = 0;
         if beat.incarnation != self.incarnation || self.incarnation_since.is_none() {
             self.incarnation_since = Some(now);
         }
@@ -133,18 +137,21 @@ impl Peer {
         true
     }
 
-    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed after
-    /// its last heartbeat here, it says other peers hear it (`connected > 0`), and that renewal
-    /// is recent (within `fresh`). Then heartbeats are lost only between it and us (a one-way
-    /// or pairwise link fault), the rest of the cluster ranks it, and so must we; taking its
-    /// VIPs would make two owners for as long as the fault lasts.
-    pub fn alive_by_api(&self, now: Instant, fresh: Duration) -> bool {
+    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed since
+    /// its heartbeats stopped arriving here, at least `settled` after the last one (so its count
+    /// no longer includes peers it heard just before a cut: a node whose link died silently
+    /// counts none by then), that renewal says other peers hear it (`connected > 0`), and it is
+    /// recent (within `fresh`). Then heartbeats are lost only between it and us (a one-way or
+    /// pairwise link fault), the rest of the cluster ranks it, and so must we: its VIPs taken
+    /// meanwhile are handed back (an overlap, counted).
+    pub fn alive_by_api(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
         let (Some(l), Some(beat)) = (&self.lease, self.last_beat) else {
             return false;
         };
         self.connected.is_some_and(|c| c > 0)
             && !self.standby
-            && l.changed_at > beat
+            && self.renewals_while_silent >= 1
+            && l.changed_at >= beat + settled
             && now < l.changed_at + fresh
     }
 
