@@ -194,5 +194,12 @@ fn ns(
     na.emit(&mut l3buf[Ipv6Hdr::LEN..]);
     ndisc::fill_checksum(&mut l3buf[Ipv6Hdr::LEN..], &target, &ip_dst);
     out.extend_from_slice(&l3buf);
+    // Behind an NS of exactly NS + one option (a liveness probe's shape, the size of the NA
+    // written over it), up to PROBE_NONCE_LEN trailer bytes stay: the probe's nonce.
+    let na_end = l3 + Ipv6Hdr::LEN + na.buffer_len();
+    if plen == na.buffer_len() && frame.len() > na_end {
+        let keep = (frame.len() - na_end).min(announcer_ebpf::wire::PROBE_NONCE_LEN);
+        out.extend_from_slice(&frame[na_end..na_end + keep]);
+    }
     Verdict::Tx(out)
 }
