@@ -176,7 +176,7 @@ pub const PROBE_LOSSES_AFTER_ANSWER: u32 = 3;
 
 /// A peer whose configuration fingerprint differs from ours for this long is reported: the
 /// nodes may rank VIPs differently meanwhile (a ConfigMap roll in progress, or a node left on
-/// an old configuration). One Event per episode, from one node of the cluster.
+/// an old configuration). One Event per node and episode, on that node.
 pub const CONFIG_MISMATCH_AFTER: Duration = Duration::from_secs(1);
 
 /// A takeover waiting on a probe of one suspect's data plane.
@@ -954,20 +954,18 @@ impl Core {
         } else if !self.config_mismatch_reported {
             self.config_mismatch_reported = true;
             self.stats.config_mismatches += 1;
-            if self.is_reporter("config-mismatch", now) {
-                let list: Vec<String> = others
-                    .iter()
-                    .map(|(n, h)| format!("{n} ({h:016x})"))
-                    .collect();
-                self.out.push_back(Output::NodeEvent {
-                    kind: NodeEventKind::ConfigMismatch,
-                    message: format!(
-                        "peers run another configuration than {} ({ours:016x}): {}; nodes may rank VIPs differently until every agent runs the same one (expected while a ConfigMap change rolls out)",
-                        self.config.node,
-                        list.join(", ")
-                    ),
-                });
-            }
+            let list: Vec<String> = others
+                .iter()
+                .map(|(n, h)| format!("{n} ({h:016x})"))
+                .collect();
+            self.out.push_back(Output::NodeEvent {
+                kind: NodeEventKind::ConfigMismatch,
+                message: format!(
+                    "peers run another configuration than {} ({ours:016x}): {}; nodes may rank VIPs differently until every agent runs the same one (expected while a ConfigMap change rolls out)",
+                    self.config.node,
+                    list.join(", ")
+                ),
+            });
         }
         let fenced = self.fenced(now);
         if fenced && !self.was_fenced {
@@ -1015,6 +1013,7 @@ impl Core {
         for ip in due {
             let v = self.vips.get_mut(&ip).expect("holding");
             let Some(h) = v.handoff.clone() else { continue };
+            // Asked every probe timeout: a lost answer only prolongs a (harmless) overlap.
             let same_view = self.peers.get(&h.target).is_some_and(|p| p.view == self.view);
             if now >= h.since + hold && same_view {
                 self.release(ip);
@@ -1024,7 +1023,7 @@ impl Core {
                 && let Some(iface) = v.installed.clone()
             {
                 v.handoff = Some(Handoff {
-                    deadline: now + self.config.reprobe_interval(),
+                    deadline: now + self.config.probe_timeout,
                     ..h.clone()
                 });
                 self.stats.probes += 1;
@@ -1410,7 +1409,7 @@ impl Core {
             target: o,
             mac,
             since: now,
-            deadline: now + self.config.reprobe_interval(),
+            deadline: now + self.config.probe_timeout,
         });
         self.holding.insert(ip);
         self.stats.probes += 1;
