@@ -150,7 +150,11 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     assert_eq!(code, Some(Some(0)), "exit status\n{}", agent.log_tail());
     neigh_flush(&pair.client, CLIENT_IF);
     let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
-    assert_eq!(r.unique_macs(), vec![NODE_MAC], "answered on its TTL after SIGTERM: {r:?}");
+    assert_eq!(
+        r.unique_macs(),
+        vec![NODE_MAC],
+        "answered on its TTL after SIGTERM: {r:?}"
+    );
     // Then the entries lapse: 5 s (the default grace) after their last refresh.
     let lapse = Duration::from_secs(5) + Duration::from_millis(500);
     if let Some(left) = lapse.checked_sub(exited.elapsed()) {

@@ -283,7 +283,7 @@ impl Context {
             if self.args.heartbeat_address.is_some() || !internal.is_empty() {
                 break internal;
             }
-            if waited % 30 == 0 {
+            if waited.is_multiple_of(30) {
                 if node.is_none() {
                     tracing::warn!(node = %self.args.node_name, "no Node object with this name (check NODE_NAME); announcing nothing until it appears");
                 } else {

@@ -363,7 +363,12 @@ impl NodeLease {
     }
 
     /// The object to write at `now`: `resource_version` is the precondition (`None` on create).
-    pub fn build(&self, resource_version: Option<String>, body: WriteBody, now: Timestamp) -> Lease {
+    pub fn build(
+        &self,
+        resource_version: Option<String>,
+        body: WriteBody,
+        now: Timestamp,
+    ) -> Lease {
         let acquired = {
             let mut a = self.acquired.lock().unwrap_or_else(|e| e.into_inner());
             *a.get_or_insert(now)
@@ -413,7 +418,11 @@ impl NodeLease {
     /// Creates the Lease (`resource_version: None`; 409 AlreadyExists → `Conflict`) or
     /// replaces it with that `resourceVersion` as precondition (409 → `Conflict`; 404, deleted
     /// since we read it, also → `Conflict`: re-read and create). Anything else → `Failed`.
-    pub async fn write(&self, resource_version: Option<String>, body: WriteBody) -> LeaseWriteResult {
+    pub async fn write(
+        &self,
+        resource_version: Option<String>,
+        body: WriteBody,
+    ) -> LeaseWriteResult {
         let create = resource_version.is_none();
         let lease = self.build(resource_version, body, Timestamp::now());
         let pp = PostParams {
@@ -477,7 +486,11 @@ mod tests {
             Some("node-b"),
             &[(HEARTBEAT_ANNOTATION, "[fd00::2]:7946")],
         );
-        let PeerLease { view: v, heartbeat: hb, .. } = view(&l).unwrap();
+        let PeerLease {
+            view: v,
+            heartbeat: hb,
+            ..
+        } = view(&l).unwrap();
         assert_eq!(v.node, NodeName::from("node-b"));
         assert_eq!(v.resource_version, "42");
         assert_eq!(v.duration, Duration::from_secs(10));
@@ -490,7 +503,11 @@ mod tests {
             Some("node-b"),
             &[(RELEASED_ANNOTATION, "true")],
         );
-        let PeerLease { view: v, heartbeat: hb, .. } = view(&l).unwrap();
+        let PeerLease {
+            view: v,
+            heartbeat: hb,
+            ..
+        } = view(&l).unwrap();
         assert!(v.released);
         assert_eq!(hb, None);
         assert_eq!(node_of(&l), Some(NodeName::from("node-b")));
@@ -586,7 +603,14 @@ mod tests {
             labels.get("announcer.dev/lease").map(String::as_str),
             Some("node")
         );
-        let mut renewed = nl.build(Some("7".into()), WriteBody { release: true, ..Default::default() }, t1);
+        let mut renewed = nl.build(
+            Some("7".into()),
+            WriteBody {
+                release: true,
+                ..Default::default()
+            },
+            t1,
+        );
         let spec = renewed.spec.clone().unwrap();
         assert_eq!(
             spec.acquire_time,
@@ -595,7 +619,11 @@ mod tests {
         );
         assert_eq!(spec.renew_time, Some(MicroTime(t1)));
         renewed.metadata.resource_version = Some("8".into());
-        let PeerLease { view: v, heartbeat: got_hb, .. } = view(&renewed).unwrap();
+        let PeerLease {
+            view: v,
+            heartbeat: got_hb,
+            ..
+        } = view(&renewed).unwrap();
         assert_eq!(v.node, NodeName::from("node-a"));
         assert_eq!(v.resource_version, "8");
         assert!(v.released);
@@ -671,8 +699,14 @@ mod tests {
             resource_version: rv.into(),
         };
         assert_eq!(nl.write(None, WriteBody::default()).await, written("1"));
-        assert_eq!(nl.write(None, WriteBody::default()).await, LeaseWriteResult::Conflict);
-        assert_eq!(nl.write(Some("1".into()), WriteBody::default()).await, written("2"));
+        assert_eq!(
+            nl.write(None, WriteBody::default()).await,
+            LeaseWriteResult::Conflict
+        );
+        assert_eq!(
+            nl.write(Some("1".into()), WriteBody::default()).await,
+            written("2")
+        );
         assert_eq!(
             nl.write(Some("1".into()), WriteBody::default()).await,
             LeaseWriteResult::Conflict
@@ -681,7 +715,17 @@ mod tests {
             nl.write(Some("boom".into()), WriteBody::default()).await,
             LeaseWriteResult::Failed
         );
-        assert_eq!(nl.write(Some("2".into()), WriteBody { release: true, ..Default::default() }).await, written("3"));
+        assert_eq!(
+            nl.write(
+                Some("2".into()),
+                WriteBody {
+                    release: true,
+                    ..Default::default()
+                }
+            )
+            .await,
+            written("3")
+        );
     }
 
     #[test]
@@ -706,7 +750,10 @@ mod tests {
         let links = vec![
             Link {
                 mac: "02:00:00:00:00:01".parse().unwrap(),
-                subnets: vec!["192.168.1.0/24".parse().unwrap(), "fd00::/64".parse().unwrap()],
+                subnets: vec![
+                    "192.168.1.0/24".parse().unwrap(),
+                    "fd00::/64".parse().unwrap(),
+                ],
                 fallback: true,
             },
             Link {
@@ -724,7 +771,11 @@ mod tests {
             standby: true,
             connected: Some(2),
         };
-        let mut l = nl.build(Some("1".into()), body, "2025-01-02T03:04:05Z".parse().unwrap());
+        let mut l = nl.build(
+            Some("1".into()),
+            body,
+            "2025-01-02T03:04:05Z".parse().unwrap(),
+        );
         l.metadata.resource_version = Some("2".into());
         let p = view(&l).unwrap();
         assert!(p.view.standby);
@@ -741,6 +792,9 @@ mod tests {
             &[(LINKS_ANNOTATION, "02:00:00:00:00:01=10.0.0.0/33")],
         );
         let err = view(&l).unwrap_err().to_string();
-        assert!(err.contains("announcer.dev/links") && err.contains("prefix"), "{err}");
+        assert!(
+            err.contains("announcer.dev/links") && err.contains("prefix"),
+            "{err}"
+        );
     }
 }

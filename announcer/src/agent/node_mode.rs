@@ -18,9 +18,10 @@ use std::{
 use tokio::sync::mpsc;
 
 use super::{
-    Context, announce_event_type, node_event_type,
+    Context, announce_event_type,
     heartbeat::{HeartbeatSocket, unix_ms_now},
     http::{AgentState, OwnedVip, PeerState},
+    node_event_type,
     node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
     persist::StateDir,
     probe::Probes,

@@ -36,7 +36,9 @@ pub enum PersistError {
         source: io::Error,
     },
     /// The incarnation file holds something other than a number.
-    #[error("{path} does not hold an incarnation (a decimal number): {content:?}; delete it to start over")]
+    #[error(
+        "{path} does not hold an incarnation (a decimal number): {content:?}; delete it to start over"
+    )]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -139,7 +141,9 @@ mod tests {
         let (_t, d) = dir();
         let first = d.next_incarnation(2_000_000_000_000_000_000).unwrap();
         // The clock stepped back by an hour.
-        let second = d.next_incarnation(2_000_000_000_000_000_000 - 3_600_000_000_000).unwrap();
+        let second = d
+            .next_incarnation(2_000_000_000_000_000_000 - 3_600_000_000_000)
+            .unwrap();
         assert!(second > first, "{second} <= {first}");
     }
 

@@ -426,7 +426,9 @@ impl Core {
                     self.stats.probes_answered += 1;
                     let deadline = now + self.config.reprobe_interval();
                     for ip in &self.probing {
-                        let Some(v) = self.vips.get_mut(ip) else { continue };
+                        let Some(v) = self.vips.get_mut(ip) else {
+                            continue;
+                        };
                         for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.answered) {
                             p.answered = true;
                             p.heard = true;
@@ -1014,7 +1016,10 @@ impl Core {
             let v = self.vips.get_mut(&ip).expect("holding");
             let Some(h) = v.handoff.clone() else { continue };
             // Asked every probe timeout: a lost answer only prolongs a (harmless) overlap.
-            let same_view = self.peers.get(&h.target).is_some_and(|p| p.view == self.view);
+            let same_view = self
+                .peers
+                .get(&h.target)
+                .is_some_and(|p| p.view == self.view);
             if now >= h.since + hold && same_view {
                 self.release(ip);
                 continue;
@@ -1216,10 +1221,8 @@ impl Core {
             // follow announcements it made, so count it as back (owners re-announce).
             let beating = p.beating(now, dead_after);
             match (beating, p.was_beating) {
-                (true, false) => {
-                    if p.incarnation_when_silent == Some(p.incarnation) && alive {
-                        out.push((n.clone(), true));
-                    }
+                (true, false) if p.incarnation_when_silent == Some(p.incarnation) && alive => {
+                    out.push((n.clone(), true));
                 }
                 (false, true) => p.incarnation_when_silent = Some(p.incarnation),
                 _ => {}
@@ -1280,13 +1283,14 @@ impl Core {
             self.reconcile_ours(now, ip, revived);
             return;
         }
-        if v.spec.local.is_none()
-            && v.ranking.iter().find(|n| self.candidate(n, now)) == Some(&me)
+        if v.spec.local.is_none() && v.ranking.iter().find(|n| self.candidate(n, now)) == Some(&me)
         {
             // We would be its owner but cannot announce it: the next node that can does.
-            let next = owner.as_ref().map_or("no other node can either".to_owned(), |o| {
-                format!("{o} announces it")
-            });
+            let next = owner
+                .as_ref()
+                .map_or("no other node can either".to_owned(), |o| {
+                    format!("{o} announces it")
+                });
             self.report(ip, EventKind::NoInterface, format!(
                 "{me} cannot announce {ip}: no subnet contains it and no configured interface fits; {next}"
             ));
@@ -1372,7 +1376,9 @@ impl Core {
         if let Some(s) = self.standby {
             // Stepped back: keep answering until peers have seen our Lease say so and taken
             // over (make before break through the API).
-            if s.written.is_none_or(|w| now < w + self.config.standby_hold()) {
+            if s.written
+                .is_none_or(|w| now < w + self.config.standby_hold())
+            {
                 return;
             }
             self.release(ip);
@@ -1393,7 +1399,11 @@ impl Core {
             .peers
             .get(&o)
             .is_some_and(|p| p.beating(now, self.config.dead_after()));
-        let Some(mac) = self.peers.get(&o).and_then(|p| p.probe_mac(ip)).filter(|_| beating)
+        let Some(mac) = self
+            .peers
+            .get(&o)
+            .and_then(|p| p.probe_mac(ip))
+            .filter(|_| beating)
         else {
             // No MAC to ask, or ranked only because the API shows it alive while its frames do
             // not reach us (a probe answer would not either): let go now.
@@ -1401,10 +1411,15 @@ impl Core {
             return;
         };
         let v = self.vips.get_mut(&ip).expect("present");
-        if v.handoff.as_ref().is_some_and(|h| h.target == o && h.mac == mac) {
+        if v.handoff
+            .as_ref()
+            .is_some_and(|h| h.target == o && h.mac == mac)
+        {
             return; // `handoffs` drives it.
         }
-        let Some(iface) = v.installed.clone() else { return };
+        let Some(iface) = v.installed.clone() else {
+            return;
+        };
         v.handoff = Some(Handoff {
             target: o,
             mac,
@@ -1413,7 +1428,11 @@ impl Core {
         });
         self.holding.insert(ip);
         self.stats.probes += 1;
-        self.out.push_back(Output::Probe { vip: ip, iface, mac });
+        self.out.push_back(Output::Probe {
+            vip: ip,
+            iface,
+            mac,
+        });
     }
 
     fn take(&mut self, now: Instant, ip: IpAddr) {
@@ -1480,8 +1499,8 @@ impl Core {
         v.ranking.iter().take_while(|n| *n != me).find_map(|n| {
             let p = self.peers.get(n)?;
             let heard = p.last_beat?;
-            let owned = heard >= v.since
-                && (p.leaving || p.standby || p.member(now, self.trusted_since));
+            let owned =
+                heard >= v.since && (p.leaving || p.standby || p.member(now, self.trusted_since));
             owned.then(|| Failover {
                 vip: ip,
                 from: n.clone(),
@@ -1579,7 +1598,11 @@ impl Core {
                 continue;
             }
             let mut resend = Vec::new();
-            for p in v.probes.iter_mut().filter(|p| !p.silent && now >= p.deadline) {
+            for p in v
+                .probes
+                .iter_mut()
+                .filter(|p| !p.silent && now >= p.deadline)
+            {
                 if p.answered {
                     p.answered = false;
                     resend.push(p.mac);

@@ -139,11 +139,15 @@ impl Subnet {
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(n), IpAddr::V4(a)) if self.prefix <= 32 => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u32::from(n) & mask == u32::from(a) & mask
             }
             (IpAddr::V6(n), IpAddr::V6(a)) if self.prefix <= 128 => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
                 u128::from(n) & mask == u128::from(a) & mask
             }
             _ => false,
@@ -160,7 +164,9 @@ impl fmt::Display for Subnet {
 impl std::str::FromStr for Subnet {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (a, p) = s.split_once('/').ok_or_else(|| format!("{s:?}: expected address/prefix"))?;
+        let (a, p) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?}: expected address/prefix"))?;
         let addr: IpAddr = a.parse().map_err(|_| format!("{s:?}: bad address"))?;
         let prefix: u8 = p.parse().map_err(|_| format!("{s:?}: bad prefix length"))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
@@ -179,7 +185,12 @@ impl Link {
         links
             .iter()
             .filter_map(|l| {
-                let best = l.subnets.iter().filter(|s| s.contains(vip)).map(|s| s.prefix).max()?;
+                let best = l
+                    .subnets
+                    .iter()
+                    .filter(|s| s.contains(vip))
+                    .map(|s| s.prefix)
+                    .max()?;
                 Some((best, l.mac))
             })
             .max_by_key(|(p, _)| *p)

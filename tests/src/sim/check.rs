@@ -29,6 +29,7 @@
 //!     may arrive before its Lease);
 //! 11. forged heartbeats and floods change no VIP's owner;
 //! 12. a configuration roll is reported (`ConfigMismatch` node Event).
+//!
 //! During a configuration roll (its documented bound, see `roll_window`) 5 and 9 are checked
 //! only outside it.
 

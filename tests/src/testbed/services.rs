@@ -9,18 +9,14 @@
 
 use std::{net::IpAddr, net::SocketAddr, time::Duration};
 
-use k8s_openapi::{
-    api::{core::v1::Service, discovery::v1::EndpointSlice},
-};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::{
     Api,
     api::{DeleteParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
-use super::{
-    API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT,
-};
+use super::{API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT};
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     netns::Netns,

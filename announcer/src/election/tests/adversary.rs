@@ -130,7 +130,11 @@ fn a_stepped_back_node_takes_vips_again_when_heartbeats_return() {
     w.run_for(bound + SEC);
     w.cut.clear();
     w.run_for(5 * SEC);
-    assert_eq!(w.answering(), vec![x], "the VIP did not go back to its top-ranked node");
+    assert_eq!(
+        w.answering(),
+        vec![x],
+        "the VIP did not go back to its top-ranked node"
+    );
     assert_eq!(node_events(&w, x, NodeEventKind::Rejoined), 1);
 }
 
@@ -277,7 +281,11 @@ fn a_vip_on_a_second_nic_is_probed_at_the_mac_that_answers_it() {
         })
         .collect();
     assert!(!probed.is_empty());
-    assert!(probed.iter().all(|m| *m == MacAddr([2, 0, 0, 0, 1, x as u8 + 1])));
+    assert!(
+        probed
+            .iter()
+            .all(|m| *m == MacAddr([2, 0, 0, 0, 1, x as u8 + 1]))
+    );
 }
 
 #[test]
