@@ -121,6 +121,22 @@ impl Cluster {
         self.set_node_ready(name, ready).await;
     }
 
+    /// Creates a Node as the kubelet registers it, before it fills in any status (no
+    /// addresses, no conditions); [`Cluster::set_node_ready`] does that later.
+    pub async fn add_node_without_status(&self, name: &str) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Node>::all(self.client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .expect("create node");
+    }
+
     /// Sets the Node's Ready condition (through the status subresource, as the kubelet does).
     pub async fn set_node_ready(&self, name: &str, ready: bool) {
         let status = NodeStatus {
@@ -269,8 +285,6 @@ impl Cluster {
             kubeconfig.to_str().expect("utf-8"),
             "--state-dir",
             state.to_str().expect("utf-8"),
-            "--heartbeat-address",
-            "127.0.0.1",
             "--heartbeat-port",
             &heartbeat.to_string(),
             "--http-address",
@@ -282,10 +296,14 @@ impl Cluster {
         if !extra.contains(&"--dataplane") {
             args.push("--no-dataplane".into());
         }
+        // `--no-heartbeat-address`: heartbeats from the Node's InternalIP, as in a cluster.
+        if !extra.contains(&"--no-heartbeat-address") {
+            args.extend(["--heartbeat-address".into(), "127.0.0.1".into()]);
+        }
         args.extend(
             extra
                 .iter()
-                .filter(|a| **a != "--dataplane")
+                .filter(|a| **a != "--dataplane" && **a != "--no-heartbeat-address")
                 .map(|s| s.to_string()),
         );
         self.spawn(node, http, heartbeat, args);

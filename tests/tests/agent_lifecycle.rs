@@ -322,3 +322,23 @@ async fn sigterm_hands_over_every_vip_without_a_gap() {
     );
     wait_rendezvous(&c, &vips, &rest).await;
 }
+
+/// The kubelet registers the Node and fills in its addresses a moment later: an agent started
+/// in between waits for the InternalIP to send heartbeats from, as its log says, instead of
+/// exiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_started_before_its_node_has_an_internal_ip_waits_for_it() {
+    const VIP: &str = "10.0.31.1";
+    let mut c = Cluster::start("no-internal-ip").await;
+    c.add_node_without_status("node-a").await;
+    c.add_service("default", "web", &[VIP], false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    c.start_agent("node-a", &["--no-heartbeat-address"]);
+    // Longer than the agent needs to start and list everything.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.set_node_ready("node-a", true).await;
+    c.wait_for("node-a owns it once its Node has an InternalIP", T, |c| {
+        c.owners(VIP) == ["node-a"]
+    })
+    .await;
+}
