@@ -47,12 +47,15 @@
 //! # Keeping and giving up
 //! Owned entries are rewritten every `grace / 3` with a lifetime of `grace`, so a dead agent's
 //! entries stop answering `grace` after its last refresh. A VIP whose owner is now another node
-//! is removed once that node's heartbeats say it is ready and carry our view fingerprint (make
-//! before break: a joining node first finishes its warm-up and announces, then we let go; a
-//! successor whose watch lags behind ours may not know the VIP yet). If the views differ, we
-//! let go after [`Config::view_hold`] anyway, so a permanent difference (a node on another
-//! configuration, raised as a `ConfigMismatch` node Event after [`CONFIG_MISMATCH_AFTER`])
-//! costs at most that much overlap per move, never a dark VIP.
+//! is removed once that node's heartbeats say it is ready *and its data plane answers the VIP*
+//! (a probe, every `probe_timeout`): make before break, checked where it matters. A joining
+//! node first finishes its warm-up and announces, then we let go; a successor whose watch lags
+//! behind ours, or that runs another configuration during a roll (a `ConfigMismatch` node Event
+//! after [`CONFIG_MISMATCH_AFTER`]), may not have the VIP yet, and until it does we keep
+//! answering, so the VIP is never dark. If it shares our view fingerprint and still does not
+//! answer after [`Config::view_hold`], its data plane is broken and we let go. A successor
+//! ranked only because the API shows it alive (its frames do not reach us) is handed the VIP
+//! at once.
 //!
 //! # Restarts, shutdowns, outages, partitions
 //! * Restart: [`Input::Existing`] hands over the entries still in the pinned map; through the

@@ -456,8 +456,8 @@ impl Config {
         self.heartbeat_interval.max(self.probe_timeout) * 2
     }
 
-    /// How long an old owner keeps a VIP whose new owner's view differs from ours (a lagging
-    /// watch may not have shown it the VIP yet): make before break, bounded.
+    /// How long an old owner keeps asking a new owner that shares its view, but whose data
+    /// plane does not answer the VIP, before letting go anyway (its data plane is broken).
     pub fn view_hold(&self) -> Duration {
         (self.heartbeat_interval * 20).max(Duration::from_secs(2))
     }
