@@ -254,22 +254,7 @@ pub fn forged_arp_reply(
     trailer: [u8; 8],
 ) -> Vec<u8> {
     let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::arp(
-        &mut buf,
-        &EthernetRepr {
-            src: claimed,
-            dst: to_mac,
-            vlan: None,
-            ethertype: 0,
-        },
-        &ArpRepr {
-            operation: ArpOperation::Reply,
-            sender_mac: claimed,
-            sender_ip: vip,
-            target_mac: to_mac,
-            target_ip: to_ip,
-        },
-    );
+    let n = write_arp_reply(&mut buf, claimed, to_mac, claimed, vip, to_mac, to_ip);
     buf[42..50].copy_from_slice(&trailer);
     buf[..n].to_vec()
 }
@@ -285,25 +270,20 @@ pub fn forged_na(
     trailer: [u8; 8],
 ) -> Vec<u8> {
     let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::ndisc(
+    let flags = announcer_ebpf::wire::NaFlags {
+        router: false,
+        solicited: true,
+        override_: true,
+    };
+    let n = write_na(
         &mut buf,
-        &EthernetRepr {
-            src: claimed,
-            dst: to_mac,
-            vlan: None,
-            ethertype: 0,
-        },
+        claimed,
+        to_mac,
         vip,
         to_ip,
-        &NdiscRepr::NeighborAdvert {
-            flags: announcer_ebpf::wire::NaFlags {
-                router: false,
-                solicited: true,
-                override_: true,
-            },
-            target: vip,
-            lladdr: Some(claimed),
-        },
+        vip,
+        Some(claimed),
+        flags,
     );
     let mut f = buf[..n].to_vec();
     f.extend_from_slice(&trailer);
