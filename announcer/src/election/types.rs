@@ -420,6 +420,10 @@ pub struct Config {
     /// Fingerprint of this agent's ranking-relevant configuration, sent in every heartbeat
     /// ([`Beat::config`]); the shell computes it.
     pub config_hash: u64,
+    /// Whether data planes can be asked (`false` with `--no-dataplane`, where no probe is
+    /// sent): then a VIP is handed over as soon as its new owner is ready, on its heartbeats'
+    /// word.
+    pub data_plane: bool,
 }
 
 impl Config {
@@ -437,6 +441,7 @@ impl Config {
             warmup: Duration::from_millis(500),
             handover_timeout: Duration::from_secs(2),
             config_hash: 0,
+            data_plane: true,
         }
     }
 
