@@ -86,6 +86,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
     let mut config = ctx.args.election_config(mac);
     config.config_hash = super::config_fingerprint(&ctx.args);
+    config.data_plane = ctx.plane.enabled();
     let mut core = Core::new(config, Instant::now(), incarnation);
     let existing = ctx.existing();
     if !existing.is_empty() {

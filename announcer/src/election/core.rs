@@ -1406,10 +1406,11 @@ impl Core {
             .peers
             .get(&o)
             .and_then(|p| p.probe_mac(ip))
-            .filter(|_| beating)
+            .filter(|_| beating && self.config.data_plane)
         else {
-            // No MAC to ask, or ranked only because the API shows it alive while its frames do
-            // not reach us (a probe answer would not either): let go now.
+            // No MAC to ask, no data planes to ask (`--no-dataplane`), or ranked only because
+            // the API shows it alive while its frames do not reach us (a probe answer would not
+            // either): let go now.
             self.release(ip);
             return;
         };
