@@ -831,43 +831,25 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
             .into_iter()
             .filter(|(a, b)| *b > *a && *b - *a >= Duration::from_secs(8))
         {
-            let writes = w
-                .log
-                .iter()
-                .filter(|r| {
-                    r.node == Some(n)
-                        && r.t >= a
-                        && r.t < b
-                        && matches!(
-                            &r.what,
-                            What::Out {
-                                out: Output::WriteLease { .. },
-                                ..
-                            }
-                        )
-                })
-                .count();
+            let outputs = |is: fn(&Output) -> bool| {
+                w.log
+                    .iter()
+                    .filter(|r| r.node == Some(n) && r.t >= a && r.t < b)
+                    .filter(|r| matches!(&r.what, What::Out { out, .. } if is(out)))
+                    .count()
+            };
+            let writes = outputs(|o| matches!(o, Output::WriteLease { .. }));
             // Stepping back and in again publish themselves at once: one write per event,
             // O(changes), not part of the steady-state renewal rate.
-            let events = w
-                .log
-                .iter()
-                .filter(|r| {
-                    r.node == Some(n)
-                        && r.t >= a
-                        && r.t < b
-                        && matches!(
-                            &r.what,
-                            What::Out {
-                                out: Output::NodeEvent {
-                                    kind: NodeEventKind::Isolated | NodeEventKind::Rejoined,
-                                    ..
-                                },
-                                ..
-                            }
-                        )
-                })
-                .count();
+            let events = outputs(|o| {
+                matches!(
+                    o,
+                    Output::NodeEvent {
+                        kind: NodeEventKind::Isolated | NodeEventKind::Rejoined,
+                        ..
+                    }
+                )
+            });
             let writes = writes.saturating_sub(events);
             let rate = writes as f64 / (b - a).as_secs_f64();
             rep.lease_writes_per_s = rep.lease_writes_per_s.max(rate);
