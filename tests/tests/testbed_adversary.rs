@@ -101,6 +101,22 @@ fn watch(tb: &Testbed, vips: &[IpAddr], dur: Duration) -> Vec<(Duration, Answers
     rounds
 }
 
+/// One Service with `v4` and `v6`, the agents started; returns their owner once both have the
+/// rendezvous owner.
+async fn serve(tb: &mut Testbed, v4: IpAddr, v6: IpAddr) -> String {
+    let owner = rendezvous(tb, v4);
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    tb.start_agents(&[]);
+    for vip in [v4, v6] {
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            owner,
+            "the rendezvous owner of {vip}"
+        );
+    }
+    owner
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_ten_seconds_ahead_leaves_one_owner_per_vip() {
     let mut tb = testbed("clock", 3).await;
@@ -160,16 +176,7 @@ async fn spoofed_arp_replies_do_not_delay_crash_failover() {
     tb.add_hostile_host();
     let v4 = IpAddr::V4(vip4(30));
     let v6 = v6_with_owner_of(&tb, v4, 30, false);
-    let owner = rendezvous(&tb, v4);
-    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
-    tb.start_agents(&[]);
-    for vip in [v4, v6] {
-        assert_eq!(
-            tb.wait_owner(vip, T),
-            owner,
-            "the rendezvous owner of {vip}"
-        );
-    }
+    let owner = serve(&mut tb, v4, v6).await;
     let mac = tb.node_mac(&owner);
     wait_client_sees(&tb, &BTreeMap::from([(v4, mac), (v6, mac)]));
 
@@ -333,16 +340,7 @@ async fn vip_on_second_nic_is_probed_at_its_own_mac() {
     tb.add_second_nic();
     let v4 = IpAddr::V4(nic2_vip4(1));
     let v6 = v6_with_owner_of(&tb, v4, 1, true);
-    let owner = rendezvous(&tb, v4);
-    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
-    tb.start_agents(&[]);
-    for vip in [v4, v6] {
-        assert_eq!(
-            tb.wait_owner(vip, T),
-            owner,
-            "the rendezvous owner of {vip}"
-        );
-    }
+    let owner = serve(&mut tb, v4, v6).await;
     // Announced on eth1 with eth1's MAC (not eth0's).
     let mac2 = tb.node_mac2(&owner);
     wait_client_sees(&tb, &BTreeMap::from([(v4, mac2), (v6, mac2)]));
