@@ -42,7 +42,11 @@ enum Cmd {
     },
     /// Run the whole test suite: unit, kernel (BPF_PROG_TEST_RUN) and network-namespace tests.
     /// Needs root; privileged tests never skip.
+    /// Ends with a smoke run of the failover benchmark (see `SMOKE_ARGS`).
     Test {
+        /// Skip the failover smoke run (for a quick local run; CI never passes it).
+        #[arg(long)]
+        no_smoke: bool,
         /// Extra arguments for `cargo test` (after `--`).
         #[arg(last = true)]
         args: Vec<String>,
@@ -104,12 +108,10 @@ fn main() -> Result<()> {
             }
             run(Command::new(&bin).args(["vip", "list", "--iface", &iface]))
         }
-        Cmd::Test { args } => {
+        Cmd::Test { no_smoke, args } => {
             require_root("the test suite attaches XDP programs in network namespaces")?;
             setup::ensure()?;
-            let mut a = vec!["test", "--workspace", "--no-fail-fast"];
-            a.extend(args.iter().map(String::as_str));
-            test_summary::run(&root, &a)
+            test(&root, &args, !no_smoke)
         }
         Cmd::Bench {
             which,
@@ -177,6 +179,93 @@ fn main() -> Result<()> {
             run(&mut Command::new(root.join("target/release/demo")))
         }
     }
+}
+
+/// The failover smoke that ends `cargo xtask test`: the agent at its defaults on the testbed,
+/// the scenarios whose targets the README states, 5 trials each. It fails (non-zero exit) when
+/// crash or link-down p99 exceeds 1 s, or SIGTERM / restart within grace lose a probe or end
+/// with the wrong owner, so a real-time regression of 2.5× or more turns CI red.
+const SMOKE_ARGS: &[&str] = &[
+    "--systems",
+    "announcer-default",
+    "--scenarios",
+    "crash,link-down,sigterm,restart-in-grace",
+    "--trials",
+    "5",
+    "--idle-vips",
+    "0",
+    "--plot",
+    "target/bench/smoke/failover.svg",
+];
+
+/// `cargo test` over the workspace, then (if `smoke`) the failover smoke; one closing line
+/// totals both, and every failure is listed by name above it.
+fn test(root: &Path, args: &[String], smoke: bool) -> Result<()> {
+    let mut a = vec!["test", "--workspace", "--no-fail-fast"];
+    a.extend(args.iter().map(String::as_str));
+    let (status, mut f) = test_summary::run(root, &a, test_summary::Timeouts::from_env())?;
+    let mut passed = f.totals.passed;
+    let mut failed = f.totals.failed + f.crashed;
+    if !status.success() && failed == 0 {
+        // cargo failed without a failing test (a build error): say so rather than "0 failed".
+        f.failures.push(format!("cargo test: {status} (see above)"));
+        failed += 1;
+    }
+    if smoke {
+        println!(
+            "\nxtask: failover smoke: bench-failover {}",
+            SMOKE_ARGS.join(" ")
+        );
+        match failover_smoke(root) {
+            Ok(()) => passed += 1,
+            Err(e) => {
+                failed += 1;
+                f.failures.push(format!(
+                    "failover smoke (cargo xtask bench failover): {e:#}"
+                ));
+            }
+        }
+    }
+    if !f.failures.is_empty() {
+        println!("\nfailures:");
+        for l in &f.failures {
+            println!("    {l}");
+        }
+    }
+    // The closing line CI reads: "N passed, N failed" with ignored tests as "skipped".
+    println!(
+        "\ntests: {passed} passed, {failed} failed, {} skipped",
+        f.totals.ignored
+    );
+    if failed > 0 {
+        bail!("{failed} failed");
+    }
+    if passed == 0 {
+        bail!("cargo test ran no test");
+    }
+    Ok(())
+}
+
+fn failover_smoke(root: &Path) -> Result<()> {
+    cargo(
+        root,
+        &[
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "announcer",
+            "--bin",
+            "announcer",
+            "-p",
+            "announcer-tests",
+            "--bin",
+            "bench-failover",
+        ],
+    )?;
+    run(Command::new(root.join("target/release/bench-failover"))
+        .args(SMOKE_ARGS)
+        .current_dir(root))
 }
 
 /// Runs a binary of the `announcer-tests` crate in release, with `--json` if asked and then
