@@ -1,7 +1,7 @@
 //! `announcer`: load the XDP responder, manage its VIPs, send announcements, show status.
 //!
 //! Every failure prints what went wrong, what to do about it, and exits with a `sysexits.h`
-//! code (see `announcer::error::Error::exit_code`), so scripts can tell a typo from a kernel
+//! code (see `announcer::dataplane::Error::exit_code`), so scripts can tell a typo from a kernel
 //! without XDP.
 
 use std::{
@@ -12,11 +12,14 @@ use std::{
 };
 
 use announcer::{
-    announce::{self, BurstConfig, PacketSocket},
-    dataplane::{Dataplane, Lifetime, Vip, VipStatus},
-    error::Error,
-    loader::{self, DEFAULT_PIN_ROOT, Mode},
-    netif,
+    dataplane::{
+        Dataplane, Error, Lifetime, Vip, VipStatus,
+        announce::{self, BurstConfig, PacketSocket},
+        loader::{self, Mode},
+        logs,
+        pins::{DEFAULT_PIN_ROOT, PinLayout, pinned_interfaces},
+        sys::netif,
+    },
     wire::MacAddr,
 };
 use clap::{Parser, Subcommand, ValueEnum};
@@ -300,7 +303,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             mode,
             replace,
         } => {
-            if replace && loader::PinLayout::new(root, &iface).is_loaded() {
+            if replace && PinLayout::new(root, &iface).is_loaded() {
                 match loader::replace(root, &iface) {
                     Ok(id) => {
                         println!(
@@ -350,10 +353,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     r.iface, r.program_id
                 ),
             }
-            println!(
-                "pins: {}",
-                loader::PinLayout::new(root, &iface).dir().display()
-            );
+            println!("pins: {}", PinLayout::new(root, &iface).dir().display());
         }
         Cmd::Unload { iface } => {
             let r = loader::unload(root, &iface)?;
@@ -415,9 +415,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         }
         Cmd::Agent(_) | Cmd::Status { .. } => unreachable!("handled in main"),
         Cmd::Logs { iface, duration } => {
-            let mut log = announcer::logs::attach(root, &iface)?;
+            let mut log = logs::attach(root, &iface)?;
             let until = duration.map(|d| std::time::Instant::now() + d);
-            announcer::logs::follow(&mut log, Duration::from_millis(200), || {
+            logs::follow(&mut log, Duration::from_millis(200), || {
                 until.is_none_or(|t| std::time::Instant::now() < t)
             })?;
         }
@@ -461,7 +461,7 @@ fn send_burst(at: &At, vip: IpAddr, mac: MacAddr, cfg: &BurstConfig) -> Result<(
 fn interfaces(root: &Path, only: Option<&str>) -> Vec<String> {
     match only {
         Some(i) => vec![i.to_owned()],
-        None => announcer::status::pinned_interfaces(root),
+        None => pinned_interfaces(root),
     }
 }
 

@@ -4,7 +4,7 @@
 //! Without a context argument the kernel runs the program as if the frame arrived on the
 //! loopback device, so [`IFINDEX`] (1) is the interface index VIPs must be keyed with.
 
-use announcer::{dataplane::Dataplane, loader::OBJECT};
+use announcer::dataplane::{Dataplane, loader::OBJECT};
 use announcer_ebpf::maps::{PROGRAM, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6};
 use aya::{
     Ebpf, EbpfLoader,

@@ -475,7 +475,7 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
 
 #[test]
 fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
-    use announcer::announce::PacketSocket;
+    use announcer::dataplane::announce::PacketSocket;
     use announcer_tests::frames;
     for mode in ["native", "generic"] {
         let pair = Pair::new(&format!("vlan-{mode}"));
@@ -489,7 +489,7 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
         let capture = capture(&pair.client, CLIENT_IF, 1, "vlan 100 and arp[6:2] = 2");
         // No 802.1Q module here: the tagged request is written raw, as a switch would deliver it.
         pair.client.enter(|| {
-            let ifindex = announcer::netif::ifindex(CLIENT_IF).unwrap();
+            let ifindex = announcer::dataplane::sys::netif::ifindex(CLIENT_IF).unwrap();
             let sock = PacketSocket::open(ifindex).unwrap();
             let mut req = frames::arp_request(Ipv4Addr::new(10, 77, 0, 2), VIP4, Some(100));
             req[6..12].copy_from_slice(&announcer_tests::netns::CLIENT_MAC);

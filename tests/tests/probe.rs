@@ -210,7 +210,7 @@ const PROBER: LanHost = LanHost {
 fn spoof(ns: &Netns, to_ll: Ipv6Addr, every: Duration, max: usize, stop: &AtomicBool) -> usize {
     let ifindex = ifindex_of(ns, "eth0");
     ns.enter(|| {
-        let sock = announcer::announce::PacketSocket::open(ifindex).unwrap();
+        let sock = announcer::dataplane::announce::PacketSocket::open(ifindex).unwrap();
         let mut sent = 0;
         while sent < max && !stop.load(Ordering::Relaxed) {
             let arp = frames::forged_arp_reply(NODE, VIP4, PROBER_MAC, CLIENT_V4, rand::random());

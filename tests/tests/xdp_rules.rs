@@ -359,7 +359,10 @@ fn a_full_map_is_reported_as_such_and_loses_nothing() {
     h.dp.upsert(a(2), VIP_MAC, Lifetime::Permanent).unwrap();
     let err = h.dp.upsert(a(3), VIP_MAC, Lifetime::Permanent).unwrap_err();
     assert!(
-        matches!(err, announcer::error::Error::MapFull { family: "IPv4", .. }),
+        matches!(
+            err,
+            announcer::dataplane::Error::MapFull { family: "IPv4", .. }
+        ),
         "{err}"
     );
     assert_eq!(err.exit_code(), 73);

@@ -10,7 +10,7 @@
 //! Sending is best effort and never waits: a heartbeat that cannot be sent now is worth
 //! nothing later, the next one follows within a period. Receiving runs as a task
 //! ([`HeartbeatSocket::receive`]) until its shutdown future completes, like
-//! [`crate::logs::forward`].
+//! [`crate::dataplane::logs::forward`].
 
 use std::{
     future::Future,

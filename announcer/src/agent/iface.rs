@@ -8,7 +8,7 @@
 //!
 //! The choice is a pure function over a [`snapshot`] of the interfaces, so it is tested on
 //! hand-built snapshots; only [`snapshot`] touches the system (via `getifaddrs`, which honours
-//! the caller's network namespace, like [`crate::netif`]).
+//! the caller's network namespace, like [`crate::dataplane::sys::netif`]).
 
 use std::{fmt, net::IpAddr};
 
@@ -17,9 +17,11 @@ use k8s_openapi::api::core::v1::Node;
 use nix::net::if_::InterfaceFlags;
 
 use crate::{
+    dataplane::{
+        error::{Error, Result},
+        sys::netif,
+    },
     election::{IfaceName, Link, Subnet},
-    error::{Error, Result},
-    netif,
 };
 
 /// An address on an interface, with its prefix length.

@@ -89,7 +89,7 @@ pub enum AgentError {
     Node(String, String),
     /// Local interfaces could not be read.
     #[error(transparent)]
-    Interfaces(#[from] crate::error::Error),
+    Interfaces(#[from] crate::dataplane::Error),
 }
 
 /// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.

@@ -18,12 +18,14 @@ use std::{
 use announcer_ebpf::wire::MacAddr;
 
 use crate::{
-    announce::{self, BurstConfig, PacketSocket},
-    dataplane::{Dataplane, Lifetime, Vip},
+    dataplane::{
+        Dataplane, Error, Lifetime, Vip,
+        announce::{self, BurstConfig, PacketSocket},
+        loader::{self, Mode},
+        pins::PinLayout,
+        sys::netif,
+    },
     election::IfaceName,
-    error::Error,
-    loader::{self, Mode},
-    netif,
 };
 
 /// One interface the agent announces on.
@@ -116,7 +118,7 @@ impl Plane {
             return out;
         }
         for name in candidates {
-            if !loader::PinLayout::new(&self.root, name).is_loaded() {
+            if !PinLayout::new(&self.root, name).is_loaded() {
                 continue;
             }
             let name: IfaceName = Arc::from(name.as_str());

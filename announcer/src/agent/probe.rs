@@ -92,9 +92,11 @@ use tokio::{
 };
 
 use crate::{
-    announce::{AnnounceError, MAX_VLAN_ID, PacketSocket},
+    dataplane::{
+        announce::{AnnounceError, MAX_VLAN_ID, PacketSocket},
+        sys::packet::{bind, setsockopt},
+    },
     election::{IfaceName, Input},
-    packet::{bind, setsockopt},
 };
 
 /// A data plane's answer: `mac` says it has `vip`.

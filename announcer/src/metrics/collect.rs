@@ -436,7 +436,7 @@ fn dataplane(enc: &mut DescriptorEncoder, root: &std::path::Path) -> fmt::Result
     let mut frames = Vec::new();
     let mut entries = Vec::new();
     let mut vips: Vec<(VipLabels, crate::dataplane::VipStatus)> = Vec::new();
-    for iface in crate::status::pinned_interfaces(root) {
+    for iface in crate::dataplane::pins::pinned_interfaces(root) {
         let read = Dataplane::open(root, &iface).and_then(|dp| Ok((dp.counters()?, dp.list()?)));
         let (counters, list) = match read {
             Ok(r) => r,

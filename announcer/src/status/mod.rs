@@ -24,8 +24,7 @@ use serde::Serialize;
 pub use self::table::render;
 use crate::{
     agent::http::{AgentState, PeerState},
-    dataplane::{Dataplane, VipStatus},
-    error::Error,
+    dataplane::{Dataplane, Error, VipStatus, pins::pinned_interfaces},
 };
 
 /// Where the agent serves `/state` by default (its `--http-address`).
@@ -33,20 +32,6 @@ pub const DEFAULT_AGENT: &str = "http://127.0.0.1:9746";
 
 /// How long to wait for the agent: it answers from memory, so this is generous.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Interfaces with pins under `root` (a directory per interface holding the `link` pin),
-/// sorted.
-pub fn pinned_interfaces(root: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(root)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().join("link").exists())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .collect();
-    v.sort();
-    v
-}
 
 /// One interface's data plane.
 #[derive(Clone, Debug, Serialize)]

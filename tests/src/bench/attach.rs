@@ -16,8 +16,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use announcer::{
-    dataplane::{Dataplane, Lifetime, Vip},
+use announcer::dataplane::{
+    Dataplane, Lifetime, Vip,
     loader::{self, Mode, OBJECT},
 };
 use announcer_ebpf::{

@@ -13,10 +13,7 @@
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use announcer::{
-    dataplane::{Dataplane, Lifetime, Vip},
-    loader::OBJECT,
-};
+use announcer::dataplane::{Dataplane, Lifetime, Vip, loader::OBJECT};
 use announcer_ebpf::{
     maps::{Outcome, PROGRAM, REFLECTOR},
     wire::{EthernetRepr, MacAddr, NdiscRepr, frame, solicited_node},

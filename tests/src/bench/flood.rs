@@ -52,7 +52,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use announcer::loader::Mode;
+use announcer::dataplane::loader::Mode;
 use announcer_ebpf::wire::{MacAddr, frame};
 use anyhow::{Context, Result, anyhow};
 

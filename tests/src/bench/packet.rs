@@ -92,7 +92,7 @@ impl PacketSocket {
     }
 
     fn setsockopt<T>(&self, level: i32, name: i32, value: &T) -> io::Result<()> {
-        announcer::packet::setsockopt(&self.fd, level, name, value)
+        announcer::dataplane::sys::packet::setsockopt(&self.fd, level, name, value)
     }
 
     /// Sends one whole frame out of the bound interface (as EtherType `protocol`).

@@ -24,11 +24,10 @@ use aya::{
     util::nr_cpus,
 };
 
-use crate::{
-    clock,
+use super::{
     error::{Error, Result},
-    loader::PinLayout,
-    netif,
+    pins::PinLayout,
+    sys::{clock, netif},
 };
 
 /// A VIP as the data plane keys it: an address on a VLAN (0 = untagged).

@@ -1,4 +1,4 @@
-//! Errors of the data-plane library, each with the exit code the CLI uses and the fix to print.
+//! Errors of the data plane, each with the exit code the CLI uses and the fix to print.
 //!
 //! Operators meet these at the command line, so every variant says what went wrong *and* what to
 //! do about it ([`Error::hint`]); the exit codes follow `sysexits.h` so scripts can tell a typo

@@ -5,7 +5,7 @@
 
 use announcer_ebpf::wire::MacAddr;
 
-use crate::error::{Error, Result};
+use crate::dataplane::error::{Error, Result};
 
 /// The index of interface `name` in the current network namespace.
 pub fn ifindex(name: &str) -> Result<u32> {

@@ -1,17 +1,6 @@
-//! Loads the XDP program onto an interface and pins it, so it keeps answering when the process
-//! that loaded it exits, and so a later run (or the agent after a restart) finds it again.
-//!
-//! Pin layout, one directory per interface under the pin root (default
-//! [`DEFAULT_PIN_ROOT`], `--pin-root` to change):
-//!
-//! ```text
-//! /sys/fs/bpf/announcer/<iface>/link       the bpf_link attaching the program to <iface>
-//! /sys/fs/bpf/announcer/<iface>/VIPS_V4    HashMap<VipKeyV4, VipEntry>
-//! /sys/fs/bpf/announcer/<iface>/VIPS_V6    HashMap<VipKeyV6, VipEntry>
-//! /sys/fs/bpf/announcer/<iface>/STATS_V4   PerCpuHashMap<VipKeyV4, VipStats>
-//! /sys/fs/bpf/announcer/<iface>/STATS_V6   PerCpuHashMap<VipKeyV6, VipStats>
-//! /sys/fs/bpf/announcer/<iface>/COUNTERS   PerCpuArray<u64> indexed by Outcome
-//! ```
+//! Loads the XDP program onto an interface and pins it ([`super::pins`]), so it keeps
+//! answering when the process that loaded it exits, and so a later run (or the agent after a
+//! restart) finds it again.
 //!
 //! A second `load` finds the pinned link and leaves it alone: no detach, no gap. A `load` after a
 //! crash between pinning the maps and the link reuses the pinned maps, so no VIP is lost.
@@ -23,71 +12,21 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use announcer_ebpf::maps::{COUNTERS, PROGRAM, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6};
+use announcer_ebpf::maps::PROGRAM;
 use aya::{
     EbpfLoader,
     programs::{Xdp, XdpMode, links::FdLink, links::PinnedLink},
 };
 
-use crate::{
+use super::{
     error::{Error, Result},
-    netif,
+    pins::{PINNED_MAPS, PinLayout},
+    sys::{linkinfo, netif},
+    table::Dataplane,
 };
-
-/// Where pins go unless told otherwise.
-pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/announcer";
-
-/// The maps the loader pins, by name.
-pub const PINNED_MAPS: [&str; 5] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS];
 
 /// The compiled XDP object, built by `build.rs`.
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/announcer-xdp"));
-
-/// Paths of one interface's pins.
-#[derive(Clone, Debug)]
-pub struct PinLayout {
-    dir: PathBuf,
-}
-
-impl PinLayout {
-    /// The pins of `iface` under `root`.
-    pub fn new(root: impl AsRef<Path>, iface: &str) -> Self {
-        Self {
-            dir: root.as_ref().join(iface),
-        }
-    }
-
-    /// The interface's pin directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The pinned link.
-    pub fn link(&self) -> PathBuf {
-        self.dir.join("link")
-    }
-
-    /// A pinned map.
-    pub fn map(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Whether a program is attached through these pins.
-    pub fn is_loaded(&self) -> bool {
-        self.link().exists()
-    }
-
-    /// Kernel id of the program the pinned link runs.
-    pub fn program_id(&self) -> Result<u32> {
-        let link = PinnedLink::from_pin(self.link())
-            .map_err(|e| Error::bpf(format!("opening {}", self.link().display()), e))?;
-        // Dropping the FdLink closes our fd only; the pin keeps the link.
-        Ok(FdLink::from(link)
-            .info()
-            .map_err(|e| Error::bpf("reading link info", e))?
-            .program_id())
-    }
-}
 
 /// How to attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -144,7 +83,7 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
 
     let mut stale = None;
     if pins.is_loaded() {
-        let attached_to = crate::linkinfo::xdp_link_ifindex(&pins.link())
+        let attached_to = linkinfo::xdp_link_ifindex(&pins.link())
             .map_err(|e| Error::bpf(format!("reading {}", pins.link().display()), e))?;
         if attached_to == ifindex {
             let program_id = pins.program_id()?;
@@ -192,7 +131,7 @@ pub fn load(root: &Path, iface: &str, mode: Mode) -> Result<LoadReport> {
         .map_err(|e| Error::bpf(format!("pinning {}", pins.link().display()), e))?;
     tracing::info!(%iface, mode = %used, program_id, "XDP responder attached");
     if stale.is_some() {
-        let moved = crate::dataplane::Dataplane::open(root, iface)?.rekey()?;
+        let moved = Dataplane::open(root, iface)?.rekey()?;
         tracing::info!(%iface, moved, "VIP entries moved to the new interface index");
     }
     Ok(LoadReport {
@@ -240,7 +179,7 @@ pub fn replace(root: &Path, iface: &str) -> Result<u32> {
     let ifindex = netif::ifindex(iface)?;
     let pins = PinLayout::new(root, iface);
     if !pins.is_loaded()
-        || crate::linkinfo::xdp_link_ifindex(&pins.link())
+        || linkinfo::xdp_link_ifindex(&pins.link())
             .map_err(|e| Error::bpf(format!("reading {}", pins.link().display()), e))?
             != ifindex
     {

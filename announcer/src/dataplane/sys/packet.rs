@@ -1,5 +1,5 @@
-//! `AF_PACKET` plumbing shared by the announcement sender ([`crate::announce`]), the prober
-//! ([`crate::agent::probe`]) and the benchmarks: binding a packet socket to one interface, and
+//! `AF_PACKET` plumbing shared by the announcement sender ([`crate::dataplane::announce`]), the
+//! agent's prober and the benchmarks: binding a packet socket to one interface, and
 //! the raw `setsockopt` the typed wrappers of `nix` do not cover (socket filters,
 //! `PACKET_IGNORE_OUTGOING`, `PACKET_QDISC_BYPASS`).
 

@@ -10,9 +10,9 @@ use std::{os::fd::AsFd, path::Path, time::Duration};
 
 use aya_log::EbpfLogger;
 
-use crate::{
+use super::{
     error::{Error, Result},
-    loader::PinLayout,
+    pins::PinLayout,
 };
 
 /// A reader of one interface's program log.

@@ -270,7 +270,7 @@ impl PacketSocket {
         )
         .map_err(|e| open_err(e.into()))?;
         // Protocol 0: receive nothing.
-        crate::packet::bind(&fd, ifindex, 0).map_err(open_err)?;
+        super::sys::packet::bind(&fd, ifindex, 0).map_err(open_err)?;
         Ok(Self { fd, ifindex })
     }
 
