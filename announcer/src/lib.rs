@@ -5,6 +5,7 @@
 
 pub mod dataplane;
 pub mod metrics;
+pub mod state;
 pub mod status;
 
 // `agent/config.rs` still names these two by their paths before the data plane became one

@@ -17,61 +17,8 @@ use axum::{
     http::{StatusCode, header},
     routing::get,
 };
-use serde::{Deserialize, Serialize};
 
-use crate::{election::core::Stats, metrics::Metrics};
-
-/// One VIP this node announces.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct OwnedVip {
-    /// The VIP.
-    pub vip: std::net::IpAddr,
-    /// The interface it is answered on.
-    pub iface: String,
-    /// `namespace/name` of its Service, if known.
-    pub service: Option<String>,
-}
-
-/// One peer as this agent sees it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct PeerState {
-    /// Node name.
-    pub node: String,
-    /// Counted in the ranking.
-    pub alive: bool,
-    /// Milliseconds since its last heartbeat.
-    pub heartbeat_age_ms: Option<u64>,
-    /// Its Lease is valid by our clock.
-    pub lease_valid: bool,
-    /// It said it is leaving.
-    pub leaving: bool,
-}
-
-/// The agent's state as served on `/state` (and read back by `announcer status`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct AgentState {
-    /// This node.
-    pub node: String,
-    /// `node-lease` or `lease-per-service`.
-    pub election: String,
-    /// This agent's incarnation.
-    pub incarnation: u64,
-    /// Warm-up over, taking VIPs.
-    pub ready: bool,
-    /// Whether the data plane is real (`false` with `--no-dataplane`).
-    pub dataplane: bool,
-    /// VIPs announced here.
-    pub owned: Vec<OwnedVip>,
-    /// Peers.
-    pub peers: Vec<PeerState>,
-    /// Election counters.
-    pub stats: Stats,
-    /// Watches healthy.
-    pub api_ok: bool,
-    /// Stepped back: this node exchanges heartbeats with no peer (see the `Isolated` Event).
-    #[serde(default)]
-    pub standby: bool,
-}
+use crate::{metrics::Metrics, state::AgentState};
 
 /// Shared between the agent loop (writer) and the HTTP server (reader).
 #[derive(Clone)]
@@ -149,7 +96,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
             }),
         )
         .route(
-            "/state",
+            crate::state::PATH,
             get(|State(s): State<Shared>| async move { Json(s.get().0) }),
         )
         .with_state(shared)

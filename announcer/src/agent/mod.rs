@@ -41,7 +41,7 @@ use self::{
     eligibility::{Plan, Selection, SelectorError},
     events::Events,
     heartbeat::HeartbeatError,
-    http::{AgentState, Shared},
+    http::Shared,
     iface::{IfaceConfig, LocalIface},
     plane::Plane,
     probe::Probes,
@@ -51,6 +51,7 @@ use crate::{
     election::{Core, EventKind, IfaceName, NodeEventKind, VipSpec},
     heartbeat::{IdentityError, KeyError},
     metrics::{Metrics, Recorder, Sources},
+    state::AgentState,
     wire::MacAddr,
 };
 

@@ -20,7 +20,6 @@ use tokio::sync::mpsc;
 use super::{
     Context, announce_event_type,
     heartbeat::{HeartbeatSocket, unix_ms_now},
-    http::{AgentState, OwnedVip, PeerState},
     node_event_type,
     node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
     persist::StateDir,
@@ -31,6 +30,7 @@ use crate::{
     election::{Core, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Identity, Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
     metrics::{LossTracker, Recorder},
+    state::{AgentState, OwnedVip, PeerState},
     wire::MacAddr,
 };
 

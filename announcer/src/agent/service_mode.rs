@@ -9,10 +9,12 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     Context,
-    http::{AgentState, OwnedVip},
     per_service::{self, Ownership, Stats, Timing},
 };
-use crate::election::{IfaceName, NodeName, ServiceRef, core::Stats as Counts};
+use crate::{
+    election::{IfaceName, NodeName, ServiceRef, core::Stats as Counts},
+    state::{AgentState, OwnedVip},
+};
 
 /// Runs until SIGTERM, then releases every Lease it holds.
 pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {

@@ -4,12 +4,9 @@ use std::{sync::Arc, time::Duration};
 
 use super::*;
 use crate::{
-    agent::{
-        heartbeat::Stats as HeartbeatStats,
-        http::{AgentState, OwnedVip, PeerState, Shared},
-        watch::WatchCounters,
-    },
+    agent::{heartbeat::Stats as HeartbeatStats, http::Shared, watch::WatchCounters},
     election::core::Stats,
+    state::{AgentState, OwnedVip, PeerState},
 };
 
 /// The value of the sample `name{labels}` (labels as printed, e.g. `iface="eth0"`).

@@ -23,8 +23,8 @@ use serde::Serialize;
 
 pub use self::table::render;
 use crate::{
-    agent::http::{AgentState, PeerState},
     dataplane::{Dataplane, Error, VipStatus, pins::pinned_interfaces},
+    state::{AgentState, PeerState},
 };
 
 /// Where the agent serves `/state` by default (its `--http-address`).
@@ -140,7 +140,7 @@ impl Report {
 
 /// GETs `/state` from the agent at `base` (e.g. [`DEFAULT_AGENT`]).
 pub fn fetch_agent(base: &str) -> Result<AgentState, String> {
-    let url = format!("{}/state", base.trim_end_matches('/'));
+    let url = format!("{}{}", base.trim_end_matches('/'), crate::state::PATH);
     let body = ureq::get(&url)
         .timeout(AGENT_TIMEOUT)
         .call()

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::*;
-use crate::agent::http::OwnedVip;
+use crate::state::OwnedVip;
 
 fn map_row(vip: &str, answered: u64) -> VipRow {
     VipRow {
