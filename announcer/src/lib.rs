@@ -1,10 +1,10 @@
 //! The announcer agent, loader and CLI library.
 //!
 //! * [`dataplane`]: the XDP responder from userspace: pins, loader, VIP table, bursts, logs.
-//! * [`metrics`]: the agent's Prometheus metrics; [`status`]: `announcer status`, the node's view.
+//! * [`state`]: the agent's `/state` document; [`status`]: `announcer status`, the node's view.
+//! * [`agent`]: the Kubernetes agent.
 
 pub mod dataplane;
-pub mod metrics;
 pub mod state;
 pub mod status;
 

@@ -149,7 +149,7 @@ async fn api_ok_returns_after_an_outage_without_changes() {
             .iter()
             .filter(|w| w.client == "node-a")
             .count()
-            >= announcer::agent::watch::Source::ALL.len()
+            >= announcer::agent::kube::watch::Source::ALL.len()
     })
     .await;
     c.wait_for("the agent trusts the API again", T, |c| api_ok(c, true))

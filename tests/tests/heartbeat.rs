@@ -7,7 +7,7 @@ use std::{
 };
 
 use announcer::{
-    agent::heartbeat::{HeartbeatSocket, SendReport, unix_ms_now},
+    agent::net::heartbeat_socket::{HeartbeatSocket, SendReport, unix_ms_now},
     election::{Beat, NodeName},
     heartbeat::{Identity, Keyring, PeerKeyChange, Reject, Sealer, Verified, Verifier},
     wire::MacAddr,

@@ -9,7 +9,7 @@ use std::{
 };
 
 use announcer::{
-    agent::probe::{Answer, Prober, Probes, Source},
+    agent::net::probe::{Answer, Prober, Probes, Source},
     election::IfaceName,
     wire::MacAddr,
 };

@@ -18,7 +18,8 @@ use axum::{
     routing::get,
 };
 
-use crate::{metrics::Metrics, state::AgentState};
+use super::metrics::{self, Metrics};
+use crate::state::AgentState;
 
 /// Shared between the agent loop (writer) and the HTTP server (reader).
 #[derive(Clone)]
@@ -65,7 +66,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
                 let body = tokio::task::spawn_blocking(move || m.encode())
                     .await
                     .unwrap_or_default();
-                ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body)
+                ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body)
             }),
         )
         .with_state(metrics);

@@ -10,7 +10,7 @@
 //! authenticated with a key only its sender and its recipient hold, and replay-protected.
 //!
 //! This module does no I/O and reads no clock: [`Sealer::seal`] and [`Verifier::open`] take
-//! the wall-clock time as an argument. The socket side is [`crate::agent::heartbeat`].
+//! the wall-clock time as an argument. The socket side is [`crate::agent::net::heartbeat_socket`].
 //!
 //! # Threat model
 //!

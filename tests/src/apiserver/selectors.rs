@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
-use announcer::agent::selector::LabelQuery;
-pub(crate) use announcer::agent::selector::SelectorError;
+use announcer::agent::kube::selector::LabelQuery;
+pub(crate) use announcer::agent::kube::selector::SelectorError;
 
 /// A parsed `labelSelector` (the agent's parser, so both read selectors alike).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -46,6 +46,7 @@ use tokio::{
 };
 
 use super::eligibility::SERVICE_NAME_LABEL;
+use crate::agent::shutdown::Shutdown;
 
 /// One of the watched resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -249,15 +250,14 @@ impl Shared {
 }
 
 impl Watches {
-    /// Starts the watches. They stop when `shutdown` becomes `true` (or its sender is
-    /// dropped). `lease_selector` is a label selector for the node Leases (see
+    /// Starts the watches. They stop when `shutdown` fires (or its trigger is dropped). `lease_selector` is a label selector for the node Leases (see
     /// [`super::node_lease::selector`]) in `namespace`. Must be called within a tokio
     /// runtime.
     pub fn start(
         client: Client,
         namespace: &str,
         lease_selector: &str,
-        shutdown: watch::Receiver<bool>,
+        shutdown: Shutdown,
     ) -> Watches {
         let (healthy_tx, healthy) = watch::channel(false);
         let (changed_tx, changed) = watch::channel(0u64);
@@ -353,12 +353,6 @@ impl Watches {
     }
 }
 
-/// Resolves when `rx` holds `true` or its sender is gone: the agent's shutdown signal. (A
-/// wrapper, so no `watch::Ref` is held across an await and the caller's future stays `Send`.)
-pub async fn until_true(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
-
 /// Spawns one watch: `modify` trims each object before it is stored, `after` runs after each
 /// change has been applied to the store.
 fn spawn<K>(
@@ -366,7 +360,7 @@ fn spawn<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
-    (shared, shutdown): (&Arc<Shared>, &watch::Receiver<bool>),
+    (shared, shutdown): (&Arc<Shared>, &Shutdown),
     modify: impl FnMut(&mut K) + Send + 'static,
     after: impl FnMut() + Send + 'static,
 ) -> JoinHandle<()>
@@ -397,7 +391,7 @@ async fn drive<K>(
     source: Source,
     (api, cfg, mut writer): (Api<K>, watcher::Config, reflector::store::Writer<K>),
     shared: Arc<Shared>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
     (mut modify, mut after): (impl FnMut(&mut K), impl FnMut()),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -409,7 +403,7 @@ async fn drive<K>(
         loop {
             let next = tokio::select! {
                 biased;
-                _ = until_true(&mut shutdown) => return,
+                () = shutdown.recv() => return,
                 next = stream.next() => next,
             };
             let ev = match next {
@@ -456,7 +450,7 @@ async fn drive<K>(
             }
         }
         tokio::select! {
-            _ = until_true(&mut shutdown) => return,
+            () = shutdown.recv() => return,
             () = tokio::time::sleep(retry) => {}
         }
         shared.counters.restarts[source.index()].fetch_add(1, Ordering::Relaxed);
@@ -575,7 +569,7 @@ mod tests {
             ("/api/v1/nodes", node),
         ])
         .await;
-        let (_stop, shutdown) = watch::channel(false);
+        let (_stop, shutdown) = crate::agent::shutdown::channel();
         let mut w = Watches::start(client, "announcer", "a=b", shutdown);
         w.synced().await.unwrap();
         w.healthy.wait_for(|h| *h).await.unwrap();
@@ -597,7 +591,7 @@ mod tests {
     async fn watches_report_unhealthy_without_an_api_server_and_stop_on_shutdown() {
         let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let client = Client::try_from(cfg).unwrap();
-        let (stop, shutdown) = watch::channel(false);
+        let (stop, shutdown) = crate::agent::shutdown::channel();
         let mut w = Watches::start(client, "announcer", "a=b", shutdown);
         assert!(!*w.healthy.borrow());
         // Every watch fails to connect, is counted, and is replaced after its backoff.
@@ -614,7 +608,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(counted(), "{:?}", w.counters.snapshot());
-        stop.send(true).unwrap();
+        stop.fire();
         for t in w.tasks.drain(..) {
             t.await.unwrap();
         }

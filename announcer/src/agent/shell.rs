@@ -6,7 +6,7 @@
 //! writes (in a task, one at a time, the result fed back), sealed heartbeats to every peer's
 //! advertised address, map writes and bursts ([`Plane`]), probes, Events. Along the way it
 //! records what only it can time: Lease write latency, probe round trips, heartbeat loss and
-//! the takeover duration of each failover the core reports ([`crate::metrics::Recorder`]).
+//! the takeover duration of each failover the core reports ([`super::metrics::Recorder`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -18,18 +18,22 @@ use std::{
 use tokio::sync::mpsc;
 
 use super::{
-    Context, announce_event_type,
-    heartbeat::{HeartbeatSocket, unix_ms_now},
-    node_event_type,
-    node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
+    context::{Context, config_fingerprint},
+    kube::{
+        events::{announce_event_type, node_event_type},
+        node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
+        watch::LeaseEvent,
+    },
+    metrics::{LossTracker, Recorder},
+    net::{
+        heartbeat_socket::{self, HeartbeatSocket, unix_ms_now},
+        probe::Probes,
+    },
     persist::StateDir,
-    probe::Probes,
-    watch::LeaseEvent,
 };
 use crate::{
     election::{Core, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Identity, Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
-    metrics::{LossTracker, Recorder},
     state::{AgentState, OwnedVip, PeerState},
     wire::MacAddr,
 };
@@ -61,7 +65,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     if created {
         tracing::info!(path = %state_dir.identity_path().display(), key = %identity.public(), "created this node's heartbeat identity");
     }
-    let incarnation = state_dir.next_incarnation(super::heartbeat::incarnation_now())?;
+    let incarnation = state_dir.next_incarnation(heartbeat_socket::incarnation_now())?;
     let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
     let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
     lease.publish(Published {
@@ -73,19 +77,17 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let (beat_tx, mut beats) = mpsc::channel::<Verified>(1024);
     {
         let (socket, verifier, keyring) = (socket.clone(), verifier.clone(), keyring.clone());
-        let mut stop = ctx.stop_rx.clone();
+        let mut stop = ctx.stop.clone();
         tokio::spawn(async move {
             socket
-                .receive(verifier, keyring, beat_tx, async move {
-                    super::watch::until_true(&mut stop).await
-                })
+                .receive(verifier, keyring, beat_tx, async move { stop.recv().await })
                 .await;
         });
     }
 
     let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
     let mut config = ctx.args.election_config(mac);
-    config.config_hash = super::config_fingerprint(&ctx.args);
+    config.config_hash = config_fingerprint(&ctx.args);
     config.data_plane = ctx.plane.enabled();
     let mut core = Core::new(config, Instant::now(), incarnation);
     let existing = ctx.existing();
@@ -120,14 +122,14 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
         core.handle(Instant::now(), Input::Vips(specs));
     }
 
-    let mut term = ctx.term_rx.clone();
+    let mut term = ctx.term.clone();
     let mut last_publish = Instant::now();
     loop {
         let deadline = core.poll_timeout().map(tokio::time::Instant::from_std);
         // Unbiased (tokio picks a ready branch at random): no source, not even a flood of
         // heartbeats or probe answers, can starve the others (Lease events above all).
         let input = tokio::select! {
-            () = super::watch::until_true(&mut term), if !shutdown_seen => {
+            () = term.recv(), if !shutdown_seen => {
                 shutdown_seen = true;
                 tracing::info!("SIGTERM: handing VIPs over before exiting");
                 Some(Input::Shutdown)

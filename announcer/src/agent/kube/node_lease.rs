@@ -1,7 +1,7 @@
 //! This node's Lease (`coordination.k8s.io/v1`), and reading peers' Leases.
 //!
 //! Why one Lease per node rather than per Service: API cost then grows with nodes, not with
-//! Services × nodes (see [`super::per_service`] for the alternative, kept for comparison).
+//! Services × nodes (see [`super::lease_per_service`] for the alternative, kept for comparison).
 //! The Lease says "this agent is alive and can reach the API server", and carries where to
 //! send it heartbeats (`announcer.dev/heartbeat`) and whether it has left for good
 //! (`announcer.dev/released`). Every write carries the `resourceVersion` last seen, so two

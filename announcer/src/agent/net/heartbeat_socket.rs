@@ -127,7 +127,7 @@ pub struct HeartbeatSocket {
     tx: Arc<std::net::UdpSocket>,
     stats: Arc<Stats>,
     /// Where authenticated rejections are counted per peer, if set.
-    recorder: Option<crate::metrics::Recorder>,
+    recorder: Option<crate::agent::metrics::Recorder>,
 }
 
 impl HeartbeatSocket {
@@ -148,7 +148,7 @@ impl HeartbeatSocket {
 
     /// Counts rejections whose sender is known (its tag verified) per peer and reason in
     /// `recorder` (`announcer_heartbeats_rejected_from_total`).
-    pub fn with_recorder(mut self, recorder: crate::metrics::Recorder) -> Self {
+    pub fn with_recorder(mut self, recorder: crate::agent::metrics::Recorder) -> Self {
         self.recorder = Some(recorder);
         self
     }

@@ -19,12 +19,13 @@ use prometheus_client::{
 
 use crate::{
     agent::{
-        events::{EventStats, Events},
-        heartbeat::Stats as HeartbeatStats,
         http::Shared,
-        per_service::Stats as ServiceLeaseStats,
-        probe::Stats as ProbeStats,
-        watch::WatchCounters,
+        kube::{
+            events::{EventStats, Events},
+            lease_per_service::Stats as ServiceLeaseStats,
+            watch::WatchCounters,
+        },
+        net::{heartbeat_socket::Stats as HeartbeatStats, probe::Stats as ProbeStats},
     },
     dataplane::Dataplane,
     maps::Outcome,

@@ -4,7 +4,9 @@ use std::{sync::Arc, time::Duration};
 
 use super::*;
 use crate::{
-    agent::{heartbeat::Stats as HeartbeatStats, http::Shared, watch::WatchCounters},
+    agent::{
+        http::Shared, kube::watch::WatchCounters, net::heartbeat_socket::Stats as HeartbeatStats,
+    },
     election::core::Stats,
     state::{AgentState, OwnedVip, PeerState},
 };

@@ -39,7 +39,7 @@ use kube::{
 
 pub use kube::runtime::events::EventType;
 
-use crate::election::{NodeName, ServiceRef};
+use crate::election::{EventKind, NodeEventKind, NodeName, ServiceRef};
 
 /// The `reportingController` of the agent's Events.
 pub const CONTROLLER: &str = "announcer.dev/agent";
@@ -326,6 +326,27 @@ fn action(reason: &str) -> &'static str {
         "Announcing" => "Announce",
         "Released" => "Release",
         _ => "Elect",
+    }
+}
+
+/// The (Kubernetes) Event type and reason for a core event.
+pub(crate) fn announce_event_type(kind: &EventKind) -> (EventType, &'static str) {
+    match kind {
+        EventKind::Announcing => (EventType::Normal, "Announcing"),
+        EventKind::Released => (EventType::Normal, "Released"),
+        EventKind::NoEligibleNode => (EventType::Warning, "NoEligibleNode"),
+        EventKind::NoInterface => (EventType::Warning, "NoInterface"),
+        EventKind::Overlap => (EventType::Warning, "Overlap"),
+    }
+}
+
+/// The (Kubernetes) Event type and reason for a core event about this node.
+pub(crate) fn node_event_type(kind: &NodeEventKind) -> (EventType, &'static str) {
+    match kind {
+        NodeEventKind::Isolated => (EventType::Warning, "Isolated"),
+        NodeEventKind::Rejoined => (EventType::Normal, "Rejoined"),
+        NodeEventKind::ConfigMismatch => (EventType::Warning, "ConfigMismatch"),
+        NodeEventKind::Fenced => (EventType::Warning, "Fenced"),
     }
 }
 

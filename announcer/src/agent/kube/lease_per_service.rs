@@ -49,8 +49,8 @@ use tokio::{
 use super::{
     eligibility::Plan,
     node_lease::{APP_LABEL, bounded_name, duration_seconds},
-    watch::until_true,
 };
+use crate::agent::shutdown::{self, Shutdown, Trigger};
 use crate::election::{Instant, NodeName, ServiceRef, lease::Observed};
 
 /// Prefix of per-Service Lease names.
@@ -400,7 +400,7 @@ pub struct Stats {
 /// A running contender.
 struct Task {
     vips: watch::Sender<Vec<IpAddr>>,
-    stop: watch::Sender<bool>,
+    stop: Trigger,
     task: JoinHandle<()>,
 }
 
@@ -414,7 +414,7 @@ struct Ctx {
 }
 
 /// Runs the mode: contends, for each Service `plan` says this node is eligible for, until
-/// `shutdown` becomes true (or its sender is dropped); then stops announcing and releases
+/// `shutdown` fires (or its trigger is dropped); then stops announcing and releases
 /// every Lease it holds before returning. Services this node stops being eligible for (or
 /// that are deleted) are released the same way. Ownership changes go to `out`.
 pub async fn run(
@@ -422,7 +422,7 @@ pub async fn run(
     cfg: Config,
     mut plan: watch::Receiver<Plan>,
     out: mpsc::Sender<Ownership>,
-    mut shutdown: watch::Receiver<bool>,
+    mut shutdown: Shutdown,
     stats: Arc<Stats>,
 ) {
     let ctx = Ctx {
@@ -442,7 +442,7 @@ pub async fn run(
             .collect();
         for svc in gone {
             let t = running.remove(&svc).expect("listed above");
-            let _ = t.stop.send(true);
+            t.stop.fire();
             stopping.insert(svc, t.task);
         }
         for (svc, vips) in wanted {
@@ -456,13 +456,13 @@ pub async fn run(
                 let _ = h.await;
             }
             let (vips_tx, vips_rx) = watch::channel(vips);
-            let (stop_tx, stop_rx) = watch::channel(false);
-            let task = tokio::spawn(contend(ctx.clone(), svc.clone(), vips_rx, stop_rx));
+            let (stop_trigger, stop) = shutdown::channel();
+            let task = tokio::spawn(contend(ctx.clone(), svc.clone(), vips_rx, stop));
             running.insert(
                 svc,
                 Task {
                     vips: vips_tx,
-                    stop: stop_tx,
+                    stop: stop_trigger,
                     task,
                 },
             );
@@ -470,13 +470,13 @@ pub async fn run(
         stopping.retain(|_, h| !h.is_finished());
         tokio::select! {
             biased;
-            _ = until_true(&mut shutdown) => break,
+            () = shutdown.recv() => break,
             r = plan.changed() => if r.is_err() { break },
         }
     }
     let mut all: Vec<JoinHandle<()>> = stopping.into_values().collect();
     for (_, t) in running {
-        let _ = t.stop.send(true);
+        t.stop.fire();
         all.push(t.task);
     }
     for h in all {
@@ -489,7 +489,7 @@ async fn contend(
     ctx: Ctx,
     service: ServiceRef,
     mut vips: watch::Receiver<Vec<IpAddr>>,
-    mut stop: watch::Receiver<bool>,
+    mut stop: Shutdown,
 ) {
     let name = lease_name(&service);
     let timing = ctx.cfg.timing;
@@ -513,7 +513,7 @@ async fn contend(
     loop {
         tokio::select! {
             biased;
-            _ = until_true(&mut stop) => break,
+            () = stop.recv() => break,
             r = vips.changed() => {
                 if r.is_err() {
                     break;

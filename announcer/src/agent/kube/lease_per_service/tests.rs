@@ -262,7 +262,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     let client = Client::try_from(cfg).unwrap();
     let node = me();
     let plan = Plan {
-        vips: vec![crate::agent::eligibility::VipPlan {
+        vips: vec![crate::agent::kube::eligibility::VipPlan {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
@@ -275,7 +275,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     };
     let (_plan_tx, plan_rx) = watch::channel(plan);
     let (out_tx, mut out_rx) = mpsc::channel(8);
-    let (stop, shutdown) = watch::channel(false);
+    let (stop, shutdown) = shutdown::channel();
     let stats = Arc::new(Stats::default());
     let cfg = Config {
         node,
@@ -287,7 +287,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     while stats.gets.load(Ordering::Relaxed) == 0 {
         tokio::task::yield_now().await;
     }
-    stop.send(true).unwrap();
+    stop.fire();
     h.await.unwrap();
     assert_eq!(out_rx.recv().await, None, "never owned, nothing announced");
     assert_eq!(stats.writes.load(Ordering::Relaxed), 0);
@@ -357,7 +357,7 @@ async fn lease_server() -> Client {
 
 fn plan_for(nodes: &[&str]) -> Plan {
     Plan {
-        vips: vec![crate::agent::eligibility::VipPlan {
+        vips: vec![crate::agent::kube::eligibility::VipPlan {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
@@ -375,13 +375,9 @@ fn agent(
     client: &Client,
     node: &str,
     plan: watch::Receiver<Plan>,
-) -> (
-    mpsc::Receiver<Ownership>,
-    watch::Sender<bool>,
-    JoinHandle<()>,
-) {
+) -> (mpsc::Receiver<Ownership>, shutdown::Trigger, JoinHandle<()>) {
     let (out_tx, out_rx) = mpsc::channel(8);
-    let (stop, shutdown) = watch::channel(false);
+    let (stop, shutdown) = shutdown::channel();
     let cfg = Config {
         node: NodeName::from(node),
         namespace: "announcer".into(),
@@ -423,7 +419,7 @@ async fn one_holder_at_a_time_and_a_graceful_leaver_hands_over_without_waiting_f
     assert!(out_b.try_recv().is_err(), "b must not own while a renews");
 
     // a leaves: it stops announcing, releases, and b takes over at its next round.
-    stop_a.send(true).unwrap();
+    stop_a.fire();
     run_a.await.unwrap();
     assert_eq!(out_a.recv().await.map(|o| o.owned), Some(false));
     let got = out_b.recv().await.unwrap();
@@ -435,7 +431,7 @@ async fn one_holder_at_a_time_and_a_graceful_leaver_hands_over_without_waiting_f
     // b is no longer eligible: it stops and releases.
     plan_tx.send(plan_for(&["a"])).unwrap();
     assert_eq!(out_b.recv().await.map(|o| o.owned), Some(false));
-    stop_b.send(true).unwrap();
+    stop_b.fire();
     run_b.await.unwrap();
     let lease = api.get(name).await.unwrap().spec.unwrap();
     assert_eq!(lease.holder_identity.as_deref(), Some(""));

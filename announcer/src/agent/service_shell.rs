@@ -1,4 +1,4 @@
-//! The lease-per-service mode's shell: [`super::per_service::run`] contends for one Lease per
+//! The lease-per-service mode's shell: [`super::kube::lease_per_service::run`] contends for one Lease per
 //! Service; this loop turns its ownership changes into map writes, bursts and Events, and
 //! keeps owned entries refreshed.
 
@@ -8,8 +8,9 @@ use kube::runtime::events::EventType;
 use tokio::sync::{mpsc, watch};
 
 use super::{
-    Context,
-    per_service::{self, Ownership, Stats, Timing},
+    context::Context,
+    kube::lease_per_service::{self, Ownership, Stats, Timing},
+    shutdown,
 };
 use crate::{
     election::{IfaceName, NodeName, ServiceRef, core::Stats as Counts},
@@ -26,21 +27,21 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     };
     let (plan_tx, plan_rx) = watch::channel(ctx.plan().unwrap_or_default());
     let (own_tx, mut owns) = mpsc::channel::<Ownership>(1024);
-    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_trigger, stop) = shutdown::channel();
     let stats = Arc::new(Stats::default());
     ctx.sources.set_service_leases(stats.clone());
     // Takeovers and handovers, as the node-lease core counts them, for `/state` and metrics.
     let mut counts = Counts::default();
-    let contender = tokio::spawn(per_service::run(
+    let contender = tokio::spawn(lease_per_service::run(
         ctx.client.clone(),
-        per_service::Config {
+        lease_per_service::Config {
             node: node.clone(),
             namespace: ctx.args.namespace.clone(),
             timing,
         },
         plan_rx,
         own_tx,
-        stop_rx,
+        stop,
         stats.clone(),
     ));
     let grace = ctx.args.grace;
@@ -49,13 +50,13 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let mut owned: BTreeMap<IpAddr, (IfaceName, ServiceRef)> = BTreeMap::new();
     let mut stopping = false;
     let mut contender = contender;
-    let mut term = ctx.term_rx.clone();
+    let mut term = ctx.term.clone();
     loop {
         tokio::select! {
-            () = super::watch::until_true(&mut term), if !stopping => {
+            () = term.recv(), if !stopping => {
                 tracing::info!("SIGTERM: releasing Service Leases");
                 stopping = true;
-                let _ = stop_tx.send(true);
+                stop_trigger.fire();
             }
             Ok(()) = changed.changed() => {
                 changed.borrow_and_update();

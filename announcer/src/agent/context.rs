@@ -1,0 +1,363 @@
+//! What both election shells share ([`Context`]): the client, watches, configuration,
+//! interfaces, data plane, Events and the state endpoint, and the steps both take with them
+//! (wait for the first lists, learn this node's addresses, plan, choose interfaces, report
+//! problems, probe).
+//!
+//! Why apart from [`super::run`]: `run` only wires the parts together; what the shells do with
+//! them is here, where both modes' uses can be read side by side.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use kube::{Client, runtime::events::EventType};
+
+use super::{
+    AgentError,
+    config::AgentArgs,
+    http::Shared,
+    kube::{
+        eligibility::{self, Plan, Selection},
+        events::Events,
+        selector,
+        watch::Watches,
+    },
+    metrics::{Recorder, Sources},
+    net::{
+        iface::{self, IfaceConfig, LocalIface},
+        plane::Plane,
+        probe::{self, Probes},
+    },
+    shutdown::Shutdown,
+};
+use crate::{
+    election::{Core, IfaceName, VipSpec},
+    state::AgentState,
+    wire::MacAddr,
+};
+
+/// An interface's name, state and addresses, compared to notice changes.
+type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
+
+/// What both election modes share: the client, watches, configuration, interfaces, data
+/// plane, Events and the state endpoint.
+pub(super) struct Context {
+    pub(super) args: AgentArgs,
+    pub(super) client: Client,
+    pub(super) watches: Watches,
+    pub(super) events: Events,
+    /// Durations and heartbeat loss, as they happen.
+    pub(super) recorder: Recorder,
+    /// What `/metrics` reads at scrape time (the modes add their parts).
+    pub(super) sources: Sources,
+    pub(super) plane: Plane,
+    pub(super) selection: Selection,
+    pub(super) iface_cfg: IfaceConfig,
+    pub(super) ifaces: Vec<LocalIface>,
+    /// Interfaces VIPs have been placed on: their link state is reported to the core.
+    pub(super) used_ifaces: BTreeSet<String>,
+    pub(super) heartbeat_ip: IpAddr,
+    pub(super) heartbeat_mac: Option<MacAddr>,
+    pub(super) synced: bool,
+    /// Problems already logged (each once while it lasts).
+    pub(super) reported: BTreeSet<String>,
+    pub(super) shared: Shared,
+    /// The agent is done: background tasks end.
+    pub(super) stop: Shutdown,
+    /// SIGTERM: hand the VIPs over, then stop.
+    pub(super) term: Shutdown,
+}
+
+impl Context {
+    /// Waits for the watches' first lists, then learns this node's addresses and interfaces.
+    /// `false`: shutdown came first.
+    pub(super) async fn start(&mut self) -> Result<bool, AgentError> {
+        let mut healthy = self.watches.healthy.clone();
+        let mut term = self.term.clone();
+        let mut waited = 0u32;
+        loop {
+            if *healthy.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                _ = healthy.changed() => {}
+                () = term.recv() => return Ok(false),
+                () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {
+                    waited += 5;
+                    tracing::warn!(waited_s = waited, "waiting for the API server (first list of Services, EndpointSlices, Nodes, Leases)");
+                }
+            }
+        }
+        self.synced = true;
+        // The kubelet registers the Node and fills its addresses a moment later: wait for an
+        // InternalIP to send heartbeats from (unless one was given), as the log promises.
+        let mut changed = self.watches.changed.clone();
+        let mut waited = 0u32;
+        let internal = loop {
+            let node = self
+                .watches
+                .nodes
+                .state()
+                .into_iter()
+                .find(|n| n.metadata.name.as_deref() == Some(self.args.node_name.as_str()));
+            let internal = node.as_deref().map(iface::internal_ips).unwrap_or_default();
+            if self.args.heartbeat_address.is_some() || !internal.is_empty() {
+                break internal;
+            }
+            if waited.is_multiple_of(30) {
+                if node.is_none() {
+                    tracing::warn!(node = %self.args.node_name, "no Node object with this name (check NODE_NAME); announcing nothing until it appears");
+                } else {
+                    tracing::warn!(node = %self.args.node_name, "the Node has no InternalIP yet (the kubelet fills it in after registering); waiting for it, or set --heartbeat-address");
+                }
+            }
+            tokio::select! {
+                _ = changed.changed() => {}
+                () = term.recv() => return Ok(false),
+                () = tokio::time::sleep(std::time::Duration::from_secs(1)) => waited += 1,
+            }
+        };
+        self.iface_cfg.internal_ips = internal.clone();
+        self.heartbeat_ip = match self.args.heartbeat_address {
+            Some(ip) => ip,
+            None => internal
+                .iter()
+                .copied()
+                .min_by_key(|ip| ip.is_ipv6())
+                .expect("waited for one"),
+        };
+        self.refresh_interfaces();
+        self.heartbeat_mac = self
+            .ifaces
+            .iter()
+            .find(|i| i.addrs.iter().any(|a| a.ip == self.heartbeat_ip))
+            .and_then(|i| i.mac);
+        // The interfaces VIPs are known to land on (the InternalIP's, and `--interface` names
+        // that are not globs) get the program before the election starts; see
+        // `Plane::prepare`.
+        let early: Vec<String> = self
+            .ifaces
+            .iter()
+            .filter(|i| {
+                i.addrs.iter().any(|a| a.ip == self.heartbeat_ip)
+                    || self.args.interfaces.contains(&i.name)
+            })
+            .map(|i| i.name.clone())
+            .collect();
+        self.plane.prepare(&early);
+        tracing::info!(
+            node = %self.args.node_name,
+            heartbeat = %self.heartbeat_ip,
+            mac = ?self.heartbeat_mac,
+            election = ?self.args.election,
+            dataplane = self.plane.enabled(),
+            "agent started"
+        );
+        Ok(true)
+    }
+
+    /// Entries still answering from a previous run on interfaces we have.
+    pub(super) fn existing(&mut self) -> Vec<(IpAddr, IfaceName)> {
+        let names: Vec<String> = self.ifaces.iter().map(|i| i.name.clone()).collect();
+        self.plane.existing(&names)
+    }
+
+    pub(super) fn refresh_interfaces(&mut self) {
+        match iface::snapshot() {
+            Ok(s) => self.ifaces = s,
+            Err(e) => tracing::warn!(error = %e, "cannot list interfaces"),
+        }
+    }
+
+    /// What decides interface choice and link state, to notice changes.
+    pub(super) fn iface_fingerprint(&self) -> Vec<IfaceFingerprint> {
+        self.ifaces
+            .iter()
+            .map(|i| {
+                (
+                    i.name.clone(),
+                    i.up,
+                    i.addrs.iter().map(|a| (a.ip, a.prefix)).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// The links to publish in our Lease (`None` without a data plane: then every VIP is
+    /// "announced" nowhere, and peers need not know where).
+    pub(super) fn links(&self) -> Option<Vec<crate::election::Link>> {
+        self.plane
+            .enabled()
+            .then(|| iface::links(&self.ifaces, &self.iface_cfg))
+    }
+
+    /// Link state of the interfaces VIPs were placed on.
+    pub(super) fn link_states(&self) -> Vec<(IfaceName, bool)> {
+        self.used_ifaces
+            .iter()
+            .map(|name| {
+                let up = self.ifaces.iter().any(|i| i.name == *name && i.up);
+                (IfaceName::from(name.as_str()), up)
+            })
+            .collect()
+    }
+
+    /// The eligibility plan from the watch stores (`None` before the first lists).
+    pub(super) fn plan(&self) -> Option<Plan> {
+        if !self.synced {
+            return None;
+        }
+        let services = self.watches.services.state();
+        let slices = self.watches.slices.state();
+        let nodes = self.watches.nodes.state();
+        Some(eligibility::plan(
+            &services,
+            &slices,
+            &nodes,
+            &self.selection,
+        ))
+    }
+
+    /// The interface for `vip` on this node, or why there is none.
+    pub(super) fn choose(&mut self, vip: IpAddr) -> Option<IfaceName> {
+        if !self.plane.enabled() {
+            // No interface: the core's Events then say "(no data plane)".
+            return Some(IfaceName::from(""));
+        }
+        match iface::choose(vip, &self.ifaces, &self.iface_cfg) {
+            Ok(c) => {
+                self.used_ifaces.insert(c.iface.to_string());
+                Some(c.iface)
+            }
+            Err(e) => {
+                if self.reported.insert(format!("noiface {vip}")) {
+                    tracing::warn!(%vip, "{e}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The core's VIP specs, with problems reported (by one node per Service).
+    pub(super) fn specs(
+        &mut self,
+        core: &Core,
+        services: &mut BTreeMap<IpAddr, String>,
+    ) -> Option<Vec<VipSpec>> {
+        let plan = self.plan()?;
+        self.report_problems(&plan, |key| {
+            core.is_reporter(key, std::time::Instant::now())
+        });
+        services.clear();
+        let mut specs = Vec::with_capacity(plan.vips.len());
+        for v in &plan.vips {
+            services.insert(v.vip, v.service.to_string());
+            let local = self.choose(v.vip);
+            specs.push(v.spec(local));
+        }
+        Some(specs)
+    }
+
+    /// Logs each problem once, and raises it as an Event if `reporter` says this node is
+    /// the one to (so that N nodes do not raise the same Event N times).
+    pub(super) fn report_problems(&mut self, plan: &Plan, reporter: impl Fn(&str) -> bool) {
+        let mut now_seen = BTreeSet::new();
+        for p in &plan.problems {
+            let key = format!("{}|{}", p.service, p.message);
+            now_seen.insert(key.clone());
+            if self.reported.contains(&key) {
+                continue;
+            }
+            self.reported.insert(key);
+            tracing::warn!(service = %p.service, vip = ?p.vip, reason = p.reason.event_reason(), "{}", p.message);
+            if reporter(&p.service.to_string()) {
+                self.events.publish(
+                    &p.service,
+                    EventType::Warning,
+                    p.reason.event_reason(),
+                    &p.message,
+                );
+            }
+        }
+        // Forget problems that went away, so a recurrence is reported again.
+        self.reported
+            .retain(|k| !k.contains('|') || now_seen.contains(k));
+    }
+
+    /// Sends a probe of `mac` for `vip` on `iface` (its prober and answer listener are opened
+    /// on first use); answerable for the core's probe timeout. A failure is logged: silence,
+    /// the core takes over after its timeout.
+    pub(super) fn probe(
+        &mut self,
+        probes: &mut Probes,
+        iface: &IfaceName,
+        vip: IpAddr,
+        mac: MacAddr,
+    ) {
+        if !self.plane.enabled() {
+            return; // No data plane to ask: silence, the core takes over after its timeout.
+        }
+        let Some(li) = self.ifaces.iter().find(|i| *i.name == **iface) else {
+            return;
+        };
+        let src = probe::Source {
+            mac: li.mac.unwrap_or(MacAddr::ZERO),
+            ipv4: li.addrs.iter().find_map(|a| match a.ip {
+                IpAddr::V4(v) => Some(v),
+                _ => None,
+            }),
+            ipv6: li.addrs.iter().find_map(|a| match a.ip {
+                IpAddr::V6(v) if v.is_unicast_link_local() => Some(v),
+                _ => None,
+            }),
+            vlan: None,
+        };
+        let window = self.args.probe_timeout;
+        if let Err(e) = probes.send(iface, li.index, src, vip, mac, window) {
+            tracing::warn!(%vip, %iface, error = %e, "probe not sent; taking over on silence");
+        }
+    }
+
+    pub(super) fn publish(&self, state: AgentState) {
+        self.shared.set(state);
+    }
+}
+
+/// The fingerprint of what in this agent's configuration changes how it ranks VIPs, sent in
+/// heartbeats so that a node left on another configuration during a ConfigMap roll is
+/// noticed (a `ConfigMismatch` Event on the Node).
+pub(crate) fn config_fingerprint(args: &AgentArgs) -> u64 {
+    let relevant = format!(
+        "{:?}|{:?}|{:?}|{}|{}|{:?}|{:?}|{}|{:?}",
+        args.service_selector,
+        args.node_selector,
+        args.load_balancer_class,
+        args.no_ipv4,
+        args.no_ipv6,
+        args.interfaces,
+        args.heartbeat_interval,
+        args.heartbeat_misses,
+        args.grace,
+    );
+    xxhash_rust::xxh3::xxh3_64(relevant.as_bytes())
+}
+
+/// The Services and Nodes the flags select.
+pub(crate) fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> {
+    Ok(Selection {
+        ipv4: !args.no_ipv4,
+        ipv6: !args.no_ipv6,
+        load_balancer_class: Some(args.load_balancer_class.clone()),
+        ..Selection::with_selectors(
+            args.service_selector
+                .as_deref()
+                .map(selector::parse)
+                .transpose()?,
+            args.node_selector
+                .as_deref()
+                .map(selector::parse)
+                .transpose()?,
+        )?
+    })
+}
