@@ -16,6 +16,7 @@ use std::{
     collections::BTreeMap,
     net::IpAddr,
     path::{Path, PathBuf},
+    process::ExitCode,
     time::Duration,
 };
 
@@ -29,6 +30,59 @@ use crate::{
 
 /// Where the agent serves `/state` by default (its `--http-address`).
 pub const DEFAULT_AGENT: &str = "http://127.0.0.1:9746";
+
+/// `announcer status`' flags.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Only this interface (default: every interface with pins).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// One JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The agent's HTTP address. Without it the default (http://127.0.0.1:9746) is asked
+    /// and an unreachable agent is only reported; given, an unreachable agent also makes
+    /// the command exit 69 (after printing what the maps say).
+    #[arg(long, env = "ANNOUNCER_AGENT")]
+    pub agent: Option<String>,
+    /// Do not ask the agent: the data plane only.
+    #[arg(long, conflicts_with = "agent")]
+    pub no_agent: bool,
+}
+
+/// `announcer status`: the maps, merged with the agent's `/state`.
+pub fn run(root: &Path, args: StatusArgs) -> ExitCode {
+    let StatusArgs {
+        iface,
+        json,
+        agent,
+        no_agent,
+    } = args;
+    let url = (!no_agent).then(|| agent.as_deref().unwrap_or(DEFAULT_AGENT));
+    let report = match gather(root, iface.as_deref(), url) {
+        Ok(r) => r,
+        Err(e) => return super::fail(&e),
+    };
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: cannot encode the report: {e}");
+                return ExitCode::from(70);
+            }
+        }
+    } else {
+        print!("{}", render(&report));
+    }
+    if report.agent_unreachable() && agent.is_some() {
+        // EX_UNAVAILABLE: the maps were shown, the agent asked for did not answer.
+        return ExitCode::from(69);
+    }
+    ExitCode::SUCCESS
+}
 
 /// How long to wait for the agent: it answers from memory, so this is generous.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(3);
