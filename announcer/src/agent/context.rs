@@ -16,7 +16,7 @@ use kube::{Client, runtime::events::EventType};
 use super::{
     AgentError,
     config::AgentArgs,
-    http::Shared,
+    http::PublishedState,
     kube::{
         eligibility::{self, Plan, Selection},
         events::Events,
@@ -62,7 +62,7 @@ pub(super) struct Context {
     pub(super) synced: bool,
     /// Problems already logged (each once while it lasts).
     pub(super) reported: BTreeSet<String>,
-    pub(super) shared: Shared,
+    pub(super) published: PublishedState,
     /// The agent is done: background tasks end.
     pub(super) stop: Shutdown,
     /// SIGTERM: hand the VIPs over, then stop.
@@ -320,7 +320,7 @@ impl Context {
     }
 
     pub(super) fn publish(&self, state: AgentState) {
-        self.shared.set(state);
+        self.published.set(state);
     }
 }
 

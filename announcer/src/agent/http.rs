@@ -21,21 +21,22 @@ use axum::{
 use super::metrics::{self, Metrics};
 use crate::state::AgentState;
 
-/// Shared between the agent loop (writer) and the HTTP server (reader).
+/// The last state the agent loop published (it writes; the HTTP server and the metrics read),
+/// and when: its age is the loop's liveness.
 #[derive(Clone)]
-pub struct Shared {
+pub struct PublishedState {
     state: Arc<Mutex<(AgentState, Instant)>>,
 }
 
-impl Default for Shared {
+impl Default for PublishedState {
     fn default() -> Self {
-        Shared {
+        PublishedState {
             state: Arc::new(Mutex::new((AgentState::default(), Instant::now()))),
         }
     }
 }
 
-impl Shared {
+impl PublishedState {
     /// Publish a new state; also the loop's liveness beacon.
     pub fn set(&self, state: AgentState) {
         *self.state.lock().expect("state lock") = (state, Instant::now());
@@ -52,12 +53,12 @@ impl Shared {
 const STUCK_AFTER: Duration = Duration::from_secs(10);
 
 /// The router (separate from [`serve`] so tests can drive it without a socket).
-pub fn router(shared: Shared) -> Router {
+pub fn router(shared: PublishedState) -> Router {
     router_with_metrics(shared, Arc::new(Metrics::new()))
 }
 
 /// The router with `/metrics` served from `metrics`.
-pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
+pub fn router_with_metrics(shared: PublishedState, metrics: Arc<Metrics>) -> Router {
     let scrape = Router::new()
         .route(
             "/metrics",
@@ -73,7 +74,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route(
             "/healthz",
-            get(|State(s): State<Shared>| async move {
+            get(|State(s): State<PublishedState>| async move {
                 let (_, age) = s.get();
                 if age < STUCK_AFTER {
                     (StatusCode::OK, "ok".to_string())
@@ -87,7 +88,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
         )
         .route(
             "/readyz",
-            get(|State(s): State<Shared>| async move {
+            get(|State(s): State<PublishedState>| async move {
                 let (st, _) = s.get();
                 if st.ready {
                     (StatusCode::OK, "ready")
@@ -98,7 +99,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
         )
         .route(
             crate::state::PATH,
-            get(|State(s): State<Shared>| async move { Json(s.get().0) }),
+            get(|State(s): State<PublishedState>| async move { Json(s.get().0) }),
         )
         .with_state(shared)
         .merge(scrape)
@@ -107,7 +108,7 @@ pub fn router_with_metrics(shared: Shared, metrics: Arc<Metrics>) -> Router {
 /// Serve on `addr` until `shutdown` completes.
 pub async fn serve(
     addr: SocketAddr,
-    shared: Shared,
+    shared: PublishedState,
     metrics: Arc<Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

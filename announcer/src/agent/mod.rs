@@ -37,8 +37,8 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 use self::{
     config::{AgentArgs, ConfigError, Election},
     context::Context,
-    http::Shared,
-    kube::{eligibility::SelectorError, events::Events, node_lease, watch::Watches},
+    http::PublishedState,
+    kube::{eligibility::SelectionError, events::Events, node_lease, watch::Watches},
     metrics::Metrics,
     net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
 };
@@ -52,7 +52,7 @@ pub enum AgentError {
     Config(#[from] ConfigError),
     /// A label selector flag that cannot be used.
     #[error(transparent)]
-    Selector(#[from] SelectorError),
+    Selection(#[from] SelectionError),
     /// A label selector flag that does not parse.
     #[error(transparent)]
     SelectorSyntax(#[from] selector::SelectorError),
@@ -99,18 +99,18 @@ pub async fn run(
         shutdown.await;
         term_trigger.fire();
     });
-    let shared = Shared::default();
+    let published = PublishedState::default();
     let metrics = Arc::new(Metrics::new());
-    metrics.sources().set_state(shared.clone());
+    metrics.sources().set_state(published.clone());
     if !args.no_dataplane {
         metrics.sources().set_dataplane(pin_root.clone());
     }
     {
-        let (addr, shared, mut stop) = (args.http_address, shared.clone(), stop.clone());
+        let (addr, published, mut stop) = (args.http_address, published.clone(), stop.clone());
         let metrics = metrics.clone();
         tokio::spawn(async move {
             let stop = async move { stop.recv().await };
-            if let Err(e) = http::serve(addr, shared, metrics, stop).await {
+            if let Err(e) = http::serve(addr, published, metrics, stop).await {
                 tracing::error!(%addr, error = %e, "health endpoint failed");
             }
         });
@@ -150,7 +150,7 @@ pub async fn run(
         heartbeat_mac: None,
         synced: false,
         reported: Default::default(),
-        shared,
+        published,
         stop,
         term,
         args,

@@ -9,11 +9,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     context::Context,
-    kube::lease_per_service::{self, Ownership, Stats, Timing},
+    kube::lease_per_service::{self, LeaseApiStats, Ownership, Timing},
     shutdown,
 };
 use crate::{
-    election::{IfaceName, NodeName, ServiceRef, core::Stats as Counts},
+    election::{IfaceName, NodeName, ServiceRef, core::Stats},
     state::{AgentState, OwnedVip},
 };
 
@@ -28,10 +28,10 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let (plan_tx, plan_rx) = watch::channel(ctx.plan().unwrap_or_default());
     let (own_tx, mut owns) = mpsc::channel::<Ownership>(1024);
     let (stop_trigger, stop) = shutdown::channel();
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(LeaseApiStats::default());
     ctx.sources.set_service_leases(stats.clone());
     // Takeovers and handovers, as the node-lease core counts them, for `/state` and metrics.
-    let mut counts = Counts::default();
+    let mut counts = Stats::default();
     let contender = tokio::spawn(lease_per_service::run(
         ctx.client.clone(),
         lease_per_service::Config {
@@ -94,7 +94,7 @@ fn apply(
     owned: &mut BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
     o: Ownership,
     node: &NodeName,
-    counts: &mut Counts,
+    counts: &mut Stats,
 ) {
     // Drop VIPs of this Service that it no longer has (or all, when released).
     let stale: Vec<IpAddr> = owned
@@ -139,7 +139,7 @@ fn apply(
 fn state(
     ctx: &Context,
     owned: &BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
-    counts: &Counts,
+    counts: &Stats,
 ) -> AgentState {
     AgentState {
         node: ctx.args.node_name.clone(),

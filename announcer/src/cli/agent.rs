@@ -50,7 +50,7 @@ pub fn run(args: AgentArgs, pin_root: PathBuf) -> ExitCode {
 fn exit_code(e: &AgentError) -> u8 {
     match e {
         AgentError::Config(_)
-        | AgentError::Selector(_)
+        | AgentError::Selection(_)
         | AgentError::SelectorSyntax(_)
         | AgentError::KubeConfig(_)
         | AgentError::Key(_)

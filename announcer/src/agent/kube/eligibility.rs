@@ -86,7 +86,7 @@ impl Default for Selection {
 /// A label selector from the configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid {which} selector: {source}")]
-pub struct SelectorError {
+pub struct SelectionError {
     /// "service" or "node".
     pub which: &'static str,
     /// What kube-core said.
@@ -101,11 +101,11 @@ impl Selection {
     pub fn with_selectors(
         service: Option<LabelSelector>,
         node: Option<LabelSelector>,
-    ) -> Result<Self, SelectorError> {
+    ) -> Result<Self, SelectionError> {
         let parse = |which, s: Option<LabelSelector>| {
             s.map(Selector::try_from)
                 .transpose()
-                .map_err(|source| SelectorError { which, source })
+                .map_err(|source| SelectionError { which, source })
         };
         Ok(Selection {
             service_selector: parse("service", service)?,

@@ -388,7 +388,7 @@ pub struct Config {
 
 /// API requests made, to compare the two modes' cost.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub struct LeaseApiStats {
     /// GETs.
     pub gets: AtomicU64,
     /// Creates and replaces (releases included).
@@ -410,7 +410,7 @@ struct Ctx {
     api: Api<Lease>,
     cfg: Arc<Config>,
     out: mpsc::Sender<Ownership>,
-    stats: Arc<Stats>,
+    stats: Arc<LeaseApiStats>,
 }
 
 /// Runs the mode: contends, for each Service `plan` says this node is eligible for, until
@@ -423,7 +423,7 @@ pub async fn run(
     mut plan: watch::Receiver<Plan>,
     out: mpsc::Sender<Ownership>,
     mut shutdown: Shutdown,
-    stats: Arc<Stats>,
+    stats: Arc<LeaseApiStats>,
 ) {
     let ctx = Ctx {
         api: Api::namespaced(client, &cfg.namespace),

@@ -220,15 +220,16 @@ pub struct Watches {
     pub counters: Arc<WatchCounters>,
 }
 
-/// Shared by the watch tasks.
-struct Shared {
+/// What the watch tasks report into: the health board and flag, the change signal, the
+/// counters.
+struct WatchSignals {
     board: Mutex<HealthBoard>,
     healthy: watch::Sender<bool>,
     changed: watch::Sender<u64>,
     counters: Arc<WatchCounters>,
 }
 
-impl Shared {
+impl WatchSignals {
     fn success(&self, s: Source, synced: bool) {
         let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
         if b.success(s, synced) == WatchState::Failing {
@@ -261,7 +262,7 @@ impl Watches {
     ) -> Watches {
         let (healthy_tx, healthy) = watch::channel(false);
         let (changed_tx, changed) = watch::channel(0u64);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(WatchSignals {
             board: Mutex::new(HealthBoard::default()),
             healthy: healthy_tx,
             changed: changed_tx,
@@ -360,7 +361,7 @@ fn spawn<K>(
     api: Api<K>,
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
-    (shared, shutdown): (&Arc<Shared>, &Shutdown),
+    (shared, shutdown): (&Arc<WatchSignals>, &Shutdown),
     modify: impl FnMut(&mut K) + Send + 'static,
     after: impl FnMut() + Send + 'static,
 ) -> JoinHandle<()>
@@ -390,7 +391,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 async fn drive<K>(
     source: Source,
     (api, cfg, mut writer): (Api<K>, watcher::Config, reflector::store::Writer<K>),
-    shared: Arc<Shared>,
+    shared: Arc<WatchSignals>,
     mut shutdown: Shutdown,
     (mut modify, mut after): (impl FnMut(&mut K), impl FnMut()),
 ) where

@@ -19,13 +19,13 @@ use prometheus_client::{
 
 use crate::{
     agent::{
-        http::Shared,
+        http::PublishedState,
         kube::{
             events::{EventStats, Events},
-            lease_per_service::Stats as ServiceLeaseStats,
+            lease_per_service::LeaseApiStats,
             watch::WatchCounters,
         },
-        net::{heartbeat_socket::Stats as HeartbeatStats, probe::Stats as ProbeStats},
+        net::{heartbeat_socket::HeartbeatStats, probe::ProbeStats},
     },
     dataplane::Dataplane,
     maps::Outcome,
@@ -38,11 +38,11 @@ pub struct Sources(Arc<Mutex<Inner>>);
 
 #[derive(Clone, Default)]
 struct Inner {
-    state: Option<Shared>,
+    state: Option<PublishedState>,
     heartbeat: Option<Arc<HeartbeatStats>>,
     events: Option<Events>,
     watches: Option<Arc<WatchCounters>>,
-    service_leases: Option<Arc<ServiceLeaseStats>>,
+    service_leases: Option<Arc<LeaseApiStats>>,
     probes: Option<Arc<ProbeStats>>,
     dataplane: Option<PathBuf>,
 }
@@ -77,7 +77,7 @@ impl Sources {
     }
 
     /// The agent's published state (`/state`): ownership, peers, the core's counters.
-    pub fn set_state(&self, state: Shared) {
+    pub fn set_state(&self, state: PublishedState) {
         self.with(|i| i.state = Some(state));
     }
 
@@ -97,7 +97,7 @@ impl Sources {
     }
 
     /// The lease-per-service mode's API request counters.
-    pub fn set_service_leases(&self, stats: Arc<ServiceLeaseStats>) {
+    pub fn set_service_leases(&self, stats: Arc<LeaseApiStats>) {
         self.with(|i| i.service_leases = Some(stats));
     }
 
@@ -207,7 +207,7 @@ where
     Ok(())
 }
 
-fn state(enc: &mut DescriptorEncoder, shared: &Shared) -> fmt::Result {
+fn state(enc: &mut DescriptorEncoder, shared: &PublishedState) -> fmt::Result {
     let (st, _) = shared.get();
     gauges(
         enc,
@@ -363,7 +363,7 @@ fn heartbeat(enc: &mut DescriptorEncoder, h: &HeartbeatStats) -> fmt::Result {
 
 fn api(
     enc: &mut DescriptorEncoder,
-    state: Option<&Shared>,
+    state: Option<&PublishedState>,
     events: Option<EventStats>,
     watches: Option<&WatchCounters>,
 ) -> fmt::Result {
@@ -411,7 +411,7 @@ fn api(
     )
 }
 
-fn service_leases(enc: &mut DescriptorEncoder, s: &ServiceLeaseStats) -> fmt::Result {
+fn service_leases(enc: &mut DescriptorEncoder, s: &LeaseApiStats) -> fmt::Result {
     use std::sync::atomic::Ordering::Relaxed;
     counters(
         enc,

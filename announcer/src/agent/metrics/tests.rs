@@ -5,7 +5,7 @@ use std::{sync::Arc, time::Duration};
 use super::*;
 use crate::{
     agent::{
-        http::Shared, kube::watch::WatchCounters, net::heartbeat_socket::Stats as HeartbeatStats,
+        http::PublishedState, kube::watch::WatchCounters, net::heartbeat_socket::HeartbeatStats,
     },
     election::core::Stats,
     state::{AgentState, OwnedVip, PeerState},
@@ -83,7 +83,7 @@ fn agent_state() -> AgentState {
 #[test]
 fn agent_families_have_names_units_types_and_labels() {
     let m = Metrics::new();
-    let shared = Shared::default();
+    let shared = PublishedState::default();
     shared.set(agent_state());
     m.sources().set_state(shared);
     m.sources()

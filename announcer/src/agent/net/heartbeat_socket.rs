@@ -54,7 +54,7 @@ pub enum HeartbeatError {
 
 /// Counters of the heartbeat socket, shared with whoever exports metrics.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub struct HeartbeatStats {
     sent: AtomicU64,
     send_errors: AtomicU64,
     accepted: AtomicU64,
@@ -62,11 +62,11 @@ pub struct Stats {
     rejected: [AtomicU64; Reject::ALL.len()],
 }
 
-impl Stats {
+impl HeartbeatStats {
     /// A consistent-enough copy of every counter (each is read atomically on its own).
-    pub fn snapshot(&self) -> StatsSnapshot {
+    pub fn snapshot(&self) -> HeartbeatStatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        StatsSnapshot {
+        HeartbeatStatsSnapshot {
             sent: get(&self.sent),
             send_errors: get(&self.send_errors),
             accepted: get(&self.accepted),
@@ -82,7 +82,7 @@ impl Stats {
 
 /// The counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct StatsSnapshot {
+pub struct HeartbeatStatsSnapshot {
     /// Datagrams the kernel accepted for sending.
     pub sent: u64,
     /// Datagrams that could not be sent (one per peer and failure).
@@ -95,7 +95,7 @@ pub struct StatsSnapshot {
     pub rejected: [u64; Reject::ALL.len()],
 }
 
-impl StatsSnapshot {
+impl HeartbeatStatsSnapshot {
     /// Datagrams rejected for `reason`.
     pub fn rejected(&self, reason: Reject) -> u64 {
         self.rejected[reason.index()]
@@ -125,7 +125,7 @@ pub struct HeartbeatSocket {
     /// The same socket (a duplicated descriptor), non-blocking, for sends that never wait:
     /// tokio's `try_send_to` would refuse until the reactor has seen the socket writable.
     tx: Arc<std::net::UdpSocket>,
-    stats: Arc<Stats>,
+    stats: Arc<HeartbeatStats>,
     /// Where authenticated rejections are counted per peer, if set.
     recorder: Option<crate::agent::metrics::Recorder>,
 }
@@ -159,7 +159,7 @@ impl HeartbeatSocket {
     }
 
     /// The counters.
-    pub fn stats(&self) -> Arc<Stats> {
+    pub fn stats(&self) -> Arc<HeartbeatStats> {
         Arc::clone(&self.stats)
     }
 
@@ -173,11 +173,11 @@ impl HeartbeatSocket {
             match self.tx.send_to(datagram, peer) {
                 Ok(n) if n == datagram.len() => {
                     report.sent += 1;
-                    Stats::bump(&self.stats.sent);
+                    HeartbeatStats::bump(&self.stats.sent);
                 }
                 result => {
                     report.failed += 1;
-                    Stats::bump(&self.stats.send_errors);
+                    HeartbeatStats::bump(&self.stats.send_errors);
                     let error = match result {
                         Ok(n) => format!("short send of {n} bytes"),
                         Err(e) => e.to_string(),
@@ -222,7 +222,7 @@ impl HeartbeatSocket {
                 r = self.rx.recv_from(&mut buf) => match r {
                     Ok(r) => r,
                     Err(error) => {
-                        Stats::bump(&self.stats.receive_errors);
+                        HeartbeatStats::bump(&self.stats.receive_errors);
                         tracing::debug!(%error, "receiving a heartbeat failed");
                         continue;
                     }
@@ -239,14 +239,14 @@ impl HeartbeatSocket {
             };
             match verdict {
                 Ok(v) => {
-                    Stats::bump(&self.stats.accepted);
+                    HeartbeatStats::bump(&self.stats.accepted);
                     if out.send(v).await.is_err() {
                         return;
                     }
                 }
                 Err(rejected) => {
                     let reason = rejected.reason;
-                    Stats::bump(&self.stats.rejected[reason.index()]);
+                    HeartbeatStats::bump(&self.stats.rejected[reason.index()]);
                     if let (Some(r), Some(peer)) = (&self.recorder, &rejected.sender) {
                         r.heartbeat_rejected_from(peer, reason.reason());
                     }

@@ -58,7 +58,7 @@
 //! deadline): a frame that matches none is dropped before it reaches the election, each probe
 //! forwards at most one answer and is then forgotten, expired probes are pruned, and the table
 //! is bounded ([`MAX_IN_FLIGHT`], the oldest dropped first). What was dropped is counted by
-//! reason ([`Stats`]).
+//! reason ([`ProbeStats`]).
 //!
 //! Frame building and answer parsing are pure functions ([`probe_frame`], [`parse_answer`]),
 //! built on the shared [`announcer_ebpf::wire`] layouts; only the sockets need `CAP_NET_RAW`.
@@ -502,16 +502,16 @@ impl InFlight {
 
 /// Counters of the answer path, exported as metrics.
 #[derive(Debug, Default)]
-pub struct Stats {
+pub struct ProbeStats {
     accepted: AtomicU64,
     no_probe: AtomicU64,
     bad_nonce: AtomicU64,
     mismatch: AtomicU64,
 }
 
-/// The [`Stats`] counters at one moment.
+/// The [`ProbeStats`] counters at one moment.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct StatsSnapshot {
+pub struct ProbeStatsSnapshot {
     /// Answers forwarded to the election (`answers_accepted`).
     pub answers_accepted: u64,
     /// Frames that answered no probe in flight (`dropped_no_probe`).
@@ -522,11 +522,11 @@ pub struct StatsSnapshot {
     pub dropped_mismatch: u64,
 }
 
-impl Stats {
+impl ProbeStats {
     /// A copy of every counter (each read atomically on its own).
-    pub fn snapshot(&self) -> StatsSnapshot {
+    pub fn snapshot(&self) -> ProbeStatsSnapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        StatsSnapshot {
+        ProbeStatsSnapshot {
             answers_accepted: get(&self.accepted),
             dropped_no_probe: get(&self.no_probe),
             dropped_bad_nonce: get(&self.bad_nonce),
@@ -549,12 +549,12 @@ impl Stats {
 /// The in-flight table and counters shared by the senders and listeners of a [`Probes`]
 /// set (or of one stand-alone [`Prober`]).
 #[derive(Clone, Debug, Default)]
-struct Shared {
+struct Ledger {
     in_flight: Arc<Mutex<InFlight>>,
-    stats: Arc<Stats>,
+    stats: Arc<ProbeStats>,
 }
 
-impl Shared {
+impl Ledger {
     fn table(&self) -> std::sync::MutexGuard<'_, InFlight> {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -566,7 +566,7 @@ impl Shared {
 pub struct Prober {
     sock: PacketSocket,
     src: Source,
-    shared: Shared,
+    shared: Ledger,
 }
 
 impl Prober {
@@ -584,10 +584,10 @@ impl Prober {
             ipv6: our_ipv6_link_local,
             vlan: None,
         };
-        Self::open_shared(ifindex, src, Shared::default())
+        Self::open_shared(ifindex, src, Ledger::default())
     }
 
-    fn open_shared(ifindex: u32, src: Source, shared: Shared) -> Result<Self, ProbeError> {
+    fn open_shared(ifindex: u32, src: Source, shared: Ledger) -> Result<Self, ProbeError> {
         if !src.mac.is_unicast() {
             return Err(ProbeError::NotUnicast { mac: src.mac });
         }
@@ -622,7 +622,7 @@ impl Prober {
     }
 
     /// The answer path's counters (shared with the other probers of a [`Probes`] set).
-    pub fn stats(&self) -> StatsSnapshot {
+    pub fn stats(&self) -> ProbeStatsSnapshot {
         self.shared.stats.snapshot()
     }
 
@@ -812,7 +812,7 @@ pub struct Answers {
     fd: AsyncFd<OwnedFd>,
     ifindex: u32,
     our_mac: MacAddr,
-    shared: Shared,
+    shared: Ledger,
     buf: Vec<u8>,
 }
 
@@ -822,7 +822,7 @@ impl Answers {
     /// The socket is created receiving nothing, gets its filter and then is bound to the
     /// interface, so no unfiltered frame is ever queued. Frames this host sends are ignored
     /// (`PACKET_IGNORE_OUTGOING`).
-    fn open(ifindex: u32, our_mac: MacAddr, shared: Shared) -> Result<Self, ProbeError> {
+    fn open(ifindex: u32, our_mac: MacAddr, shared: Ledger) -> Result<Self, ProbeError> {
         let err = |source| ProbeError::Listen { ifindex, source };
         let fd = socket::socket(
             AddressFamily::Packet,
@@ -922,7 +922,7 @@ struct Iface {
 #[derive(Debug)]
 pub struct Probes {
     ifaces: BTreeMap<IfaceName, Iface>,
-    shared: Shared,
+    shared: Ledger,
     tx: mpsc::Sender<Answer>,
 }
 
@@ -934,7 +934,7 @@ impl Probes {
         (
             Probes {
                 ifaces: BTreeMap::new(),
-                shared: Shared::default(),
+                shared: Ledger::default(),
                 tx,
             },
             rx,
@@ -984,7 +984,7 @@ impl Probes {
     }
 
     /// The answer path's counters.
-    pub fn stats(&self) -> Arc<Stats> {
+    pub fn stats(&self) -> Arc<ProbeStats> {
         self.shared.stats.clone()
     }
 

@@ -276,7 +276,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     let (_plan_tx, plan_rx) = watch::channel(plan);
     let (out_tx, mut out_rx) = mpsc::channel(8);
     let (stop, shutdown) = shutdown::channel();
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(LeaseApiStats::default());
     let cfg = Config {
         node,
         namespace: "announcer".into(),

@@ -526,7 +526,7 @@ fn the_in_flight_table_is_bounded_and_drops_the_oldest() {
 fn judge_and_stats_count_every_reason() {
     let now = Instant::now();
     let mut t = InFlight::new(16);
-    let stats = Stats::default();
+    let stats = ProbeStats::default();
     let probe = probe4();
     t.insert(
         IF,
@@ -550,7 +550,7 @@ fn judge_and_stats_count_every_reason() {
     }
     assert_eq!(
         stats.snapshot(),
-        StatsSnapshot {
+        ProbeStatsSnapshot {
             answers_accepted: 1,
             dropped_no_probe: 1,
             dropped_bad_nonce: 1,
