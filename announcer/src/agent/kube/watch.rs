@@ -3,8 +3,10 @@
 //! Why watches only: API-server load must grow with the rate of change, not with the number
 //! of agents × objects × polls. Each resource is listed once and then watched
 //! (`kube::runtime::watcher`, which resumes from the last `resourceVersion` and relists on
-//! `410 Gone`), with the default exponential backoff on errors so a struggling API server is
-//! not hammered by every node at once.
+//! `410 Gone`). A watch that fails is replaced after a jittered exponential backoff
+//! ([`RetryBackoff`]: 250 ms doubling to 5 s, each wait drawn at random from the upper half of
+//! its step), so that after an outage a struggling API server is not hammered by every node at
+//! once, in lockstep.
 //!
 //! What is watched: Services and EndpointSlices in all namespaces, Nodes, and the node Leases
 //! in the agent's namespace (by label), which also carry each node's heartbeat public key. The
@@ -378,10 +380,46 @@ where
     ))
 }
 
-/// Backoff between a failed watch and the fresh one that replaces it.
+/// The first backoff step between a failed watch and the fresh one that replaces it.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
-/// The longest backoff: an API server that is back is noticed within this.
+/// The largest step: an API server that is back is noticed within this.
 const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The waits between a failed watch and its replacement: a step doubling from [`RETRY_FIRST`]
+/// to [`RETRY_MAX`], and each wait drawn uniformly from the upper half of its step ("equal
+/// jitter").
+///
+/// Why jitter: every node's watches fail together when the API server goes away, and without
+/// it they would retry together too, at the same instants, on every step of the backoff.
+/// Why the upper half rather than around the step: the step stays the longest wait, so a
+/// recovered API server is still noticed within [`RETRY_MAX`]. (kube-runtime's
+/// `DefaultBackoff` is jittered too, but waits 0.8 s to 30 s; that would change when a
+/// recovery is noticed.)
+#[derive(Clone, Debug)]
+pub struct RetryBackoff {
+    step: Duration,
+}
+
+impl Default for RetryBackoff {
+    fn default() -> Self {
+        RetryBackoff { step: RETRY_FIRST }
+    }
+}
+
+impl RetryBackoff {
+    /// The next wait, drawn with `rng`; the step after it is twice as long (up to the cap).
+    pub fn next_wait(&mut self, rng: &mut impl rand::Rng) -> Duration {
+        let half = self.step / 2;
+        let wait = half + half.mul_f64(rng.random::<f64>());
+        self.step = (self.step * 2).min(RETRY_MAX);
+        wait
+    }
+
+    /// Back to the first step (after a watch has listed again).
+    pub fn reset(&mut self) {
+        self.step = RETRY_FIRST;
+    }
+}
 
 /// Runs one watch until shutdown. After an error the watcher is not resumed but replaced by a
 /// fresh one (after a backoff): a resumed watch that finds nothing new emits nothing, so the
@@ -398,7 +436,7 @@ async fn drive<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
 {
-    let mut retry = RETRY_FIRST;
+    let mut retry = RetryBackoff::default();
     loop {
         let mut stream = pin!(watcher(api.clone(), cfg.clone()));
         loop {
@@ -435,7 +473,7 @@ async fn drive<K>(
                 shared.success(source, synced);
             }
             if synced {
-                retry = RETRY_FIRST;
+                retry.reset();
             }
             if changed {
                 after();
@@ -450,12 +488,12 @@ async fn drive<K>(
                 }
             }
         }
+        let wait = retry.next_wait(&mut rand::rng());
         tokio::select! {
             () = shutdown.recv() => return,
-            () = tokio::time::sleep(retry) => {}
+            () = tokio::time::sleep(wait) => {}
         }
         shared.counters.restarts[source.index()].fetch_add(1, Ordering::Relaxed);
-        retry = (retry * 2).min(RETRY_MAX);
     }
 }
 
@@ -464,6 +502,42 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn retry_waits_double_to_the_cap_each_drawn_from_the_upper_half_of_its_step() {
+        use rand::SeedableRng;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut b = RetryBackoff::default();
+        for ms in [250, 500, 1000, 2000, 4000, 5000, 5000, 5000] {
+            let step = Duration::from_millis(ms);
+            let wait = b.next_wait(&mut rng);
+            assert!(
+                step / 2 <= wait && wait <= step,
+                "{wait:?} outside [{:?}, {step:?}]",
+                step / 2
+            );
+        }
+        b.reset();
+        assert!(
+            b.next_wait(&mut rng) <= RETRY_FIRST,
+            "reset to the first step"
+        );
+    }
+
+    #[test]
+    fn two_nodes_do_not_retry_in_lockstep() {
+        use rand::SeedableRng;
+        let waits = |seed| {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut b = RetryBackoff::default();
+            (0..8).map(|_| b.next_wait(&mut rng)).collect::<Vec<_>>()
+        };
+        let (a, b) = (waits(1), waits(2));
+        assert!(
+            a.iter().zip(&b).all(|(x, y)| x != y),
+            "the same wait on some step: {a:?} vs {b:?}"
+        );
+    }
 
     fn lease(name: &str, rv: &str) -> Arc<Lease> {
         Arc::new(Lease {
