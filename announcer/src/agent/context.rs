@@ -16,7 +16,6 @@ use kube::{Client, runtime::events::EventType};
 use super::{
     AgentError,
     config::AgentArgs,
-    http::PublishedState,
     kube::{
         eligibility::{self, Plan, Selection},
         events::Events,
@@ -29,6 +28,7 @@ use super::{
         plane::Plane,
         probe::{self, Probes},
     },
+    published::PublishedState,
     shutdown::Shutdown,
 };
 use crate::{

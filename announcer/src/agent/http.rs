@@ -5,11 +5,7 @@
 //! VIPs do you announce, whom do you see" at any moment, also with `--no-dataplane`, where there
 //! are no pinned maps to dump.
 
-use std::{
-    net::SocketAddr,
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
@@ -18,36 +14,10 @@ use axum::{
     routing::get,
 };
 
-use super::metrics::{self, Metrics};
-use crate::state::AgentState;
-
-/// The last state the agent loop published (it writes; the HTTP server and the metrics read),
-/// and when: its age is the loop's liveness.
-#[derive(Clone)]
-pub struct PublishedState {
-    state: Arc<Mutex<(AgentState, Instant)>>,
-}
-
-impl Default for PublishedState {
-    fn default() -> Self {
-        PublishedState {
-            state: Arc::new(Mutex::new((AgentState::default(), Instant::now()))),
-        }
-    }
-}
-
-impl PublishedState {
-    /// Publish a new state; also the loop's liveness beacon.
-    pub fn set(&self, state: AgentState) {
-        *self.state.lock().expect("state lock") = (state, Instant::now());
-    }
-
-    /// The last published state and how long ago it was published.
-    pub fn get(&self) -> (AgentState, Duration) {
-        let g = self.state.lock().expect("state lock");
-        (g.0.clone(), g.1.elapsed())
-    }
-}
+use super::{
+    metrics::{self, Metrics},
+    published::PublishedState,
+};
 
 /// The agent loop publishes at least every heartbeat; silence this long means it is stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(10);

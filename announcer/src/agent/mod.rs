@@ -22,6 +22,7 @@ pub mod kube;
 pub mod metrics;
 pub mod net;
 pub mod persist;
+pub mod published;
 pub mod shutdown;
 
 mod context;
@@ -37,10 +38,10 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 use self::{
     config::{AgentArgs, ConfigError, Election},
     context::Context,
-    http::PublishedState,
     kube::{eligibility::SelectionError, events::Events, node_lease, watch::Watches},
     metrics::Metrics,
     net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
+    published::PublishedState,
 };
 use crate::heartbeat::{IdentityError, KeyError};
 

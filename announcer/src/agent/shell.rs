@@ -48,7 +48,10 @@ const LINK_CHECK: Duration = Duration::from_millis(250);
 pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let node = NodeName::from(ctx.args.node_name.as_str());
     let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
-    let socket = HeartbeatSocket::bind(hb_addr)?.with_recorder(ctx.recorder.clone());
+    let socket = HeartbeatSocket::bind(hb_addr)?.on_rejected_from({
+        let recorder = ctx.recorder.clone();
+        move |peer, reason| recorder.heartbeat_rejected_from(peer, reason)
+    });
     ctx.sources.set_heartbeat(socket.stats());
     let lease = Arc::new(NodeLease::new(
         ctx.client.clone(),

@@ -19,13 +19,13 @@ use prometheus_client::{
 
 use crate::{
     agent::{
-        http::PublishedState,
         kube::{
             events::{EventStats, Events},
             lease_per_service::LeaseApiStats,
             watch::WatchCounters,
         },
         net::{heartbeat_socket::HeartbeatStats, probe::ProbeStats},
+        published::PublishedState,
     },
     dataplane::Dataplane,
     maps::Outcome,

@@ -5,7 +5,8 @@ use std::{sync::Arc, time::Duration};
 use super::*;
 use crate::{
     agent::{
-        http::PublishedState, kube::watch::WatchCounters, net::heartbeat_socket::HeartbeatStats,
+        kube::watch::WatchCounters, net::heartbeat_socket::HeartbeatStats,
+        published::PublishedState,
     },
     election::core::Stats,
     state::{AgentState, OwnedVip, PeerState},

@@ -13,6 +13,7 @@
 //! [`crate::dataplane::logs::forward`].
 
 use std::{
+    fmt,
     future::Future,
     io,
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
@@ -25,7 +26,10 @@ use std::{
 
 use tokio::{net::UdpSocket, sync::mpsc};
 
-use crate::heartbeat::{Keyring, MAX_DATAGRAM, Reject, Verified, Verifier};
+use crate::{
+    election::NodeName,
+    heartbeat::{Keyring, MAX_DATAGRAM, Reject, Verified, Verifier},
+};
 
 /// The default heartbeat port (the memberlist port, which L2 announcers commonly open
 /// between nodes already).
@@ -126,8 +130,23 @@ pub struct HeartbeatSocket {
     /// tokio's `try_send_to` would refuse until the reactor has seen the socket writable.
     tx: Arc<std::net::UdpSocket>,
     stats: Arc<HeartbeatStats>,
-    /// Where authenticated rejections are counted per peer, if set.
-    recorder: Option<crate::agent::metrics::Recorder>,
+    /// Told of each authenticated rejection, if set.
+    on_rejected_from: Option<RejectedFrom>,
+}
+
+/// Told of each rejected heartbeat whose sender is known (its tag verified): the sender and
+/// the reason ([`Reject::reason`]). A hook rather than a metrics handle, so that the socket
+/// needs nothing from the agent's metrics (which read the socket's counters).
+#[derive(Clone)]
+struct RejectedFrom(Arc<RejectedFromFn>);
+
+/// The hook's signature: the sender, and the reason.
+type RejectedFromFn = dyn Fn(&NodeName, &'static str) + Send + Sync;
+
+impl fmt::Debug for RejectedFrom {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RejectedFrom(..)")
+    }
 }
 
 impl HeartbeatSocket {
@@ -142,14 +161,18 @@ impl HeartbeatSocket {
             rx: Arc::new(rx),
             tx: Arc::new(tx),
             stats: Arc::default(),
-            recorder: None,
+            on_rejected_from: None,
         })
     }
 
-    /// Counts rejections whose sender is known (its tag verified) per peer and reason in
-    /// `recorder` (`announcer_heartbeats_rejected_from_total`).
-    pub fn with_recorder(mut self, recorder: crate::agent::metrics::Recorder) -> Self {
-        self.recorder = Some(recorder);
+    /// Calls `hook` with the sender and reason of each rejected heartbeat whose sender is known
+    /// (its tag verified); the agent counts them per peer and reason
+    /// (`announcer_heartbeats_rejected_from_total`).
+    pub fn on_rejected_from(
+        mut self,
+        hook: impl Fn(&NodeName, &'static str) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_rejected_from = Some(RejectedFrom(Arc::new(hook)));
         self
     }
 
@@ -247,8 +270,8 @@ impl HeartbeatSocket {
                 Err(rejected) => {
                     let reason = rejected.reason;
                     HeartbeatStats::bump(&self.stats.rejected[reason.index()]);
-                    if let (Some(r), Some(peer)) = (&self.recorder, &rejected.sender) {
-                        r.heartbeat_rejected_from(peer, reason.reason());
+                    if let (Some(hook), Some(peer)) = (&self.on_rejected_from, &rejected.sender) {
+                        (hook.0)(peer, reason.reason());
                     }
                     if rejected.sender.is_some()
                         && warned[reason.index()]
