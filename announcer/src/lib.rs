@@ -16,3 +16,6 @@ pub mod agent;
 pub mod cli;
 pub mod election;
 pub mod heartbeat;
+
+#[cfg(test)]
+mod layers;

@@ -1,0 +1,535 @@
+//! The layering rule, checked over the source: every `crate::`, `super::` and `self::` path in
+//! `src/` (imports and inline paths alike, comments and strings skipped) is resolved to the
+//! module it names, and
+//!
+//! * a top-level module may only name the layers [`ALLOWED`] lists for it (data plane ←
+//!   protocols ← `/state` ← agent ← CLI), and the CLI only the agent's entry points
+//!   ([`CLI_MAY_USE_FROM_AGENT`]);
+//! * within every directory, the sibling modules' references form no cycle (a child naming
+//!   its parent, or the parent its child, is not a cycle: that is how `mod.rs` and its
+//!   children share types).
+//!
+//! A failure names the file and line of each offending path.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    path::{Path, PathBuf},
+};
+
+/// Which top-level modules each top-level module may name (besides itself).
+const ALLOWED: &[(&str, &[&str])] = &[
+    ("dataplane", &["ebpf"]),
+    ("election", &["ebpf"]),
+    ("heartbeat", &["election", "ebpf"]),
+    ("state", &["election", "ebpf"]),
+    (
+        "agent",
+        &["dataplane", "election", "heartbeat", "state", "ebpf"],
+    ),
+    ("cli", &["dataplane", "state", "agent", "ebpf"]),
+];
+
+/// What the CLI may name in `agent`: its entry point, its error and its flags.
+const CLI_MAY_USE_FROM_AGENT: &[&str] = &["run", "AgentError", "config"];
+
+/// Crate-root names that are not modules of this crate: the shared wire and map types of
+/// `announcer-ebpf`, and the data plane's modules under their old paths (see `lib.rs`).
+const ROOT_ALIASES: &[(&str, &str)] = &[
+    ("maps", "ebpf"),
+    ("wire", "ebpf"),
+    ("announce", "dataplane"),
+    ("loader", "dataplane"),
+];
+
+/// One path in the source, resolved.
+#[derive(Clone, Debug)]
+struct Reference {
+    /// The file it is written in, relative to `src/`.
+    file: PathBuf,
+    line: usize,
+    /// The module it is written in (file module plus inline `mod`s).
+    from: Vec<String>,
+    /// The absolute path it names.
+    to: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Ident(String),
+    PathSep,
+    Punct(char),
+}
+
+/// The tokens of `src` with their line numbers: comments, string and char literals dropped.
+fn tokens(src: &str) -> Vec<(Tok, usize)> {
+    let c: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    let at = |i: usize| c.get(i).copied().unwrap_or('\0');
+    while i < c.len() {
+        let ch = c[i];
+        if ch == '\n' {
+            line += 1;
+            i += 1;
+        } else if ch.is_whitespace() {
+            i += 1;
+        } else if ch == '/' && at(i + 1) == '/' {
+            while i < c.len() && c[i] != '\n' {
+                i += 1;
+            }
+        } else if ch == '/' && at(i + 1) == '*' {
+            let mut depth = 0;
+            loop {
+                if at(i) == '/' && at(i + 1) == '*' {
+                    depth += 1;
+                    i += 2;
+                } else if at(i) == '*' && at(i + 1) == '/' {
+                    depth -= 1;
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else if i >= c.len() {
+                    break;
+                } else {
+                    line += usize::from(c[i] == '\n');
+                    i += 1;
+                }
+            }
+        } else if (ch == 'r' || (ch == 'b' && at(i + 1) == 'r'))
+            && matches!(at(i + 1 + usize::from(ch == 'b')), '"' | '#')
+        {
+            // Raw string: r"…", r#"…"#, br"…".
+            i += 1 + usize::from(ch == 'b');
+            let mut hashes = 0;
+            while at(i) == '#' {
+                hashes += 1;
+                i += 1;
+            }
+            if at(i) != '"' {
+                continue; // `r#ident`, not a string.
+            }
+            i += 1;
+            loop {
+                if i >= c.len() {
+                    break;
+                }
+                if c[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#') {
+                    i += 1 + hashes;
+                    break;
+                }
+                line += usize::from(c[i] == '\n');
+                i += 1;
+            }
+        } else if ch == '"' || (ch == 'b' && at(i + 1) == '"') {
+            i += 1 + usize::from(ch == 'b');
+            while i < c.len() && c[i] != '"' {
+                if c[i] == '\\' {
+                    i += 1;
+                }
+                line += usize::from(at(i) == '\n');
+                i += 1;
+            }
+            i += 1;
+        } else if ch == '\'' {
+            // A char literal ('x', '\n', '\u{..}') or a lifetime ('a).
+            if at(i + 1) == '\\' {
+                i += 2;
+                while i < c.len() && c[i] != '\'' {
+                    i += 1;
+                }
+                i += 1;
+            } else if at(i + 2) == '\'' {
+                i += 3;
+            } else {
+                i += 1;
+            }
+        } else if ch.is_alphanumeric() || ch == '_' {
+            let start = i;
+            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
+                i += 1;
+            }
+            out.push((Tok::Ident(c[start..i].iter().collect()), line));
+        } else if ch == ':' && at(i + 1) == ':' {
+            out.push((Tok::PathSep, line));
+            i += 2;
+        } else {
+            out.push((Tok::Punct(ch), line));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The module path of a file under `src/` (`agent/kube/watch.rs` → `agent::kube::watch`).
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut m: Vec<String> = rel
+        .with_extension("")
+        .iter()
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    if matches!(m.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        m.pop();
+    }
+    m
+}
+
+/// Resolves `path` (segments after the first) written in module `base`, whose first segment
+/// is `crate`, `self` or `super`.
+fn resolve(base: &[String], path: &[String]) -> Option<Vec<String>> {
+    let mut abs: Vec<String> = match path.first()?.as_str() {
+        "crate" => Vec::new(),
+        "self" | "super" => base.to_vec(),
+        _ => return None,
+    };
+    let mut rest = path;
+    if rest[0] == "crate" || rest[0] == "self" {
+        rest = &rest[1..];
+    }
+    while rest.first().is_some_and(|s| s == "super") {
+        abs.pop()?;
+        rest = &rest[1..];
+    }
+    abs.extend(rest.iter().filter(|s| *s != "self").cloned());
+    Some(abs)
+}
+
+/// Every `crate::`/`self::`/`super::` path in one file, expanding `use` groups.
+fn references(rel: &Path, src: &str) -> Vec<Reference> {
+    let toks = tokens(src);
+    let file_module = module_of(rel);
+    let mut out = Vec::new();
+    // Inline modules: (name, brace depth at which they close).
+    let mut inline: Vec<(String, usize)> = Vec::new();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < toks.len() {
+        let here = || {
+            let mut m = file_module.clone();
+            m.extend(inline.iter().map(|(n, _)| n.clone()));
+            m
+        };
+        match &toks[i].0 {
+            Tok::Punct('{') => depth += 1,
+            Tok::Punct('}') => {
+                if inline.last().is_some_and(|(_, d)| *d == depth) {
+                    inline.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            Tok::Ident(kw) if kw == "mod" => {
+                if let (Some((Tok::Ident(name), _)), Some((Tok::Punct('{'), _))) =
+                    (toks.get(i + 1), toks.get(i + 2))
+                {
+                    inline.push((name.clone(), depth + 1));
+                }
+            }
+            Tok::Ident(first)
+                if matches!(first.as_str(), "crate" | "self" | "super")
+                    && toks.get(i + 1).map(|t| &t.0) == Some(&Tok::PathSep)
+                    && (i == 0 || toks[i - 1].0 != Tok::PathSep) =>
+            {
+                let base = here();
+                let mut paths = Vec::new();
+                let end = path_tree(&toks, i, Vec::new(), &mut paths);
+                for (segs, line) in paths {
+                    if let Some(to) = resolve(&base, &segs) {
+                        out.push(Reference {
+                            file: rel.to_owned(),
+                            line,
+                            from: base.clone(),
+                            to,
+                        });
+                    }
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Reads the path (or `use` tree) starting at `toks[i]` with `prefix` before it; pushes each
+/// leaf path with its line; returns the index after it.
+fn path_tree(
+    toks: &[(Tok, usize)],
+    mut i: usize,
+    mut prefix: Vec<String>,
+    out: &mut Vec<(Vec<String>, usize)>,
+) -> usize {
+    let line = toks.get(i).map_or(0, |t| t.1);
+    loop {
+        match toks.get(i).map(|t| &t.0) {
+            Some(Tok::Ident(s)) => {
+                prefix.push(s.clone());
+                i += 1;
+            }
+            Some(Tok::Punct('*')) => {
+                i += 1;
+                break;
+            }
+            Some(Tok::Punct('{')) => {
+                i += 1;
+                loop {
+                    match toks.get(i).map(|t| &t.0) {
+                        Some(Tok::Punct('}')) | None => return i + 1,
+                        Some(Tok::Punct(',')) => i += 1,
+                        _ => i = path_tree(toks, i, prefix.clone(), out),
+                    }
+                }
+            }
+            _ => break,
+        }
+        if toks.get(i).map(|t| &t.0) == Some(&Tok::PathSep) {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    // `as alias`: the alias is not part of the path.
+    if let Some(Tok::Ident(kw)) = toks.get(i).map(|t| &t.0)
+        && kw == "as"
+    {
+        i += 2;
+    }
+    if !prefix.is_empty() {
+        out.push((prefix, line));
+    }
+    i
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).expect("src/ is readable").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every reference in `src/`, and the set of module paths that are files.
+fn scan() -> (Vec<Reference>, BTreeSet<Vec<String>>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut refs = Vec::new();
+    let mut modules = BTreeSet::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).expect("under src/").to_owned();
+        if rel == Path::new("main.rs") {
+            continue; // The binary: its `crate` is not this one.
+        }
+        modules.insert(module_of(&rel));
+        let text = std::fs::read_to_string(&f).expect("readable source");
+        refs.extend(references(&rel, &text));
+    }
+    (refs, modules)
+}
+
+/// The layer a crate-root name belongs to.
+fn layer(top: &str) -> &str {
+    ROOT_ALIASES
+        .iter()
+        .find(|(name, _)| *name == top)
+        .map_or(top, |(_, layer)| layer)
+}
+
+/// The violations of the layering rule among `refs`.
+fn layering_violations(refs: &[Reference]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for r in refs {
+        let (Some(from), Some(to)) = (r.from.first(), r.to.first()) else {
+            continue;
+        };
+        let (from_layer, to_layer) = (layer(from), layer(to));
+        if from_layer == to_layer {
+            continue;
+        }
+        let Some((_, allowed)) = ALLOWED.iter().find(|(m, _)| *m == from_layer) else {
+            bad.push(format!(
+                "{}:{}: module `{from}` is in no layer: add it to ALLOWED in src/layers.rs",
+                r.file.display(),
+                r.line
+            ));
+            continue;
+        };
+        let path = format!("crate::{}", r.to.join("::"));
+        if !allowed.contains(&to_layer) {
+            bad.push(format!(
+                "{}:{}: `{path}`: `{from_layer}` may only use {allowed:?} \
+                 (data plane ← protocols ← state ← agent ← CLI)",
+                r.file.display(),
+                r.line
+            ));
+        } else if from_layer == "cli"
+            && to_layer == "agent"
+            && !r
+                .to
+                .get(1)
+                .is_some_and(|s| CLI_MAY_USE_FROM_AGENT.contains(&s.as_str()))
+        {
+            bad.push(format!(
+                "{}:{}: `{path}`: the CLI may only use the agent's {CLI_MAY_USE_FROM_AGENT:?}, \
+                 not its internals",
+                r.file.display(),
+                r.line
+            ));
+        }
+    }
+    bad
+}
+
+/// The cycles among sibling modules, each with the references that make it.
+fn sibling_cycles(refs: &[Reference], modules: &BTreeSet<Vec<String>>) -> Vec<String> {
+    // parent → (child → child it names → where).
+    type Graph = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+    let mut graphs: BTreeMap<Vec<String>, Graph> = BTreeMap::new();
+    for r in refs {
+        // The longest module prefix of the target: a file, or a module re-exported by one.
+        let mut to = r.to.clone();
+        while !to.is_empty() && !modules.contains(&to) {
+            to.pop();
+        }
+        let common = r.from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+        let (Some(a), Some(b)) = (r.from.get(common), to.get(common)) else {
+            continue; // One contains the other.
+        };
+        graphs
+            .entry(r.from[..common].to_vec())
+            .or_default()
+            .entry(a.clone())
+            .or_default()
+            .entry(b.clone())
+            .or_default()
+            .push(format!("{}:{}", r.file.display(), r.line));
+    }
+    let mut bad = Vec::new();
+    for (parent, g) in &graphs {
+        if let Some(cycle) = find_cycle(g) {
+            let mut msg = format!(
+                "modules under `crate::{}` name each other in a cycle:",
+                parent.join("::")
+            );
+            for w in cycle.windows(2) {
+                let at: BTreeSet<&String> = g[&w[0]][&w[1]].iter().collect();
+                let shown: Vec<&str> = at.iter().take(3).map(|s| s.as_str()).collect();
+                let more = at.len().saturating_sub(shown.len());
+                let _ = write!(msg, "\n  {} → {} at {}", w[0], w[1], shown.join(", "));
+                if more > 0 {
+                    let _ = write!(msg, " and {more} more");
+                }
+            }
+            bad.push(msg);
+        }
+    }
+    bad
+}
+
+/// A cycle in `g` (its first node repeated at the end), if there is one.
+fn find_cycle(g: &BTreeMap<String, BTreeMap<String, Vec<String>>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(pos) = stack.iter().position(|s| s == n) {
+            let mut c = stack[pos..].to_vec();
+            c.push(n.to_owned());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_owned());
+        for next in g.get(n).into_iter().flat_map(|m| m.keys()) {
+            if let Some(c) = visit(next, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    g.keys()
+        .find_map(|n| visit(n, g, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn layers_depend_downward_only() {
+    let (refs, _) = scan();
+    assert!(
+        refs.len() > 100,
+        "the scan found only {} paths: is it reading src/?",
+        refs.len()
+    );
+    let bad = layering_violations(&refs);
+    assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn sibling_modules_form_no_cycle() {
+    let (refs, modules) = scan();
+    let bad = sibling_cycles(&refs, &modules);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_checker_sees_grouped_relative_and_inline_paths() {
+    let src = r#"
+        use crate::{dataplane::Vip, agent::{http, kube::watch as w}};
+        // use crate::cli; (a comment)
+        fn f() { let s = "crate::cli::x"; crate::cli::run(); }
+        mod inner { use super::super::agent::Thing; }
+    "#;
+    let refs = references(Path::new("state.rs"), src);
+    let to: Vec<String> = refs.iter().map(|r| r.to.join("::")).collect();
+    assert_eq!(
+        to,
+        [
+            "dataplane::Vip",
+            "agent::http",
+            "agent::kube::watch",
+            "cli::run",
+            "agent::Thing"
+        ]
+    );
+    assert_eq!(refs[3].line, 4);
+    let bad = layering_violations(&refs);
+    assert_eq!(bad.len(), 5, "{bad:#?}");
+    assert!(
+        bad[0].starts_with("state.rs:2: `crate::dataplane::Vip`"),
+        "{}",
+        bad[0]
+    );
+}
+
+#[test]
+fn the_checker_finds_a_cycle_between_siblings() {
+    let files = [
+        ("agent/a.rs", "use super::b::X;"),
+        ("agent/b.rs", "fn f() { crate::agent::a::y(); }"),
+        ("agent/c.rs", "use super::a::X;"),
+    ];
+    let mut refs = Vec::new();
+    let mut modules = BTreeSet::new();
+    for (f, src) in files {
+        modules.insert(module_of(Path::new(f)));
+        refs.extend(references(Path::new(f), src));
+    }
+    let bad = sibling_cycles(&refs, &modules);
+    assert_eq!(bad.len(), 1, "{bad:#?}");
+    assert!(
+        bad[0].contains("a → b at agent/a.rs:1") && bad[0].contains("b → a at agent/b.rs:1"),
+        "{}",
+        bad[0]
+    );
+}
