@@ -38,7 +38,7 @@ use crate::{
 };
 
 /// An interface's name, state and addresses, compared to notice changes.
-type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
+pub(super) type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
 
 /// What both election modes share: the client, watches, configuration, interfaces, data
 /// plane, Events and the state endpoint.

@@ -1,12 +1,16 @@
 //! The node-lease mode: the tokio shell that feeds [`Core`] and carries out what it asks.
 //!
-//! Everything with a decision in it is in the core; this loop only translates. Inputs: the
-//! core's timer, watch changes (recomputed into [`Input::Vips`]), Lease events, verified
-//! heartbeats, probe answers, Lease-write results, link changes and SIGTERM. Outputs: Lease
-//! writes (in a task, one at a time, the result fed back), sealed heartbeats to every peer's
-//! advertised address, map writes and bursts ([`Plane`]), probes, Events. Along the way it
-//! records what only it can time: Lease write latency, probe round trips, heartbeat loss and
-//! the takeover duration of each failover the core reports ([`super::metrics::Recorder`]).
+//! Everything with a decision in it is in the core; this loop only translates, in two halves:
+//! [`Shell::next_input`] waits for the next thing that happens and turns it into the core's
+//! inputs, and [`Shell::execute`] carries out one of the core's outputs.
+//!
+//! Inputs: the core's timer, watch changes (recomputed into [`Input::Vips`]), Lease events,
+//! verified heartbeats, probe answers, Lease-write results, link changes and SIGTERM. Outputs:
+//! Lease writes (in a task, one at a time, the result fed back), sealed heartbeats to every
+//! peer's advertised address, map writes and bursts ([`super::net::plane::Plane`]), probes,
+//! Events. Along the way it records what only it can time: Lease write latency, probe round
+//! trips, heartbeat loss and the takeover duration of each failover the core reports
+//! ([`super::metrics::Recorder`]).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -15,10 +19,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, task::JoinHandle, time::Interval};
 
 use super::{
-    context::{Context, config_fingerprint},
+    context::{Context, IfaceFingerprint, config_fingerprint},
     kube::{
         events::{announce_event_type, node_event_type},
         node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
@@ -27,9 +31,10 @@ use super::{
     metrics::{LossTracker, Recorder},
     net::{
         heartbeat_socket::{self, HeartbeatSocket, unix_ms_now},
-        probe::Probes,
+        probe::{Answer, Probes},
     },
     persist::StateDir,
+    shutdown::Shutdown,
 };
 use crate::{
     election::{Core, Input, LeaseWriteResult, NodeName, Output},
@@ -44,252 +49,349 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// How often interfaces are re-read (link up/down, addresses).
 const LINK_CHECK: Duration = Duration::from_millis(250);
 
-/// Runs the node-lease election until the handover after `ctx.shutdown` is complete.
-pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
-    let node = NodeName::from(ctx.args.node_name.as_str());
-    let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
-    let socket = HeartbeatSocket::bind(hb_addr)?.on_rejected_from({
-        let recorder = ctx.recorder.clone();
-        move |peer, reason| recorder.heartbeat_rejected_from(peer, reason)
-    });
-    ctx.sources.set_heartbeat(socket.stats());
-    let lease = Arc::new(NodeLease::new(
-        ctx.client.clone(),
-        &ctx.args.namespace,
-        node.clone(),
-        hb_addr,
-        ctx.args.lease_duration,
-    ));
-    // This node's identity and incarnation live in its state directory, so that a restart
-    // keeps its key (peers need not learn a new one, also during an API outage) and its
-    // incarnation never goes backwards, whatever the wall clock does.
-    let state_dir = StateDir::open(ctx.args.state_dir())?;
-    let (identity, created) = Identity::load_or_create(&state_dir.identity_path())?;
-    if created {
-        tracing::info!(path = %state_dir.identity_path().display(), key = %identity.public(), "created this node's heartbeat identity");
-    }
-    let incarnation = state_dir.next_incarnation(heartbeat_socket::incarnation_now())?;
-    let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
-    let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
-    lease.publish(Published {
-        key: Some(public.to_string()),
-        links: ctx.links(),
-    });
-    let mut sealer = Sealer::new(node.clone(), incarnation)?;
-    let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
-    let (beat_tx, mut beats) = mpsc::channel::<Verified>(1024);
-    {
-        let (socket, verifier, keyring) = (socket.clone(), verifier.clone(), keyring.clone());
-        let mut stop = ctx.stop.clone();
-        tokio::spawn(async move {
-            socket
-                .receive(verifier, keyring, beat_tx, async move { stop.recv().await })
-                .await;
-        });
-    }
-
-    let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
-    let mut config = ctx.args.election_config(mac);
-    config.config_hash = config_fingerprint(&ctx.args);
-    config.data_plane = ctx.plane.enabled();
-    let mut core = Core::new(config, Instant::now(), incarnation);
-    let existing = ctx.existing();
-    if !existing.is_empty() {
-        tracing::info!(
-            count = existing.len(),
-            "found live entries from a previous run; keeping them through warm-up"
-        );
-    }
-    core.handle(Instant::now(), Input::Existing(existing));
-
-    let (write_tx, mut writes) = mpsc::channel::<LeaseWriteResult>(4);
-    let (mut probes, mut answers) = Probes::new(256);
-    ctx.sources.set_probes(probes.stats());
-    let mut peers: BTreeMap<NodeName, SocketAddr> = BTreeMap::new();
-    let mut services: BTreeMap<IpAddr, String> = BTreeMap::new();
-    let mut shutdown_seen = false;
-    let mut links = tokio::time::interval(LINK_CHECK);
-    let mut healthy = ctx.watches.healthy.clone();
-    let mut changed = ctx.watches.changed.clone();
-    let mut last_plan_inputs = None;
-    let mut pending_write: Option<tokio::task::JoinHandle<()>> = None;
-    let mut loss = LossTracker::default();
-    // Probes in flight, by the MAC asked: when each was sent, for the round trip.
-    let mut probes_sent: HashMap<MacAddr, Instant> = HashMap::new();
-
-    core.handle(
-        Instant::now(),
-        Input::WatchHealth(*healthy.borrow_and_update()),
-    );
-    if let Some(specs) = ctx.specs(&core, &mut services) {
-        core.handle(Instant::now(), Input::Vips(specs));
-    }
-
-    let mut term = ctx.term.clone();
-    let mut last_publish = Instant::now();
+/// Runs the node-lease election until the handover after `ctx.term` is complete.
+pub(super) async fn run(ctx: Context) -> Result<(), super::AgentError> {
+    let mut shell = Shell::start(ctx)?;
     loop {
-        let deadline = core.poll_timeout().map(tokio::time::Instant::from_std);
-        // Unbiased (tokio picks a ready branch at random): no source, not even a flood of
-        // heartbeats or probe answers, can starve the others (Lease events above all).
-        let input = tokio::select! {
-            () = term.recv(), if !shutdown_seen => {
-                shutdown_seen = true;
-                tracing::info!("SIGTERM: handing VIPs over before exiting");
-                Some(Input::Shutdown)
-            }
-            Some(r) = writes.recv() => Some(Input::LeaseWrite(r)),
-            Some(v) = beats.recv() => {
-                record_beat(&ctx.recorder, &mut loss, &v);
-                Some(Input::Heartbeat(v.beat))
-            }
-            Some(a) = answers.recv() => {
-                if let Some(sent) = probes_sent.remove(&a.mac) {
-                    ctx.recorder.probe_rtt(sent.elapsed());
-                }
-                Some(a.into())
-            }
-            Some(ev) = ctx.watches.lease_events.recv() => {
-                if let LeaseEvent::Deleted(l) = &ev
-                    && let Some(n) = node_lease::node_of(l)
-                {
-                    loss.forget(&n);
-                    ctx.recorder.forget_peer(&n);
-                    keyring.write().unwrap_or_else(|e| e.into_inner()).remove_peer(&n);
-                    verifier.lock().unwrap_or_else(|e| e.into_inner()).forget(&n);
-                }
-                lease_input(ev, &node, &mut peers, &keyring, &ctx)
-            }
-            Ok(()) = healthy.changed() => Some(Input::WatchHealth(*healthy.borrow_and_update())),
-            Ok(()) = changed.changed() => {
-                changed.borrow_and_update();
-                ctx.specs(&core, &mut services).map(Input::Vips)
-            }
-            _ = links.tick() => {
-                ctx.refresh_interfaces();
-                let fingerprint = ctx.iface_fingerprint();
-                let mut inputs = Vec::new();
-                if last_plan_inputs.as_ref() != Some(&fingerprint) {
-                    last_plan_inputs = Some(fingerprint);
-                    // Peers learn new links with our next renewal.
-                    lease.publish(Published {
-                        key: Some(public.to_string()),
-                        links: ctx.links(),
-                    });
-                    for (iface, up) in ctx.link_states() {
-                        inputs.push(Input::Link { iface, up });
-                    }
-                    if let Some(specs) = ctx.specs(&core, &mut services) {
-                        inputs.push(Input::Vips(specs));
-                    }
-                }
-                let now = Instant::now();
-                for i in inputs {
-                    core.handle(now, i);
-                }
-                None
-            }
-            () = sleep_until(deadline) => Some(Input::Tick),
-        };
-        if let Some(input) = input {
-            core.handle(Instant::now(), input);
+        let inputs = shell.next_input().await;
+        let now = Instant::now();
+        for input in inputs {
+            shell.core.handle(now, input);
         }
-        let mut exit = false;
-        let mut acted = false;
-        while let Some(out) = core.poll_output() {
-            acted |= !matches!(out, Output::SendHeartbeat(_));
-            match out {
-                Output::WriteLease {
-                    resource_version,
-                    release,
-                    standby,
-                    connected,
-                } => {
-                    let (lease, tx) = (lease.clone(), write_tx.clone());
-                    let recorder = ctx.recorder.clone();
-                    let body = WriteBody {
-                        release,
-                        standby,
-                        connected,
-                    };
-                    pending_write = Some(tokio::spawn(async move {
-                        let started = Instant::now();
-                        let r = lease.write(resource_version, body).await;
-                        recorder.lease_write(started.elapsed());
-                        let _ = tx.send(r).await;
-                    }));
-                }
-                Output::SendHeartbeat(beat) => {
-                    // One datagram per peer, sealed with the key only it shares with us.
-                    let keys = keyring.read().unwrap_or_else(|e| e.into_inner());
-                    let now_ms = unix_ms_now();
-                    for (peer, addr) in peers.iter().filter(|(n, _)| **n != node) {
-                        match sealer.seal(&keys, &beat, peer, now_ms) {
-                            Ok(bytes) => {
-                                socket.send(&bytes, &[*addr]);
-                            }
-                            Err(e) => tracing::debug!(%peer, error = %e, "heartbeat not sealed"),
-                        }
-                    }
-                }
-                Output::Install { vip, iface, ttl } => {
-                    if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
-                        tracing::error!(%vip, %iface, error = %e, "map write failed");
-                    }
-                }
-                Output::Remove { vip, iface } => {
-                    if let Err(e) = ctx.plane.remove(vip, &iface) {
-                        tracing::error!(%vip, %iface, error = %e, "map delete failed");
-                    } else {
-                        tracing::info!(%vip, %iface, "released");
-                    }
-                }
-                Output::Announce { vip, iface } => {
-                    if let Err(e) = ctx.plane.announce(vip, &iface) {
-                        tracing::error!(%vip, %iface, error = %e, "announcement failed");
-                    }
-                }
-                Output::Probe { vip, iface, mac } => {
-                    probes_sent.insert(mac, Instant::now());
-                    ctx.probe(&mut probes, &iface, vip, mac);
-                }
-                Output::Event {
-                    service,
-                    kind,
-                    message,
-                    ..
-                } => {
-                    // Logged by `publish`, also when the Event itself is not written.
-                    let (type_, reason) = announce_event_type(&kind);
-                    ctx.events.publish(&service, type_, reason, &message);
-                }
-                Output::NodeEvent { kind, message } => {
-                    // Logged by `publish_on_node`.
-                    let (type_, reason) = node_event_type(&kind);
-                    ctx.events.publish_on_node(type_, reason, &message);
-                }
-                Output::Exit => exit = true,
-            }
-        }
-        // The map writes and first announcement rounds of this batch are done: the failovers
-        // among them end now.
-        for f in core.take_failovers() {
-            let took = f.last_heard.elapsed();
-            ctx.recorder.takeover(took);
-            tracing::info!(vip = %f.vip, from = %f.from, took_ms = took.as_millis() as u64, "took over");
-        }
-        // `/state` is for people and tests: rebuild it when something was done, else at most
-        // every 250 ms (heartbeats arrive hundreds of times a second on large clusters).
-        if acted || exit || last_publish.elapsed() >= PUBLISH_EVERY {
-            ctx.publish(state(&core, &ctx, &services));
-            last_publish = Instant::now();
-        }
-        if exit {
-            if let Some(w) = pending_write.take() {
+        if shell.execute_all() {
+            if let Some(w) = shell.pending_write.take() {
                 let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
             }
             tracing::info!("handover complete; exiting");
             return Ok(());
         }
+    }
+}
+
+/// The loop's state: the core, what it talks through, and what the shell remembers between
+/// inputs.
+struct Shell {
+    ctx: Context,
+    core: Core,
+    /// This node.
+    node: NodeName,
+    socket: HeartbeatSocket,
+    lease: Arc<NodeLease>,
+    /// Our heartbeat key, as published in our Lease.
+    public: PublicKey,
+    sealer: Sealer,
+    keyring: Arc<RwLock<Keyring>>,
+    verifier: Arc<Mutex<Verifier>>,
+    probes: Probes,
+    /// Peers' heartbeat addresses, from their Leases.
+    peers: BTreeMap<NodeName, SocketAddr>,
+    /// Each VIP's Service, for `/state`.
+    services: BTreeMap<IpAddr, String>,
+    loss: LossTracker,
+    /// Probes in flight, by the MAC asked: when each was sent, for the round trip.
+    probes_sent: HashMap<MacAddr, Instant>,
+    /// The Lease write in flight (one at a time), awaited before exiting.
+    pending_write: Option<JoinHandle<()>>,
+    write_tx: mpsc::Sender<LeaseWriteResult>,
+    /// What the interfaces looked like at the last link check.
+    last_plan_inputs: Option<Vec<IfaceFingerprint>>,
+    last_publish: Instant,
+    // What `next_input` waits on.
+    term: Shutdown,
+    shutdown_seen: bool,
+    writes: mpsc::Receiver<LeaseWriteResult>,
+    beats: mpsc::Receiver<Verified>,
+    answers: mpsc::Receiver<Answer>,
+    healthy: tokio::sync::watch::Receiver<bool>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    links: Interval,
+}
+
+impl Shell {
+    /// Binds the heartbeat socket, loads this node's identity and incarnation, publishes its
+    /// Lease, and gives the core what is known before the first input: entries left from a
+    /// previous run, the watches' health, the VIPs.
+    fn start(mut ctx: Context) -> Result<Self, super::AgentError> {
+        let node = NodeName::from(ctx.args.node_name.as_str());
+        let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
+        let socket = HeartbeatSocket::bind(hb_addr)?.on_rejected_from({
+            let recorder = ctx.recorder.clone();
+            move |peer, reason| recorder.heartbeat_rejected_from(peer, reason)
+        });
+        ctx.sources.set_heartbeat(socket.stats());
+        let lease = Arc::new(NodeLease::new(
+            ctx.client.clone(),
+            &ctx.args.namespace,
+            node.clone(),
+            hb_addr,
+            ctx.args.lease_duration,
+        ));
+        // This node's identity and incarnation live in its state directory, so that a restart
+        // keeps its key (peers need not learn a new one, also during an API outage) and its
+        // incarnation never goes backwards, whatever the wall clock does.
+        let state_dir = StateDir::open(ctx.args.state_dir())?;
+        let (identity, created) = Identity::load_or_create(&state_dir.identity_path())?;
+        if created {
+            tracing::info!(path = %state_dir.identity_path().display(), key = %identity.public(), "created this node's heartbeat identity");
+        }
+        let incarnation = state_dir.next_incarnation(heartbeat_socket::incarnation_now())?;
+        let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
+        let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
+        lease.publish(Published {
+            key: Some(public.to_string()),
+            links: ctx.links(),
+        });
+        let sealer = Sealer::new(node.clone(), incarnation)?;
+        let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
+        let (beat_tx, beats) = mpsc::channel::<Verified>(1024);
+        {
+            let (socket, verifier, keyring) = (socket.clone(), verifier.clone(), keyring.clone());
+            let mut stop = ctx.stop.clone();
+            tokio::spawn(async move {
+                socket
+                    .receive(verifier, keyring, beat_tx, async move { stop.recv().await })
+                    .await;
+            });
+        }
+
+        let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
+        let mut config = ctx.args.election_config(mac);
+        config.config_hash = config_fingerprint(&ctx.args);
+        config.data_plane = ctx.plane.enabled();
+        let mut core = Core::new(config, Instant::now(), incarnation);
+        let existing = ctx.existing();
+        if !existing.is_empty() {
+            tracing::info!(
+                count = existing.len(),
+                "found live entries from a previous run; keeping them through warm-up"
+            );
+        }
+        core.handle(Instant::now(), Input::Existing(existing));
+
+        let (write_tx, writes) = mpsc::channel::<LeaseWriteResult>(4);
+        let (probes, answers) = Probes::new(256);
+        ctx.sources.set_probes(probes.stats());
+        let mut services = BTreeMap::new();
+        let links = tokio::time::interval(LINK_CHECK);
+        let mut healthy = ctx.watches.healthy.clone();
+        let changed = ctx.watches.changed.clone();
+
+        core.handle(
+            Instant::now(),
+            Input::WatchHealth(*healthy.borrow_and_update()),
+        );
+        if let Some(specs) = ctx.specs(&core, &mut services) {
+            core.handle(Instant::now(), Input::Vips(specs));
+        }
+
+        let term = ctx.term.clone();
+        Ok(Shell {
+            ctx,
+            core,
+            node,
+            socket,
+            lease,
+            public,
+            sealer,
+            keyring,
+            verifier,
+            probes,
+            peers: BTreeMap::new(),
+            services,
+            loss: LossTracker::default(),
+            probes_sent: HashMap::new(),
+            pending_write: None,
+            write_tx,
+            last_plan_inputs: None,
+            last_publish: Instant::now(),
+            term,
+            shutdown_seen: false,
+            writes,
+            beats,
+            answers,
+            healthy,
+            changed,
+            links,
+        })
+    }
+
+    /// Waits for the next thing that happens and turns it into the core's inputs (none, one,
+    /// or for a link change several).
+    ///
+    /// Unbiased (tokio picks a ready branch at random): no source, not even a flood of
+    /// heartbeats or probe answers, can starve the others (Lease events above all).
+    async fn next_input(&mut self) -> Vec<Input> {
+        let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
+        tokio::select! {
+            () = self.term.recv(), if !self.shutdown_seen => {
+                self.shutdown_seen = true;
+                tracing::info!("SIGTERM: handing VIPs over before exiting");
+                vec![Input::Shutdown]
+            }
+            Some(r) = self.writes.recv() => vec![Input::LeaseWrite(r)],
+            Some(v) = self.beats.recv() => {
+                record_beat(&self.ctx.recorder, &mut self.loss, &v);
+                vec![Input::Heartbeat(v.beat)]
+            }
+            Some(a) = self.answers.recv() => {
+                if let Some(sent) = self.probes_sent.remove(&a.mac) {
+                    self.ctx.recorder.probe_rtt(sent.elapsed());
+                }
+                vec![a.into()]
+            }
+            Some(ev) = self.ctx.watches.lease_events.recv() => {
+                if let LeaseEvent::Deleted(l) = &ev
+                    && let Some(n) = node_lease::node_of(l)
+                {
+                    self.loss.forget(&n);
+                    self.ctx.recorder.forget_peer(&n);
+                    self.keyring.write().unwrap_or_else(|e| e.into_inner()).remove_peer(&n);
+                    self.verifier.lock().unwrap_or_else(|e| e.into_inner()).forget(&n);
+                }
+                self.lease_input(ev).into_iter().collect()
+            }
+            Ok(()) = self.healthy.changed() => {
+                vec![Input::WatchHealth(*self.healthy.borrow_and_update())]
+            }
+            Ok(()) = self.changed.changed() => {
+                self.changed.borrow_and_update();
+                self.ctx.specs(&self.core, &mut self.services).map(Input::Vips).into_iter().collect()
+            }
+            _ = self.links.tick() => self.link_check(),
+            () = sleep_until(deadline) => vec![Input::Tick],
+        }
+    }
+
+    /// Re-reads the interfaces; if anything the plan depends on changed, republishes our links
+    /// and gives the core the link states and the VIPs again.
+    fn link_check(&mut self) -> Vec<Input> {
+        self.ctx.refresh_interfaces();
+        let fingerprint = self.ctx.iface_fingerprint();
+        let mut inputs = Vec::new();
+        if self.last_plan_inputs.as_ref() != Some(&fingerprint) {
+            self.last_plan_inputs = Some(fingerprint);
+            // Peers learn new links with our next renewal.
+            self.lease.publish(Published {
+                key: Some(self.public.to_string()),
+                links: self.ctx.links(),
+            });
+            for (iface, up) in self.ctx.link_states() {
+                inputs.push(Input::Link { iface, up });
+            }
+            if let Some(specs) = self.ctx.specs(&self.core, &mut self.services) {
+                inputs.push(Input::Vips(specs));
+            }
+        }
+        inputs
+    }
+
+    /// Carries out everything the core asked for since the last input, then records the
+    /// failovers that ended and refreshes `/state`. `true` when the core asked to exit.
+    fn execute_all(&mut self) -> bool {
+        let mut exit = false;
+        let mut acted = false;
+        while let Some(out) = self.core.poll_output() {
+            acted |= !matches!(out, Output::SendHeartbeat(_));
+            exit |= self.execute(out);
+        }
+        // The map writes and first announcement rounds of this batch are done: the failovers
+        // among them end now.
+        for f in self.core.take_failovers() {
+            let took = f.last_heard.elapsed();
+            self.ctx.recorder.takeover(took);
+            tracing::info!(vip = %f.vip, from = %f.from, took_ms = took.as_millis() as u64, "took over");
+        }
+        // `/state` is for people and tests: rebuild it when something was done, else at most
+        // every 250 ms (heartbeats arrive hundreds of times a second on large clusters).
+        if acted || exit || self.last_publish.elapsed() >= PUBLISH_EVERY {
+            self.ctx
+                .publish(state(&self.core, &self.ctx, &self.services));
+            self.last_publish = Instant::now();
+        }
+        exit
+    }
+
+    /// Carries out one output of the core. `true` for [`Output::Exit`].
+    fn execute(&mut self, out: Output) -> bool {
+        let ctx = &mut self.ctx;
+        match out {
+            Output::WriteLease {
+                resource_version,
+                release,
+                standby,
+                connected,
+            } => {
+                let (lease, tx) = (self.lease.clone(), self.write_tx.clone());
+                let recorder = ctx.recorder.clone();
+                let body = WriteBody {
+                    release,
+                    standby,
+                    connected,
+                };
+                self.pending_write = Some(tokio::spawn(async move {
+                    let started = Instant::now();
+                    let r = lease.write(resource_version, body).await;
+                    recorder.lease_write(started.elapsed());
+                    let _ = tx.send(r).await;
+                }));
+            }
+            Output::SendHeartbeat(beat) => {
+                // One datagram per peer, sealed with the key only it shares with us.
+                let keys = self.keyring.read().unwrap_or_else(|e| e.into_inner());
+                let now_ms = unix_ms_now();
+                for (peer, addr) in self.peers.iter().filter(|(n, _)| **n != self.node) {
+                    match self.sealer.seal(&keys, &beat, peer, now_ms) {
+                        Ok(bytes) => {
+                            self.socket.send(&bytes, &[*addr]);
+                        }
+                        Err(e) => tracing::debug!(%peer, error = %e, "heartbeat not sealed"),
+                    }
+                }
+            }
+            Output::Install { vip, iface, ttl } => {
+                if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
+                    tracing::error!(%vip, %iface, error = %e, "map write failed");
+                }
+            }
+            Output::Remove { vip, iface } => {
+                if let Err(e) = ctx.plane.remove(vip, &iface) {
+                    tracing::error!(%vip, %iface, error = %e, "map delete failed");
+                } else {
+                    tracing::info!(%vip, %iface, "released");
+                }
+            }
+            Output::Announce { vip, iface } => {
+                if let Err(e) = ctx.plane.announce(vip, &iface) {
+                    tracing::error!(%vip, %iface, error = %e, "announcement failed");
+                }
+            }
+            Output::Probe { vip, iface, mac } => {
+                self.probes_sent.insert(mac, Instant::now());
+                ctx.probe(&mut self.probes, &iface, vip, mac);
+            }
+            Output::Event {
+                service,
+                kind,
+                message,
+                ..
+            } => {
+                // Logged by `publish`, also when the Event itself is not written.
+                let (type_, reason) = announce_event_type(&kind);
+                ctx.events.publish(&service, type_, reason, &message);
+            }
+            Output::NodeEvent { kind, message } => {
+                // Logged by `publish_on_node`.
+                let (type_, reason) = node_event_type(&kind);
+                ctx.events.publish_on_node(type_, reason, &message);
+            }
+            Output::Exit => return true,
+        }
+        false
+    }
+
+    /// A watched Lease as the core's input; remembers peers' heartbeat addresses and keys.
+    fn lease_input(&mut self, ev: LeaseEvent) -> Option<Input> {
+        lease_input(ev, &self.node, &mut self.peers, &self.keyring, &self.ctx)
     }
 }
 
