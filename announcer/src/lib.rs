@@ -1,21 +1,37 @@
-//! The announcer agent, loader and CLI library.
+//! The announcer: an XDP responder that answers ARP and NDP for Kubernetes LoadBalancer IPs,
+//! the agent that elects which node answers for each, and the `announcer` CLI.
 //!
-//! * [`dataplane`]: the XDP responder from userspace: pins, loader, VIP table, bursts, logs.
-//! * [`state`]: the agent's `/state` document.
-//! * [`agent`]: the Kubernetes agent; [`cli`]: the `announcer` subcommands.
+//! The modules are layers, each using only the ones before it in this list (the `layers` unit
+//! test checks it, and that no sibling modules name each other in a cycle):
+//!
+//! 1. [`dataplane`]: the XDP program from userspace: pins, loader, the VIP table and its
+//!    counters, announcement bursts, the program's log, the system calls underneath. No
+//!    Kubernetes, no election. ([`maps`] and [`wire`], the types shared with the program, are
+//!    re-exported from `announcer-ebpf`.)
+//! 2. The protocols, sans-IO (no sockets; time is an argument): [`election`], the core that
+//!    decides who owns each VIP, and [`heartbeat`], the authenticated heartbeat codec (which
+//!    carries the election's types).
+//! 3. [`state`]: the agent's `/state` document, which the agent writes and the CLI reads.
+//! 4. [`agent`]: the tokio shell that connects the election to Kubernetes, the network and
+//!    the data plane.
+//! 5. [`cli`]: the subcommands; `status` reads the data plane and [`state`], never the agent's
+//!    internals.
 
 pub mod dataplane;
+pub use announcer_ebpf::{maps, wire};
+
+pub mod election;
+pub mod heartbeat;
+
 pub mod state;
+
+pub mod agent;
+
+pub mod cli;
 
 // `agent/config.rs` still names these two by their paths before the data plane became one
 // module; it moves in a later step of issue 12, and these re-exports go with it.
 pub(crate) use dataplane::{announce, loader};
-
-pub use announcer_ebpf::{maps, wire};
-pub mod agent;
-pub mod cli;
-pub mod election;
-pub mod heartbeat;
 
 #[cfg(test)]
 mod layers;

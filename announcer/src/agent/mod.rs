@@ -12,8 +12,8 @@
 //! * the node-lease mode's loop (`shell`) and the lease-per-service mode's (`service_shell`),
 //!   over what both share (`context`);
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
-//! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`]) and
-//!   `/metrics`;
+//! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
+//!   [`published`]) and `/metrics`;
 //! * [`config`] (flags and file) and [`persist`] (the state directory: identity, incarnation).
 
 pub mod config;

@@ -385,14 +385,14 @@ const RETRY_FIRST: Duration = Duration::from_millis(250);
 /// The largest step: an API server that is back is noticed within this.
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// The waits between a failed watch and its replacement: a step doubling from [`RETRY_FIRST`]
-/// to [`RETRY_MAX`], and each wait drawn uniformly from the upper half of its step ("equal
-/// jitter").
+/// The waits between a failed watch and its replacement: a step doubling from 250 ms
+/// (`RETRY_FIRST`) to 5 s (`RETRY_MAX`), and each wait drawn uniformly from the upper half of
+/// its step ("equal jitter").
 ///
 /// Why jitter: every node's watches fail together when the API server goes away, and without
 /// it they would retry together too, at the same instants, on every step of the backoff.
 /// Why the upper half rather than around the step: the step stays the longest wait, so a
-/// recovered API server is still noticed within [`RETRY_MAX`]. (kube-runtime's
+/// recovered API server is still noticed within 5 s. (kube-runtime's
 /// `DefaultBackoff` is jittered too, but waits 0.8 s to 30 s; that would change when a
 /// recovery is noticed.)
 #[derive(Clone, Debug)]
