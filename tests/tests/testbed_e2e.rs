@@ -67,18 +67,50 @@ fn without(tb: &Testbed, gone: &str) -> Vec<String> {
     tb.nodes().into_iter().filter(|n| n != gone).collect()
 }
 
-/// Nobody answers ARP/NDP for `vip` and no agent claims it.
-fn nobody_answers(tb: &Testbed, vip: IpAddr) {
-    tb.wait_for(&format!("no owner of {vip}"), T, |tb| {
-        tb.owners(vip).is_empty()
-    });
-    tb.wait_for(&format!("no ARP/NDP answer for {vip}"), T, |tb| {
-        tb.arp_macs(vip, Q).is_empty()
-    });
+/// Waits until nobody answers ARP/NDP for `gone` and no agent claims it, while in the same
+/// look `control` is answered by `control_owner` alone: silence for `gone` then means a
+/// withdrawal, not a dead data plane (which would silence the control VIP too).
+fn nobody_answers_but_the_control(
+    tb: &Testbed,
+    gone: IpAddr,
+    control: IpAddr,
+    control_owner: &str,
+) {
+    let mac = tb.node_mac(control_owner);
+    let end = std::time::Instant::now() + T;
+    loop {
+        let claims = tb.owners(gone);
+        let gone_macs = tb.arp_macs(gone, Q);
+        let control_macs = tb.arp_macs(control, Q);
+        let control_node = tb.ask(control, Q);
+        if claims.is_empty()
+            && gone_macs.is_empty()
+            && control_macs == vec![mac]
+            && control_node.as_deref() == Some(control_owner)
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "after {T:?}: {gone} still claimed by {claims:?} / answered by {gone_macs:02x?}, or \
+             the control VIP {control} not answered by {control_owner} alone (ARP/NDP \
+             {control_macs:02x?}, traffic reached {control_node:?})\n{}",
+            tb.log_tails()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The control Service's VIPs (`vip4(k)`, `vip6(k)`): Service `control`, which must stay
+/// answered while another Service's VIPs are withdrawn. Add it before the agents start.
+async fn add_control_service(tb: &Testbed, k: u32) -> [IpAddr; 2] {
+    let vips = [IpAddr::V4(vip4(k)), IpAddr::V6(vip6(k))];
+    tb.add_service("control", &vips, false, &["node-a"]).await;
+    vips
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_vip_is_answered_by_one_node_until_its_service_is_deleted() {
+async fn each_vip_is_answered_by_its_rendezvous_owner_alone() {
     let mut tb = testbed("one", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(0)), IpAddr::V6(vip6(0)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
@@ -114,10 +146,30 @@ async fn each_vip_is_answered_by_one_node_until_its_service_is_deleted() {
             "{vip}: UDP answers from another node than the owner {owner:?}: {answered:?}"
         );
     }
-    // Deleted: withdrawn everywhere.
-    tb.delete_service("web").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_stay_answered() {
+    let mut tb = testbed("delete", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(7)), IpAddr::V6(vip6(7)));
+    tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
+    let control = add_control_service(&tb, 8).await;
+    tb.start_agents(AGENT_ARGS);
     for vip in [v4, v6] {
-        nobody_answers(&tb, vip);
+        let owner = tb.wait_owner(vip, T);
+        client_sees(&tb, vip, &owner);
+    }
+    let control_owners: Vec<String> = control.iter().map(|v| tb.wait_owner(*v, T)).collect();
+    for (c, o) in control.iter().zip(&control_owners) {
+        client_sees(&tb, *c, o);
+    }
+
+    tb.delete_service("web").await;
+    for (gone, (c, o)) in [v4, v6]
+        .into_iter()
+        .zip(control.iter().zip(&control_owners))
+    {
+        nobody_answers_but_the_control(&tb, gone, *c, o);
     }
 }
 
@@ -286,7 +338,7 @@ async fn sigterm_hands_over_to_the_successor_without_losing_a_probe() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_follows_the_endpoint() {
+async fn etp_local_vips_follow_their_endpoint() {
     let mut tb = testbed("etp", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(3)), IpAddr::V6(vip6(3)));
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
@@ -308,10 +360,34 @@ async fn etp_local_follows_the_endpoint() {
         );
         client_sees(&tb, vip, "node-c");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody() {
+    let mut tb = testbed("etp-none", 3).await;
+    let (v4, v6) = (IpAddr::V4(vip4(10)), IpAddr::V6(vip6(10)));
+    tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
+    let control = add_control_service(&tb, 11).await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [v4, v6] {
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-b",
+            "{vip} on the endpoint's node"
+        );
+        client_sees(&tb, vip, "node-b");
+    }
+    let control_owners: Vec<String> = control.iter().map(|v| tb.wait_owner(*v, T)).collect();
+    for (c, o) in control.iter().zip(&control_owners) {
+        client_sees(&tb, *c, o);
+    }
     // No endpoint anywhere: nobody may attract the traffic.
     tb.set_endpoints("local", &[]).await;
-    for vip in [v4, v6] {
-        nobody_answers(&tb, vip);
+    for (gone, (c, o)) in [v4, v6]
+        .into_iter()
+        .zip(control.iter().zip(&control_owners))
+    {
+        nobody_answers_but_the_control(&tb, gone, *c, o);
     }
 }
 
