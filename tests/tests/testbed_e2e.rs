@@ -25,6 +25,10 @@ const AGENT_ARGS: &[&str] = &[];
 const Q: Duration = Duration::from_millis(800);
 /// The agents' default grace: how long entries answer after their agent died.
 const GRACE: Duration = Duration::from_secs(5);
+/// VIPs a node found answered by another one too after it had taken them (a partition).
+const OVERLAPS: &str = "announcer_partition_overlaps_total";
+/// VIPs a node took over.
+const TAKEOVERS: &str = "announcer_takeovers_total";
 
 async fn testbed(tag: &str, nodes: usize) -> Testbed {
     Testbed::start(TestbedConfig {
@@ -427,6 +431,114 @@ async fn a_partition_heals_to_exactly_one_owner() {
         "owner after the partition healed"
     );
     client_sees(&tb, v4, &o);
+}
+
+/// `docs/safety.md`, "Heartbeats lost between two nodes only", and the core's partition rule:
+/// cut from the owner, its successor takes the VIP over (a silent owner whose probe goes
+/// unanswered) while the owner, still heard by the third node and the API, keeps it: both
+/// answer. The successor then finds the owner alive (by its Lease renewals, or by its
+/// heartbeats resuming with the same incarnation after the heal), hands the VIP back and
+/// counts the overlap: `announcer_partition_overlaps_total` goes to 1 on the successor, and it
+/// raises an `Overlap` Warning. The owner and the third node took nothing, so count nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_between_the_owner_and_its_successor_is_counted_once_by_the_successor() {
+    let mut tb = testbed("overlap", 3).await;
+    let v4 = IpAddr::V4(vip4(6));
+    tb.add_service("web", &[v4], false, &["node-a"]).await;
+    tb.start_agents(AGENT_ARGS);
+    let owner = tb.wait_owner(v4, T);
+    client_sees(&tb, v4, &owner);
+    let next = successor(v4, &without(&tb, &owner));
+    let nodes = tb.nodes();
+    for n in &nodes {
+        assert_eq!(
+            tb.metric(n, OVERLAPS),
+            Some(0.0),
+            "{n} counts no overlap before the partition"
+        );
+    }
+    let took = tb.metric(&next, TAKEOVERS).expect("takeovers");
+
+    tb.partition(&owner, &next);
+    let cut = Instant::now();
+    // Both answer: the successor takes the VIP over (its takeover counter moves), while the
+    // owner never lets it go (it still reaches the API and the third node).
+    let mut dropped = Vec::new();
+    tb.wait_for(
+        &format!("{next} takes {v4} over, cut from {owner}"),
+        T,
+        |tb| {
+            if tb
+                .state(&owner)
+                .is_some_and(|s| !owned_vips(&s).contains(&v4))
+            {
+                dropped.push(cut.elapsed());
+            }
+            tb.metric(&next, TAKEOVERS).is_some_and(|t| t > took)
+        },
+    );
+    // Keep the cut for 5 s in all, as the failover bench's partition does.
+    while cut.elapsed() < Duration::from_secs(5) {
+        if tb
+            .state(&owner)
+            .is_some_and(|s| !owned_vips(&s).contains(&v4))
+        {
+            dropped.push(cut.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        dropped.is_empty(),
+        "{owner} let {v4} go while cut from {next} only (at {dropped:?})\n{}",
+        tb.log_tails()
+    );
+    tb.heal(&owner, &next);
+    assert!(
+        tb.reachable(&owner, &next, Duration::from_secs(10)),
+        "{owner} -> {next} healed"
+    );
+    assert_eq!(tb.wait_owner(v4, T), owner, "owner after the heal");
+
+    tb.wait_for(&format!("{next} counts the overlap"), T, |tb| {
+        tb.metric(&next, OVERLAPS) == Some(1.0)
+    });
+    let note = format!("{owner} and {next} both answered {v4}");
+    let e = tb
+        .wait_for_event(&format!("Overlap from {next}: {note}"), T, |e| {
+            e.reason.as_deref() == Some("Overlap")
+                && e.note.as_deref().is_some_and(|n| n.starts_with(&note))
+        })
+        .await;
+    assert_eq!(e.type_.as_deref(), Some("Warning"), "{e:?}");
+    assert_eq!(
+        e.reporting_instance.as_deref(),
+        Some(next.as_str()),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("web"),
+        "{e:?}"
+    );
+    // Counted once, and only where the VIP was taken: still so a while after the heal.
+    std::thread::sleep(Duration::from_secs(2));
+    let counts: BTreeMap<&str, Option<f64>> = nodes
+        .iter()
+        .map(|n| (n.as_str(), tb.metric(n, OVERLAPS)))
+        .collect();
+    let want: BTreeMap<&str, Option<f64>> = nodes
+        .iter()
+        .map(|n| (n.as_str(), Some(if *n == next { 1.0 } else { 0.0 })))
+        .collect();
+    assert_eq!(counts, want, "{OVERLAPS} per node\n{}", tb.log_tails());
+    let overlaps: Vec<_> = tb
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("Overlap"))
+        .map(|e| (e.reporting_instance, e.note))
+        .collect();
+    assert_eq!(overlaps.len(), 1, "one Overlap Event: {overlaps:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
