@@ -9,7 +9,11 @@
 //! a client on the namespace testbed (real agents with their XDP data plane), where the outage
 //! also outlasts the grace, so entries nobody refreshes would have expired.
 
-use std::{collections::BTreeMap, net::IpAddr, time::Duration};
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    time::{Duration, Instant},
+};
 
 use announcer_tests::{
     apiserver::{Fault, OutageMode},
@@ -29,6 +33,8 @@ const DP_T: Duration = Duration::from_secs(30);
 /// On the testbed, from the moment every agent reports the API down: longer than the Lease
 /// (2 s) and the grace (5 s, how long an entry answers unrefreshed).
 const DP_OUTAGE: Duration = Duration::from_secs(7);
+/// One raw ARP/NDP round of [`Testbed::resolve_all`]: every answer in the window.
+const ROUND: Duration = Duration::from_millis(600);
 /// Lease 2 s; lenient death detection (1 s) so that a loaded host does not fake a dead peer.
 const ARGS: [&str; 6] = [
     "--lease-duration",
@@ -168,7 +174,8 @@ async fn api_ok_returns_after_an_outage_without_changes() {
 }
 
 /// The client's view of an outage for all agents: every probe of every VIP is answered, and
-/// by the VIP's rendezvous owner, from before the outage until after it ended. The outage
+/// by the VIP's rendezvous owner, from before the outage until after it ended, and through
+/// the outage every ARP/NDP question for it is answered by the owner alone. The outage
 /// lasts longer than the Lease (2 s) and the grace (5 s): no ownership change, and entries
 /// the agents stopped refreshing would have gone dark.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +222,24 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
             .iter()
             .all(|n| tb.state(n).is_some_and(|s| s["api_ok"] == false))
     });
-    std::thread::sleep(DP_OUTAGE);
+    // Through the outage, also ask ARP/NDP: the probes alone would not see entries lapse, as
+    // the client keeps sending to the MAC it has cached (TCP keeps confirming it).
+    let macs: BTreeMap<IpAddr, [u8; 6]> =
+        owners.iter().map(|(v, o)| (*v, tb.node_mac(o))).collect();
+    let down = Instant::now();
+    let mut wrong = Vec::new();
+    while down.elapsed() < DP_OUTAGE {
+        let when = down.elapsed().as_secs_f64();
+        for (vip, answered) in tb.resolve_all(&vips, ROUND) {
+            if answered != [macs[&vip]] {
+                wrong.push(format!(
+                    "+{when:.1}s into the outage: ARP/NDP for {vip} answered by {:?} (owner {})",
+                    tb.names_of_macs(&answered),
+                    owners[&vip]
+                ));
+            }
+        }
+    }
     let end = prober.mark("API back");
     tb.api_outage(false);
     std::thread::sleep(Duration::from_secs(1));
@@ -224,6 +248,12 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
         "outage from +{:.1}s to +{:.1}s of the probes",
         at.as_secs_f64(),
         end.as_secs_f64()
+    );
+    assert!(
+        wrong.is_empty(),
+        "during the API outage, VIPs were not answered by their owner alone:\n{}\n{}",
+        wrong.join("\n"),
+        tb.log_tails()
     );
     for (vip, owner) in &owners {
         for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
