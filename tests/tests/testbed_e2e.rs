@@ -74,8 +74,9 @@ fn without(tb: &Testbed, gone: &str) -> Vec<String> {
 }
 
 /// Waits until nobody answers ARP/NDP for `gone` and no agent claims it, while in the same
-/// look `control` is answered by `control_owner` alone: silence for `gone` then means a
-/// withdrawal, not a dead data plane (which would silence the control VIP too).
+/// look `control` is claimed and answered by `control_owner` alone: silence for `gone` then
+/// means a withdrawal, not dead agents or a dead data plane (which would silence the control
+/// VIP too).
 fn nobody_answers_but_the_control(
     tb: &Testbed,
     gone: IpAddr,
@@ -86,11 +87,13 @@ fn nobody_answers_but_the_control(
     let end = std::time::Instant::now() + T;
     loop {
         let claims = tb.owners(gone);
+        let control_claims = tb.owners(control);
         let gone_macs = tb.arp_macs(gone, Q);
         let control_macs = tb.arp_macs(control, Q);
         let control_node = tb.ask(control, Q);
         if claims.is_empty()
             && gone_macs.is_empty()
+            && control_claims == [control_owner]
             && control_macs == vec![mac]
             && control_node.as_deref() == Some(control_owner)
         {
@@ -99,8 +102,9 @@ fn nobody_answers_but_the_control(
         assert!(
             std::time::Instant::now() < end,
             "after {T:?}: {gone} still claimed by {claims:?} / answered by {gone_macs:02x?}, or \
-             the control VIP {control} not answered by {control_owner} alone (ARP/NDP \
-             {control_macs:02x?}, traffic reached {control_node:?})\n{}",
+             the control VIP {control} not claimed and answered by {control_owner} alone \
+             (claimed by {control_claims:?}, ARP/NDP {control_macs:02x?}, traffic reached \
+             {control_node:?})\n{}",
             tb.log_tails()
         );
         std::thread::sleep(Duration::from_millis(100));
