@@ -213,7 +213,7 @@ fn restore(
             .map(|(v, o)| format!("{v}: {o:?}"))
             .collect();
         format!(
-            "no single owner per VIP within {RESTORE_TIMEOUT:?} ({}); logs:\n{}",
+            "no single owner per VIP within {RESTORE_TIMEOUT:?} ({})\nlogs:\n{}",
             bad.join(", "),
             bed.log_tails()
         )

@@ -118,9 +118,11 @@ fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
 }
 
-/// The FAIL verdict `name` gets when `system` × `scenario` was selected but has no trials.
+/// The FAIL verdict `name` (on `what`) gets when `system` × `scenario` was selected but has no
+/// trials.
 fn no_trials(
     name: String,
+    what: &str,
     system: System,
     scenario: Scenario,
     limit: f64,
@@ -132,7 +134,11 @@ fn no_trials(
     };
     Verdict {
         name,
-        text: format!("{} {}: no trials: {why}", system.name(), scenario.name()),
+        text: format!(
+            "{} {}: {what}: no trials: {why}",
+            system.name(),
+            scenario.name()
+        ),
         value: None,
         limit: Some(limit),
         pass: Some(false),
@@ -186,7 +192,14 @@ pub fn verdicts(
         }
         let name = format!("{}_{}_p99", d.name(), sc.name());
         let Some(r) = find(rows, d, sc) else {
-            v.push(no_trials(name, d, sc, TARGET_P99_MS, aborted));
+            v.push(no_trials(
+                name,
+                "failover p99",
+                d,
+                sc,
+                TARGET_P99_MS,
+                aborted,
+            ));
             continue;
         };
         let s = r.failover();
@@ -213,7 +226,7 @@ pub fn verdicts(
         }
         let name = format!("{}_{}_lost", d.name(), sc.name());
         let Some(r) = find(rows, d, sc) else {
-            v.push(no_trials(name, d, sc, 0.0, aborted));
+            v.push(no_trials(name, "lost probes", d, sc, 0.0, aborted));
             continue;
         };
         let lost = r.lost().max;
@@ -257,8 +270,18 @@ pub fn verdicts(
                     pass: Some(f.failed() == 0 && fm < km),
                 });
             }
-            (None, _) => v.push(no_trials(name, fast, Scenario::Crash, 0.0, aborted)),
-            (_, None) => v.push(no_trials(name, tuned, Scenario::Crash, 0.0, aborted)),
+            (f, _) => {
+                let missing = if f.is_none() { fast } else { tuned };
+                let what = "median vs keepalived-tuned";
+                v.push(no_trials(
+                    name,
+                    what,
+                    missing,
+                    Scenario::Crash,
+                    0.0,
+                    aborted,
+                ));
+            }
         }
     }
     v
@@ -578,7 +601,7 @@ mod unit {
         assert_eq!(pass_of(&v, "announcer-default_given_up"), Some(false));
         assert_eq!(
             text_of(&v, "announcer-default_sigterm_p99"),
-            "announcer-default sigterm: no trials: system given up: no single owner per VIP within 90s"
+            "announcer-default sigterm: failover p99: no trials: system given up: no single owner per VIP within 90s"
         );
     }
 
