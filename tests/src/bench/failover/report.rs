@@ -186,6 +186,7 @@ pub fn verdicts(
         Scenario::ApiOutageCrash,
         Scenario::Sigterm,
         Scenario::Restart,
+        Scenario::Crash100,
     ] {
         if !selected(d, sc) {
             continue;
@@ -249,6 +250,9 @@ pub fn verdicts(
             pass: Some(lost == 0 && r.failed() == 0),
         });
     }
+    if selected(d, Scenario::Partition) {
+        v.push(partition_verdict(rows, d, aborted));
+    }
     let (fast, tuned) = (System::AnnouncerFast, System::KeepalivedTuned);
     if selected(fast, Scenario::Crash) && selected(tuned, Scenario::Crash) {
         let name = "announcer_fast_vs_keepalived_tuned_crash_p50".to_string();
@@ -285,6 +289,36 @@ pub fn verdicts(
         }
     }
     v
+}
+
+/// Partition: every trial must end with a single owner after the heal, the slowest within
+/// [`TARGET_P99_MS`] (the overlap while cut off is expected and only reported).
+fn partition_verdict(rows: &[Row], d: System, aborted: &[(System, String)]) -> Verdict {
+    let name = format!("{}_partition_single_owner_p99", d.name());
+    let Some(r) = find(rows, d, Scenario::Partition) else {
+        return no_trials(
+            name,
+            "single owner after heal",
+            d,
+            Scenario::Partition,
+            TARGET_P99_MS,
+            aborted,
+        );
+    };
+    let g = r.single_owner();
+    let never = r.trials.len() - g.n;
+    Verdict {
+        name,
+        text: format!(
+            "{} partition: one owner {:.0} ms after the heal (p99 over {} trials, {never} never), target ≤ {TARGET_P99_MS:.0} ms in every trial",
+            d.name(),
+            ms(g.p99),
+            r.trials.len()
+        ),
+        value: Some(ms(g.p99)),
+        limit: Some(TARGET_P99_MS),
+        pass: Some(never == 0 && g.n > 0 && ms(g.p99) <= TARGET_P99_MS),
+    }
 }
 
 fn cell(s: &Summary, n: usize) -> [String; 5] {
@@ -689,6 +723,39 @@ mod unit {
             pass_of(&v, "announcer_fast_vs_keepalived_tuned_crash_p50"),
             Some(false)
         );
+    }
+
+    fn healed(single: Option<u64>) -> Trial {
+        Trial {
+            split: Some(crate::bench::failover::measure::SplitOutcome {
+                overlap: Duration::from_millis(4_700),
+                single_owner_after_heal: single.map(Duration::from_millis),
+            }),
+            ..trial(Some(0), 0)
+        }
+    }
+
+    #[test]
+    fn a_partition_that_never_heals_to_one_owner_fails() {
+        let judge = |trials| {
+            let r = vec![row(System::AnnouncerDefault, Scenario::Partition, trials)];
+            let v = verdicts(&[System::AnnouncerDefault], &[Scenario::Partition], &r, &[]);
+            pass_of(&v, "announcer-default_partition_single_owner_p99")
+        };
+        assert_eq!(judge(vec![healed(Some(50)), healed(Some(60))]), Some(true));
+        assert_eq!(judge(vec![healed(Some(50)), healed(None)]), Some(false));
+        assert_eq!(judge(vec![healed(Some(1_500))]), Some(false));
+    }
+
+    #[test]
+    fn crash_100_is_judged_like_a_crash() {
+        let r = vec![row(
+            System::AnnouncerDefault,
+            Scenario::Crash100,
+            vec![trial(Some(400), 40), trial(Some(1_200), 120)],
+        )];
+        let v = verdicts(&[System::AnnouncerDefault], &[Scenario::Crash100], &r, &[]);
+        assert_eq!(pass_of(&v, "announcer-default_crash-100_p99"), Some(false));
     }
 
     #[test]
