@@ -21,6 +21,11 @@ use serde_json::Value;
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
+/// Control VIPs put in the data plane by hand (`vip add --permanent`) once the agent is gone:
+/// still answered when the agent's entries have lapsed, so that silence for [`VIP4`] and
+/// [`VIP6`] is their expiry and not a data plane that stopped answering altogether.
+const CONTROL4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 101);
+const CONTROL6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x101);
 /// The agent's `/state` port inside the node namespace (nothing else listens there).
 const HTTP: u16 = 9746;
 /// Generous bound for the agent to start, attach and take the VIPs.
@@ -148,6 +153,9 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     });
     let exited = std::time::Instant::now();
     assert_eq!(code, Some(Some(0)), "exit status\n{}", agent.log_tail());
+    for control in [IpAddr::V4(CONTROL4), IpAddr::V6(CONTROL6)] {
+        cli.add_vip(control, NODE_IF, &["--permanent"]);
+    }
     neigh_flush(&pair.client, CLIENT_IF);
     let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
     assert_eq!(
@@ -162,7 +170,18 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     }
     neigh_flush(&pair.client, CLIENT_IF);
     let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
+    let control = arping(&pair.client, CLIENT_IF, CONTROL4, 2, PROBE);
     assert_eq!(r.replies, 0, "VIP still answered after its TTL: {r:?}");
+    assert_eq!(
+        control.unique_macs(),
+        vec![NODE_MAC],
+        "the data plane answers the control VIP {CONTROL4}: {control:?}"
+    );
     assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, PROBE), None);
+    assert_eq!(
+        ndisc6(&pair.client, CONTROL6, CLIENT_IF, PROBE),
+        Some(NODE_MAC),
+        "the data plane answers the control VIP {CONTROL6}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -37,6 +37,22 @@ fn start_all(c: &mut Cluster, args: &[&str]) {
     }
 }
 
+/// The control VIP: Service `control` (cluster policy, a ready endpoint on node-a), which must
+/// stay announced by its rendezvous owner while a check says another VIP is announced by
+/// nobody, so that agents that stopped (or never started) working fail the check.
+const CONTROL: &str = "10.0.9.1";
+
+async fn add_control(c: &Cluster) {
+    c.add_service("default", "control", &[CONTROL], false).await;
+    c.set_endpoints("default", "control", &[("node-a", true)])
+        .await;
+}
+
+/// Whether the control VIP is announced by its rendezvous owner alone.
+fn control_answered(c: &Cluster) -> bool {
+    c.owners(CONTROL) == [rendezvous_owner(CONTROL, &NODES)]
+}
+
 /// A Warning Event on Service `svc` with this reason.
 fn warning(svc: &'static str, reason: &'static str) -> impl Fn(&Event) -> bool {
     move |e| {
@@ -47,7 +63,7 @@ fn warning(svc: &'static str, reason: &'static str) -> impl Fn(&Event) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_follows_ready_endpoints() {
+async fn etp_local_vip_follows_its_ready_endpoint() {
     const VIP: &str = "10.0.1.5";
     let mut c = three_nodes("etp-local").await;
     // Endpoints on nodes that are NOT the rendezvous top among all three, so that an owner
@@ -72,11 +88,28 @@ async fn etp_local_follows_ready_endpoints() {
         c.owners(VIP) == [second]
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warning_says_why() {
+    const VIP: &str = "10.0.1.6";
+    let mut c = three_nodes("etp-local-none").await;
+    c.add_service("default", "web", &[VIP], true).await;
+    c.set_endpoints("default", "web", &[("node-b", true)]).await;
+    add_control(&c).await;
+    start_all(&mut c, &[]);
+    c.wait_for("node-b (hosting the endpoint) owns", T, |c| {
+        c.owners(VIP) == ["node-b"] && control_answered(c)
+    })
+    .await;
 
     // No ready endpoint anywhere: nobody announces, and a Warning says why.
-    c.set_endpoints("default", "web", &[(second, false)]).await;
-    c.wait_for("nobody announces", T, |c| c.owners(VIP).is_empty())
+    c.set_endpoints("default", "web", &[("node-b", false)])
         .await;
+    c.wait_for("nobody announces, the control VIP still is", T, |c| {
+        c.owners(VIP).is_empty() && control_answered(c)
+    })
+    .await;
     let e = c
         .wait_for_event(
             "default",
@@ -89,8 +122,10 @@ async fn etp_local_follows_ready_endpoints() {
         e.note.as_deref().is_some_and(|n| n.contains(VIP)),
         "the Event names the VIP: {e:?}"
     );
-    c.hold("nobody announces", HOLD, |c| c.owners(VIP).is_empty())
-        .await;
+    c.hold("nobody announces, the control VIP still is", HOLD, |c| {
+        c.owners(VIP).is_empty() && control_answered(c)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,14 +158,8 @@ async fn exclusion_label_moves_the_vip_and_back() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_selector_and_readiness() {
-    let mut c = Cluster::start("selector").await;
-    c.add_node("node-a", &[("zone", "a")], true).await;
-    c.add_node("node-b", &[("zone", "a")], true).await;
-    c.add_node("node-c", &[("zone", "b")], true).await;
-    // VIPs some of which node-c would own without the selector (so the test means something).
-    let candidates: Vec<String> = (1..=40).map(|i| format!("10.0.3.{i}")).collect();
+/// VIPs some of which node-c would own without a selector: two of its, two of the others'.
+fn zone_vips(candidates: &[String]) -> Vec<&str> {
     let mut vips: Vec<&str> = candidates
         .iter()
         .map(String::as_str)
@@ -145,6 +174,49 @@ async fn node_selector_and_readiness() {
             .take(2),
     );
     assert_eq!(vips.len(), 4);
+    vips
+}
+
+async fn zones(name: &str) -> Cluster {
+    let c = Cluster::start(name).await;
+    c.add_node("node-a", &[("zone", "a")], true).await;
+    c.add_node("node-b", &[("zone", "a")], true).await;
+    c.add_node("node-c", &[("zone", "b")], true).await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_selector_leaves_unselected_nodes_announcing_nothing() {
+    let mut c = zones("selector").await;
+    let candidates: Vec<String> = (1..=40).map(|i| format!("10.0.3.{i}")).collect();
+    let vips = zone_vips(&candidates);
+    c.add_service("default", "web", &vips, false).await;
+    c.set_endpoints("default", "web", &[("node-c", true)]).await;
+    start_all(&mut c, &["--node-selector", "zone=a"]);
+    let zone_a = ["node-a", "node-b"];
+    let in_zone_a = |c: &Cluster| {
+        c.owners_of(&vips)
+            .iter()
+            .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), &zone_a)])
+    };
+    c.wait_for(
+        "each VIP on its rendezvous owner within zone a",
+        T,
+        in_zone_a,
+    )
+    .await;
+    // node-c answers `/state` (so it runs) and claims nothing, while zone a has every VIP.
+    c.hold("node-c (zone b) announces nothing", HOLD, |c| {
+        c.ownership().get("node-c").is_some_and(Vec::is_empty) && in_zone_a(c)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_is_not_ready_announces_nothing() {
+    let mut c = zones("readiness").await;
+    let candidates: Vec<String> = (1..=40).map(|i| format!("10.0.7.{i}")).collect();
+    let vips = zone_vips(&candidates);
     c.add_service("default", "web", &vips, false).await;
     c.set_endpoints("default", "web", &[("node-c", true)]).await;
     start_all(&mut c, &["--node-selector", "zone=a"]);
@@ -155,31 +227,23 @@ async fn node_selector_and_readiness() {
             .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), &zone_a)])
     })
     .await;
-    assert!(
-        c.ownership()["node-c"].is_empty(),
-        "node-c (zone b) announces nothing"
-    );
 
     // node-a is not Ready: node-b announces everything.
     c.set_node_ready("node-a", false).await;
-    c.wait_for("node-b owns every VIP", T, |c| {
-        c.owners_of(&vips).values().all(|o| *o == ["node-b"])
-    })
-    .await;
+    let b_has_all = |c: &Cluster| c.owners_of(&vips).values().all(|o| *o == ["node-b"]);
+    c.wait_for("node-b owns every VIP", T, b_has_all).await;
     c.hold("node-a (not Ready) announces nothing", HOLD, |c| {
-        c.ownership().get("node-a").is_some_and(Vec::is_empty)
+        c.ownership().get("node-a").is_some_and(Vec::is_empty) && b_has_all(c)
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_policy_without_ready_endpoints_is_not_announced() {
-    const OK: &str = "10.0.4.1";
+async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody() {
     const UNREADY: &str = "10.0.4.2";
     const NO_SLICE: &str = "10.0.4.3";
     let mut c = three_nodes("no-endpoints").await;
-    c.add_service("default", "ok", &[OK], false).await;
-    c.set_endpoints("default", "ok", &[("node-a", true)]).await;
+    add_control(&c).await;
     c.add_service("default", "unready", &[UNREADY], false).await;
     c.set_endpoints(
         "default",
@@ -190,10 +254,11 @@ async fn cluster_policy_without_ready_endpoints_is_not_announced() {
     c.add_service("default", "noslice", &[NO_SLICE], false)
         .await;
     start_all(&mut c, &[]);
-    // The control Service is announced, so the agents are working.
-    c.wait_for("the control VIP has one owner", T, |c| {
-        c.owners(OK).len() == 1
-    })
+    c.wait_for(
+        "the control VIP on its rendezvous owner",
+        T,
+        control_answered,
+    )
     .await;
     for svc in ["unready", "noslice"] {
         c.wait_for_event(
@@ -205,17 +270,37 @@ async fn cluster_policy_without_ready_endpoints_is_not_announced() {
         .await;
     }
     c.hold(
-        "VIPs without ready endpoints are not announced",
+        "VIPs without ready endpoints are not announced, the control VIP is",
         HOLD,
         |c| {
             c.owners_of(&[UNREADY, NO_SLICE])
                 .values()
                 .all(Vec::is_empty)
+                && control_answered(c)
         },
     )
     .await;
+}
 
-    // An endpoint becomes ready: announced from the rendezvous owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner() {
+    const UNREADY: &str = "10.0.4.4";
+    let mut c = three_nodes("endpoint-ready").await;
+    c.add_service("default", "unready", &[UNREADY], false).await;
+    c.set_endpoints(
+        "default",
+        "unready",
+        &[("node-a", false), ("node-b", false)],
+    )
+    .await;
+    start_all(&mut c, &[]);
+    c.wait_for_event(
+        "default",
+        "NoReadyEndpoints on unready",
+        T,
+        warning("unready", "NoReadyEndpoints"),
+    )
+    .await;
     c.set_endpoints("default", "unready", &[("node-a", false), ("node-b", true)])
         .await;
     let top = rendezvous_owner(UNREADY, &NODES);
@@ -226,13 +311,10 @@ async fn cluster_policy_without_ready_endpoints_is_not_announced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleted_foreign_class_and_bad_ip() {
-    const WEB: &str = "10.0.5.1";
+async fn a_service_of_another_class_is_not_announced_and_gets_no_events() {
     const FOREIGN: &str = "10.0.5.2";
-    const BAD: &str = "224.0.0.1";
-    const GOOD: &str = "10.0.5.3";
-    let mut c = three_nodes("services").await;
-    c.add_service("default", "web", &[WEB], false).await;
+    let mut c = three_nodes("foreign").await;
+    add_control(&c).await;
     c.create_service(
         "default",
         "foreign",
@@ -240,15 +322,49 @@ async fn deleted_foreign_class_and_bad_ip() {
         serde_json::json!({"loadBalancerClass": "other.example/lb"}),
     )
     .await;
-    c.add_service("default", "mixed", &[BAD, GOOD], false).await;
-    for svc in ["web", "foreign", "mixed"] {
-        c.set_endpoints("default", svc, &[("node-a", true)]).await;
-    }
+    c.set_endpoints("default", "foreign", &[("node-a", true)])
+        .await;
     start_all(&mut c, &[]);
-    c.wait_for("web and mixed's good VIP have one owner each", T, |c| {
-        c.owners_of(&[WEB, GOOD]).values().all(|o| o.len() == 1)
-    })
+    c.wait_for(
+        "the control VIP on its rendezvous owner",
+        T,
+        control_answered,
+    )
     .await;
+    c.hold(
+        "the foreign-class VIP is not announced, the control VIP is",
+        HOLD,
+        |c| c.owners(FOREIGN).is_empty() && control_answered(c),
+    )
+    .await;
+    let events = c.event_objects("default").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("control")),
+        "the control Service got its Events: {events:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("foreign")),
+        "a Service of another class gets no Events from us: {events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is_announced() {
+    const BAD: &str = "224.0.0.1";
+    const GOOD: &str = "10.0.5.3";
+    let mut c = three_nodes("bad-ip").await;
+    c.add_service("default", "mixed", &[BAD, GOOD], false).await;
+    c.set_endpoints("default", "mixed", &[("node-a", true)])
+        .await;
+    start_all(&mut c, &[]);
+    let top = rendezvous_owner(GOOD, &NODES);
+    let good = |c: &Cluster| c.owners(GOOD) == [top.as_str()];
+    c.wait_for("mixed's good VIP on its rendezvous owner", T, good)
+        .await;
     let e = c
         .wait_for_event(
             "default",
@@ -261,29 +377,38 @@ async fn deleted_foreign_class_and_bad_ip() {
         e.note.as_deref().is_some_and(|n| n.contains(BAD)),
         "the Event names the bad address: {e:?}"
     );
-    c.hold(
-        "the foreign-class VIP and the bad IP are not announced",
-        HOLD,
-        |c| c.owners_of(&[FOREIGN, BAD]).values().all(Vec::is_empty) && c.owners(GOOD).len() == 1,
+    c.hold("the bad IP is not announced, the good one is", HOLD, |c| {
+        c.owners(BAD).is_empty() && good(c)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_services_vip_is_announced_by_nobody() {
+    const WEB: &str = "10.0.5.1";
+    let mut c = three_nodes("deleted").await;
+    add_control(&c).await;
+    c.add_service("default", "web", &[WEB], false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    start_all(&mut c, &[]);
+    let top = rendezvous_owner(WEB, &NODES);
+    c.wait_for(
+        "web and the control VIP on their rendezvous owners",
+        T,
+        |c| c.owners(WEB) == [top.as_str()] && control_answered(c),
     )
     .await;
-    let events = c.event_objects("default").await;
-    assert!(
-        !events
-            .iter()
-            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("foreign")),
-        "a Service of another class gets no Events from us: {events:?}"
-    );
 
     c.delete_service("default", "web").await;
-    c.wait_for("nobody announces the deleted Service's VIP", T, |c| {
-        c.owners(WEB).is_empty()
-    })
+    let gone = |c: &Cluster| c.owners(WEB).is_empty() && control_answered(c);
+    c.wait_for(
+        "nobody announces the deleted Service's VIP, the control VIP still is",
+        T,
+        gone,
+    )
     .await;
-    c.hold("the deleted Service stays unannounced", HOLD, |c| {
-        c.owners(WEB).is_empty() && c.owners(GOOD).len() == 1
-    })
-    .await;
+    c.hold("the deleted Service stays unannounced", HOLD, gone)
+        .await;
 }
 
 /// A Service without ready endpoints must be explained by one Warning that says so, not also
@@ -312,6 +437,13 @@ async fn no_ready_endpoints_is_not_blamed_on_nodes() {
     )
     .await;
     tokio::time::sleep(HOLD).await;
+    // The agents still run and announce (so no Warning below was withheld by a dead agent).
+    assert_eq!(
+        c.owners(OK),
+        [rendezvous_owner(OK, &NODES)],
+        "the control VIP on its rendezvous owner\n{}",
+        c.log_tails()
+    );
     let blamed: Vec<Event> = c
         .event_objects("default")
         .await

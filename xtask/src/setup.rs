@@ -10,9 +10,17 @@
 //!   libfaketime (the testbed runs an agent with its wall clock offset, `LD_PRELOAD`ing
 //!   `libfaketime.so.1`; `faketime` is its command-line wrapper, for trying it by hand).
 //! * `kubernetes-validate` from PyPI, which checks `deploy/` against the Kubernetes OpenAPI
-//!   schemas it bundles, offline (`tests/tests/deploy.rs`).
+//!   schemas it bundles, offline (`tests/tests/deploy/`).
+//! * Upstream Kubernetes programs the tests run against (for now `kubectl`, whose `kubectl
+//!   kustomize` renders `deploy/` as `kubectl apply -k` does), built with the machine's Go from
+//!   the module proxy into `target/kube/bin/`. The Go module `tests/kube/` pins their versions
+//!   (`tests/kube/update-go-mod.sh` regenerates it); nothing of the product is Go.
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
 
 use anyhow::{Context, Result, bail};
 
@@ -44,6 +52,7 @@ pub fn ensure() -> Result<()> {
     link_toolchain()?;
     bpf_linker()?;
     kubernetes_validate()?;
+    kube_programs()?;
     Ok(())
 }
 
@@ -144,4 +153,176 @@ fn kubernetes_validate() -> Result<()> {
         &format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"),
     ]))
     .context("pip install kubernetes-validate (is PyPI reachable?)")
+}
+
+/// An upstream program built from the Go module `tests/kube/`, into `target/kube/bin/NAME`.
+struct GoProgram {
+    /// The binary's name under `target/kube/bin/`.
+    name: &'static str,
+    /// Its main package; a `tool` line of `tests/kube/go.mod` (see `update-go-mod.sh`).
+    package: &'static str,
+    /// The module whose version (as `tests/kube/go.mod` requires it) the binary reports.
+    module: &'static str,
+}
+
+/// What `cargo xtask setup` builds from `tests/kube/`. To add a program, list its package in
+/// `tests/kube/update-go-mod.sh`, run that, and list it here; programs of one module share
+/// the Go build cache, so each more costs little beyond its own packages and a link.
+const KUBE_PROGRAMS: &[GoProgram] = &[GoProgram {
+    name: "kubectl",
+    package: "k8s.io/kubernetes/cmd/kubectl",
+    module: "k8s.io/kubernetes",
+}];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
+}
+
+/// The version of `module` that a go.mod requires (a `require` line, not a `replace`).
+fn required_version<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
+    go_mod.lines().find_map(|l| {
+        let l = l.trim();
+        if l.contains("=>") {
+            return None;
+        }
+        let mut f = l.strip_prefix("require ").unwrap_or(l).split_whitespace();
+        (f.next() == Some(module)).then(|| f.next()).flatten()
+    })
+}
+
+/// `-ldflags` that stamp `version` of `module` into the binary, so that it reports it
+/// (`kubectl version --client`), as upstream's release build does.
+fn version_ldflags(module: &str, version: &str) -> Result<String> {
+    match module {
+        "k8s.io/kubernetes" => {
+            let mut parts = version.trim_start_matches('v').split('.');
+            let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
+                bail!("unexpected version {version} of {module}");
+            };
+            let v = "k8s.io/component-base/version";
+            // `-s -w` as upstream's release build: no symbol table and DWARF (a third smaller).
+            Ok(format!(
+                "-s -w -X {v}.gitVersion={version} -X {v}.gitMajor={major} -X {v}.gitMinor={minor}"
+            ))
+        }
+        other => bail!("no version stamp known for {other}"),
+    }
+}
+
+/// FNV-1a: a stable digest of the build's inputs, for the stamp next to each binary.
+fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in part.iter().chain(&[0xff]) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Builds each of [`KUBE_PROGRAMS`] whose binary is missing or was built from other inputs
+/// (go.mod, go.sum, package, flags: recorded in `target/kube/stamps/NAME`). A first build
+/// downloads the modules into Go's module cache and compiles into its build cache, both under
+/// $HOME, which later builds (other programs, other checkouts) reuse.
+fn kube_programs() -> Result<()> {
+    let root = workspace_root();
+    let module_dir = root.join("tests/kube");
+    let go_mod = std::fs::read_to_string(module_dir.join("go.mod")).context("tests/kube/go.mod")?;
+    let go_sum = std::fs::read_to_string(module_dir.join("go.sum")).context("tests/kube/go.sum")?;
+    let bin_dir = root.join("target/kube/bin");
+    let stamp_dir = root.join("target/kube/stamps");
+    for p in KUBE_PROGRAMS {
+        let version = required_version(&go_mod, p.module)
+            .with_context(|| format!("tests/kube/go.mod does not require {}", p.module))?;
+        let ldflags = version_ldflags(p.module, version)?;
+        let inputs = fnv1a(&[
+            go_mod.as_bytes(),
+            go_sum.as_bytes(),
+            p.package.as_bytes(),
+            ldflags.as_bytes(),
+        ]);
+        let stamp = format!("{} {} {version} inputs={inputs:016x}\n", p.name, p.package);
+        let bin = bin_dir.join(p.name);
+        let stamp_path = stamp_dir.join(p.name);
+        if bin.is_file() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
+            continue;
+        }
+        std::fs::create_dir_all(&bin_dir)?;
+        std::fs::create_dir_all(&stamp_dir)?;
+        let go_version = Command::new("go")
+            .arg("version")
+            .output()
+            .context("running `go` (Go 1.26 or newer is needed to build the test tools)")?;
+        eprintln!(
+            "xtask: building {} {version} from tests/kube/ with {} (the first build takes \
+             minutes; later ones reuse Go's module and build caches)",
+            p.name,
+            String::from_utf8_lossy(&go_version.stdout).trim()
+        );
+        let started = Instant::now();
+        let partial = bin_dir.join(format!("{}.partial", p.name));
+        run(Command::new("go")
+            .args(["build", "-mod=readonly", "-buildvcs=false", "-trimpath"])
+            .arg("-ldflags")
+            .arg(&ldflags)
+            .arg("-o")
+            .arg(&partial)
+            .arg(p.package)
+            .current_dir(&module_dir)
+            // Upstream's release binaries are static; and never fetch a newer Go behind
+            // our back: a module that needs one fails here, saying so.
+            .env("CGO_ENABLED", "0")
+            .env("GOTOOLCHAIN", "local")
+            .env("GOFLAGS", ""))
+        .with_context(|| format!("building {} (is the Go module proxy reachable?)", p.package))?;
+        std::fs::rename(&partial, &bin)?;
+        std::fs::write(&stamp_path, stamp)?;
+        eprintln!(
+            "xtask: built {} in {:.0?}",
+            bin.display(),
+            started.elapsed()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program setup builds is pinned by tests/kube/go.mod (a `tool` line, so that
+    /// `go mod tidy` keeps what it needs), and its version stamp can be made.
+    #[test]
+    fn kube_programs_are_tools_of_the_go_module() {
+        let go_mod = std::fs::read_to_string(workspace_root().join("tests/kube/go.mod")).unwrap();
+        for p in KUBE_PROGRAMS {
+            assert!(
+                go_mod
+                    .lines()
+                    .any(|l| l.trim() == format!("tool {}", p.package)),
+                "{} is not a tool of tests/kube/go.mod: add it to update-go-mod.sh and run that",
+                p.package
+            );
+            let version = required_version(&go_mod, p.module).unwrap();
+            assert!(version.starts_with('v') && !version.starts_with("v0.0.0"));
+            version_ldflags(p.module, version).unwrap();
+        }
+    }
+
+    #[test]
+    fn kubernetes_version_stamp() {
+        let m = "require (\n\tk8s.io/api v0.0.0\n\tk8s.io/kubernetes v1.37.2 // indirect\n)\n\
+                 replace k8s.io/kubernetes => k8s.io/kubernetes v9.9.9\n";
+        assert_eq!(required_version(m, "k8s.io/kubernetes"), Some("v1.37.2"));
+        assert_eq!(
+            version_ldflags("k8s.io/kubernetes", "v1.37.2").unwrap(),
+            "-s -w -X k8s.io/component-base/version.gitVersion=v1.37.2 \
+             -X k8s.io/component-base/version.gitMajor=1 \
+             -X k8s.io/component-base/version.gitMinor=37"
+        );
+    }
 }

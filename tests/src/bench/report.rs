@@ -101,6 +101,19 @@ impl Target {
     }
 }
 
+/// The targets not met, in words: measured and missed (`FAIL`), or not measured at all
+/// (`N/A`: a run failed or a figure is missing; not measuring a target does not pass it).
+pub fn unmet(targets: &[Target]) -> Vec<String> {
+    targets
+        .iter()
+        .filter(|t| !t.pass())
+        .map(|t| match t.value {
+            Some(_) => t.name.to_string(),
+            None => format!("{} (not measured)", t.name),
+        })
+        .collect()
+}
+
 fn per_cpu_ratio(flood: &FloodReport, who: Who) -> Option<f64> {
     let x = flood.get(who)?.answers_per_cpu_s()?;
     let u = flood.get(Who::Userspace)?.answers_per_cpu_s()?;
@@ -605,4 +618,37 @@ pub fn json(cost: &CostReport, flood: &FloodReport, targets: &[Target], plot: &s
         ],
         "bpf_stats_note": "machine-CPU figures of all flood rows come from trials with kernel.bpf_stats_enabled=0; prog_* figures come from separate bpf_stats-on trials of the XDP rows whose machine CPU is not used",
     })
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn target(name: &'static str, value: Option<f64>) -> Target {
+        Target {
+            name,
+            reading: Reading::TestRun,
+            text: "",
+            value,
+            limit: MAX_VS_FLOOR,
+            at_most: true,
+        }
+    }
+
+    #[test]
+    fn a_missed_target_is_unmet() {
+        let t = [target("ok", Some(1.0)), target("slow", Some(1.5))];
+        assert_eq!(unmet(&t), ["slow"]);
+    }
+
+    #[test]
+    fn an_unmeasured_target_is_unmet() {
+        let t = [target("ok", Some(1.0)), target("gone", None)];
+        assert_eq!(unmet(&t), ["gone (not measured)"]);
+    }
+
+    #[test]
+    fn met_targets_leave_nothing_unmet() {
+        assert!(unmet(&[target("ok", Some(1.2))]).is_empty());
+    }
 }

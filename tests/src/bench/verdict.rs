@@ -26,3 +26,46 @@ impl Verdict {
         }
     }
 }
+
+/// Whether any judged claim failed (informational ones never do): what decides a benchmark's
+/// exit status.
+pub fn any_failed(verdicts: &[Verdict]) -> bool {
+    verdicts.iter().any(|v| v.pass == Some(false))
+}
+
+/// The names of the failed claims, for the error a benchmark exits with.
+pub fn failed_names(verdicts: &[Verdict]) -> Vec<&str> {
+    verdicts
+        .iter()
+        .filter(|v| v.pass == Some(false))
+        .map(|v| v.name.as_str())
+        .collect()
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn verdict(name: &str, pass: Option<bool>) -> Verdict {
+        Verdict {
+            name: name.into(),
+            text: String::new(),
+            value: None,
+            limit: None,
+            pass,
+        }
+    }
+
+    #[test]
+    fn one_failed_verdict_fails_the_run() {
+        let v = [verdict("a", Some(true)), verdict("b", Some(false))];
+        assert!(any_failed(&v));
+        assert_eq!(failed_names(&v), ["b"]);
+    }
+
+    #[test]
+    fn passed_and_informational_verdicts_do_not_fail_the_run() {
+        assert!(!any_failed(&[verdict("a", Some(true)), verdict("i", None)]));
+        assert!(!any_failed(&[]));
+    }
+}

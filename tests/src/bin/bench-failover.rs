@@ -2,23 +2,28 @@
 //! and lease-per-service elections, per failure scenario, on the multi-node testbed (see
 //! `announcer_tests::bench::failover` for the definitions). Progress on stderr, a table and the
 //! verdicts on stdout, CDF plots (SVG), and with `--json` one JSON document as the last stdout
-//! line. Missed targets print FAIL but do not fail the run.
+//! line. Any FAIL (a missed target, a selected system × scenario without trials, a system
+//! given up) makes the run exit non-zero after everything is printed; so does `--merge` when
+//! a merged run had one.
 
 use std::{path::PathBuf, time::Duration, time::Instant};
 
 use announcer_tests::{
-    bench::failover::{
-        self, Settings,
-        plot::{path_for, write_cdf},
-        report,
-        scenarios::Scenario,
-        systems::{FAST_ARGS, System},
+    bench::{
+        failover::{
+            self, Settings,
+            plot::{path_for, write_cdf},
+            report,
+            scenarios::Scenario,
+            systems::{FAST_ARGS, System},
+        },
+        verdict::{any_failed, failed_names},
     },
     cli::announcer_bin,
     netns::require_root,
     testbed::install_ctrlc_cleanup,
 };
-use anyhow::{Result, ensure};
+use anyhow::{Result, bail, ensure};
 use clap::Parser;
 use serde_json::json;
 
@@ -87,6 +92,10 @@ async fn main() -> Result<()> {
         if args.json {
             println!("{doc}");
         }
+        let failed = failover::merge::failed_targets(&doc);
+        if !failed.is_empty() {
+            bail!("targets failed in the merged runs: {}", failed.join(", "));
+        }
         return Ok(());
     }
     require_root();
@@ -141,17 +150,15 @@ async fn main() -> Result<()> {
             ),
         }
     }
-    let verdicts = report::verdicts(&results.rows);
+    let verdicts = report::verdicts(
+        &settings.systems,
+        &settings.scenarios,
+        &results.rows,
+        &results.aborted,
+    );
     print!("{}", report::table(&results.rows, &verdicts, &plots));
     if let Some(idle) = &results.idle {
         print!("{}", idle.text());
-    }
-    for (sys, why) in &results.aborted {
-        println!(
-            "GIVEN UP {}: {}",
-            sys.name(),
-            why.lines().next().unwrap_or("")
-        );
     }
     println!("total: {total_s:.0} s");
     if args.json {
@@ -169,6 +176,9 @@ async fn main() -> Result<()> {
             "{}",
             report::json(&results.rows, &verdicts, &main_plot, extra)
         );
+    }
+    if any_failed(&verdicts) {
+        bail!("targets failed: {}", failed_names(&verdicts).join(", "));
     }
     Ok(())
 }

@@ -3,9 +3,9 @@
 //! userspace AF_PACKET responder in a namespace pair, each run `--flood-trials` times (median
 //! reported) with `kernel.bpf_stats_enabled` off, plus as many separate runs of the XDP rows with
 //! it on for the kernel's per-program run-time statistics. Progress on stderr, a table on stdout
-//! and, with `--json`, one JSON document as the last stdout line. Missed targets print FAIL but do not fail the run; a
-//! measurement that cannot be trusted (an answer kind that did not answer every timed frame)
-//! does.
+//! and, with `--json`, one JSON document as the last stdout line. A target missed (FAIL) or not
+//! measured (N/A) makes the run exit non-zero after everything is printed; a measurement that
+//! cannot be trusted (an answer kind that did not answer every timed frame) stops it at once.
 
 use std::path::PathBuf;
 
@@ -13,7 +13,7 @@ use announcer_tests::bench::{
     attach::{self, Attached},
     bpfstats, cost, flood, plot, report,
 };
-use anyhow::{Context, Result, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
 
 #[derive(Parser)]
@@ -79,6 +79,10 @@ fn main() -> Result<()> {
     print!("{}", report::table(&cost, &flood, &targets, &plot_path));
     if args.json {
         println!("{}", report::json(&cost, &flood, &targets, &plot_path));
+    }
+    let unmet = report::unmet(&targets);
+    if !unmet.is_empty() {
+        bail!("targets not met: {}", unmet.join(", "));
     }
     Ok(())
 }

@@ -60,6 +60,7 @@ mod clock;
 mod echo;
 mod hostile;
 mod net;
+mod observe;
 mod prober;
 mod resolve;
 mod services;
@@ -90,6 +91,7 @@ pub use hostile::{
     MAX_FLOOD_FRAMES, MAX_SPOOF, Spoofer,
 };
 pub use net::{IFACE2, NIC2_PREFIX_V4, NIC2_PREFIX_V6, NIC2_VIP_NET4, NIC2_VIP_NET6};
+pub use observe::metric_sum;
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};

@@ -3,6 +3,11 @@
 //! * every manifest validates against the Kubernetes OpenAPI schemas (offline, strict: unknown
 //!   fields are errors), with the generated ConfigMap, for the oldest and newest Kubernetes
 //!   versions we claim;
+//! * `kubectl kustomize deploy/`, by the kubectl `cargo xtask setup` builds (what `kubectl apply
+//!   -k` runs), renders exactly the manifests' objects and the hash-named ConfigMap holding
+//!   config.yaml, namespaced and labelled, with the DaemonSet pointing at that ConfigMap and
+//!   the image `images:` names, and the result validates too; without that kubectl the test
+//!   fails, naming `cargo xtask setup`;
 //! * the DaemonSet has what the agent needs and nothing more (host network, the four
 //!   capabilities, bpffs, the downward API, probes on the agent's ports, a grace period that
 //!   fits the SIGTERM handover), and its settings agree with the agent's flags and config;
@@ -25,6 +30,7 @@ use std::{
 };
 
 use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
+use announcer_tests::tools::kube_program;
 use clap::Parser;
 use serde::Deserialize;
 use serde_yaml::Value;
@@ -206,28 +212,160 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
         !ok && out.contains("hostNetwrok"),
         "typo not caught:\n{out}"
     );
+}
 
-    // Where kubectl is installed, the rendered kustomization (hash-suffixed ConfigMap, rewritten
-    // references) validates too.
-    match Command::new("kubectl").arg("kustomize").arg(&dir).output() {
-        Ok(o) if o.status.success() => {
-            let rendered = scratch.0.join("rendered.yaml");
-            std::fs::write(&rendered, &o.stdout).expect("write");
-            let text = String::from_utf8_lossy(&o.stdout);
+/// `kubectl kustomize deploy/`, by the kubectl that `cargo xtask setup` builds: the kustomize
+/// that `kubectl apply -k deploy/` runs. Panics (never skips) if kubectl is not built or fails.
+fn kustomize() -> String {
+    let kubectl = kube_program("kubectl");
+    let out = Command::new(&kubectl)
+        .arg("kustomize")
+        .arg(deploy_dir())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", kubectl.display()));
+    assert!(
+        out.status.success(),
+        "`kubectl kustomize deploy/` failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("kubectl kustomize prints UTF-8")
+}
+
+/// The kinds in deploy/ that have no namespace.
+const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+
+#[test]
+fn kubectl_kustomize_renders_the_install() {
+    // The kustomize is the one a kubectl of the version tests/kube/ pins runs.
+    let kubectl = kube_program("kubectl");
+    let out = Command::new(&kubectl)
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .expect("kubectl version");
+    let version: serde_json::Value = serde_json::from_slice(&out.stdout).expect("version JSON");
+    let go_mod = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("kube/go.mod"))
+        .expect("tests/kube/go.mod");
+    let pinned = go_mod
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes v"))
+        .and_then(|l| l.split_whitespace().next())
+        .expect("tests/kube/go.mod requires k8s.io/kubernetes");
+    assert_eq!(
+        version["clientVersion"]["gitVersion"],
+        format!("v{pinned}"),
+        "{} is not the pinned kubectl: run `cargo xtask setup`",
+        kubectl.display()
+    );
+    eprintln!(
+        "kubectl {}, kustomize {}",
+        version["clientVersion"]["gitVersion"], version["kustomizeVersion"]
+    );
+
+    let text = kustomize();
+    let rendered: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).expect("kubectl kustomize prints YAML"))
+        .filter(|v| !v.is_null())
+        .collect();
+    let k = kustomization();
+    let namespace = s(&k["namespace"]);
+
+    // Exactly the manifests' objects and the generated ConfigMap, under a name with the hash
+    // of its content.
+    let configmaps: Vec<&Value> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "ConfigMap")
+        .collect();
+    assert_eq!(configmaps.len(), 1, "one ConfigMap, the generated one");
+    let cm = configmaps[0];
+    let cm_name = s(&cm["metadata"]["name"]);
+    let generator = &k["configMapGenerator"][0];
+    let hash = cm_name
+        .strip_prefix(&format!("{}-", s(&generator["name"])))
+        .unwrap_or_else(|| panic!("ConfigMap {cm_name} is not the generator's"));
+    assert!(
+        hash.len() == 10 && hash.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "ConfigMap {cm_name} carries no content hash"
+    );
+    let key = |o: &Value| format!("{}/{}", s(&o["kind"]), s(&o["metadata"]["name"]));
+    let mut want: Vec<String> = objects().iter().map(key).collect();
+    want.push(format!("ConfigMap/{cm_name}"));
+    want.sort();
+    let mut got: Vec<String> = rendered.iter().map(key).collect();
+    got.sort();
+    assert_eq!(got, want, "kubectl kustomize deploy/ renders other objects");
+
+    // The ConfigMap holds deploy/config.yaml as it is.
+    let file = s(&generator["files"][0]);
+    let config = std::fs::read_to_string(deploy_dir().join(file)).expect("config file");
+    assert_eq!(s(&cm["data"][file]), config, "the ConfigMap's {file}");
+
+    let labels = k["labels"][0]["pairs"].as_mapping().expect("labels");
+    for o in &rendered {
+        let what = key(o);
+        // Every namespaced object is in the kustomization's namespace, the rest in none.
+        if CLUSTER_SCOPED.contains(&s(&o["kind"])) {
             assert!(
-                text.contains("name: announcer-config-"),
-                "the generated ConfigMap is referenced by its hashed name"
+                o["metadata"]["namespace"].is_null(),
+                "{what} has a namespace"
             );
-            for version in KUBE_VERSIONS {
-                let (ok, out) = validate(std::slice::from_ref(&rendered), version);
-                assert!(ok, "kubectl kustomize output, Kubernetes {version}:\n{out}");
-            }
+        } else {
+            assert_eq!(s(&o["metadata"]["namespace"]), namespace, "{what}");
         }
-        other => eprintln!(
-            "note: `kubectl kustomize` unavailable ({:?}); validated each manifest and the \
-             generated ConfigMap instead of the rendered output",
-            other.map(|o| o.status)
-        ),
+        // Every object carries the kustomization's labels.
+        for (l, v) in labels {
+            assert_eq!(o["metadata"]["labels"][l], *v, "{what}: label {l:?}");
+        }
+        // Every grant is to the agents' ServiceAccount, in that namespace.
+        for subject in o["subjects"].as_sequence().into_iter().flatten() {
+            assert_eq!(s(&subject["kind"]), "ServiceAccount", "{what}");
+            assert_eq!(s(&subject["name"]), "announcer", "{what}");
+            assert_eq!(s(&subject["namespace"]), namespace, "{what}");
+        }
+    }
+    assert!(
+        rendered
+            .iter()
+            .any(|o| o["kind"] == "Namespace" && o["metadata"]["name"] == namespace)
+    );
+
+    let ds = rendered
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("the DaemonSet");
+    // The labels stay off the selector (`includeSelectors: false`: a DaemonSet's selector is
+    // immutable, so a label added later must not change it).
+    assert_eq!(
+        ds["spec"]["selector"],
+        object("DaemonSet", "announcer")["spec"]["selector"],
+        "the DaemonSet's selector"
+    );
+    let pod = &ds["spec"]["template"]["spec"];
+    // The config volume is the generated ConfigMap, by its hashed name, so that a new
+    // config.yaml rolls the DaemonSet.
+    let volume = pod["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| !v["configMap"].is_null())
+        .expect("a ConfigMap volume");
+    assert_eq!(s(&volume["configMap"]["name"]), cm_name);
+    // The image is the one `images:` names.
+    let image = &k["images"][0];
+    let want_image = format!(
+        "{}:{}",
+        image["newName"].as_str().unwrap_or(s(&image["name"])),
+        s(&image["newTag"])
+    );
+    assert_eq!(s(&pod["containers"][0]["image"]), want_image);
+
+    // And the rendered install validates, as the API server would take it.
+    let scratch = Scratch::new("rendered");
+    let path = scratch.0.join("rendered.yaml");
+    std::fs::write(&path, &text).expect("write");
+    for version in KUBE_VERSIONS {
+        let (ok, out) = validate(std::slice::from_ref(&path), version);
+        assert!(ok, "kubectl kustomize output, Kubernetes {version}:\n{out}");
     }
 }
 

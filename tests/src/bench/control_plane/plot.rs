@@ -22,7 +22,7 @@ fn series(ms: &[Measurement], value: impl Fn(&Measurement) -> f64) -> Series {
         out.entry((m.case.mode, m.case.agents)).or_default().push((
             m.case.services as f64,
             value(m).max(FLOOR),
-            m.saturated(),
+            m.saturated() || !m.converged(),
         ));
     }
     for pts in out.values_mut() {
@@ -125,7 +125,7 @@ where
             let end = if dashed { x + 10 } else { x + 20 };
             PathElement::new(vec![(x, y), (end, y)], style)
         });
-        // Filled: achieved the demanded rate; hollow: saturated.
+        // Filled: achieved the demanded rate; hollow: saturated or not converged.
         chart
             .draw_series(
                 pts.iter().map(|&(x, y, sat)| {
@@ -168,7 +168,7 @@ pub fn write(ms: &[Measurement], path: &Path) -> Result<()> {
     let panels = root.split_evenly((1, 2));
     panel(
         &panels[0],
-        "All agent API requests/s (hollow marker: saturated case)",
+        "All agent API requests/s (hollow marker: saturated or unconverged case)",
         "requests per second (log)",
         &series(ms, Measurement::requests_per_s),
         &agent_counts,

@@ -20,14 +20,54 @@ fn rows(ms: &[Measurement], mode: Mode) -> impl Iterator<Item = &Measurement> {
     ms.iter().filter(move |m| m.case.mode == mode)
 }
 
-/// The verdicts on what was measured.
+/// Why `m` did not converge, from its last poll: which of the conditions were missing.
+fn why_unconverged(m: &Measurement) -> String {
+    let o = &m.converge_state;
+    let mut why = Vec::new();
+    if o.ready < m.case.agents {
+        why.push(format!("{} of {} agents ready", o.ready, m.case.agents));
+    }
+    if o.none > 0 {
+        why.push(format!("{} VIPs without an owner", o.none));
+    }
+    if o.multiple > 0 {
+        why.push(format!("{} VIPs with several owners", o.multiple));
+    }
+    if why.is_empty() {
+        why.push(format!("{o}"));
+    }
+    why.join(", ")
+}
+
+/// The verdicts on what was measured. A case that never converged fails (an election that
+/// does not settle is a broken election until shown otherwise, not a slow machine) and is not
+/// judged on the rates; a converged case the machine could not keep up with (see
+/// `Measurement::saturated`) measures the machine, so it is listed but not judged.
 pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
     let mut v = Vec::new();
-    // The targets are about what the mode asks of the API server; a case where the machine
-    // could not keep up (see `Measurement::saturated`) measures the machine, so it is listed
-    // but not judged.
-    let (nl, nl_sat): (Vec<&Measurement>, Vec<&Measurement>) =
-        rows(ms, Mode::NodeLease).partition(|m| !m.saturated());
+    for m in ms.iter().filter(|m| !m.converged()) {
+        v.push(Verdict {
+            name: format!(
+                "converged_{}_{}x{}",
+                m.case.mode.name(),
+                m.case.agents,
+                m.case.services
+            ),
+            text: format!(
+                "{}: did not converge within {:.0} s: {} at the timeout (every agent ready and every VIP with exactly one owner needed; at the end of the window: {})",
+                m.case.label(),
+                m.converge_timeout_s,
+                why_unconverged(m),
+                m.end
+            ),
+            value: None,
+            limit: Some(m.converge_timeout_s),
+            pass: Some(false),
+        });
+    }
+    let (nl, nl_sat): (Vec<&Measurement>, Vec<&Measurement>) = rows(ms, Mode::NodeLease)
+        .filter(|m| m.converged())
+        .partition(|m| !m.saturated());
     if !nl_sat.is_empty() {
         let list: Vec<String> = nl_sat
             .iter()
@@ -53,6 +93,17 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
             value: Some(nl_sat.len() as f64),
             limit: None,
             pass: None,
+        });
+    }
+    if nl.is_empty() && !nl_sat.is_empty() {
+        v.push(Verdict {
+            name: "node_lease_writes_per_node".into(),
+            text: format!(
+                "node-lease: no case could be judged (every converged case saturated), target ≤ {MAX_NODE_LEASE_WRITES_PER_NODE} writes/s per node"
+            ),
+            value: None,
+            limit: Some(MAX_NODE_LEASE_WRITES_PER_NODE),
+            pass: Some(false),
         });
     }
     if !nl.is_empty() {
@@ -124,7 +175,11 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
 
     let lps: Vec<&Measurement> = rows(ms, Mode::LeasePerService).collect();
     let size = |m: &&&Measurement| m.case.agents * m.case.services;
-    let kept: Vec<&Measurement> = lps.iter().copied().filter(|m| !m.saturated()).collect();
+    let kept: Vec<&Measurement> = lps
+        .iter()
+        .copied()
+        .filter(|m| m.converged() && !m.saturated())
+        .collect();
     if let (Some(lo), Some(hi)) = (kept.iter().min_by_key(size), kept.iter().max_by_key(size)) {
         v.push(Verdict {
             name: "lease_per_service_growth".into(),
@@ -226,6 +281,16 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
     v
 }
 
+fn note(m: &Measurement) -> &'static str {
+    if !m.converged() {
+        "NOT CONVERGED"
+    } else if m.saturated() {
+        "SATURATED"
+    } else {
+        ""
+    }
+}
+
 fn owners_cell(m: &Measurement) -> String {
     if m.end.single_owner() {
         "ok".into()
@@ -288,7 +353,7 @@ pub fn table(
             m.apiserver_cores,
             m.agents_cores,
             m.busy_cores,
-            if m.saturated() { "SATURATED" } else { "" }
+            note(m)
         );
     }
     let _ = writeln!(
@@ -306,8 +371,12 @@ pub fn table(
     );
     let _ = writeln!(
         s,
-        "SATURATED = under {:.0}% of the demanded rate, or no convergence within the timeout.",
+        "SATURATED = converged, but under {:.0}% of the demanded rate (listed, not judged); NOT CONVERGED = not every",
         super::SATURATION * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "agent ready with every VIP exactly one owner within the timeout (a FAIL)."
     );
     for (c, why) in skipped {
         let _ = writeln!(
@@ -407,6 +476,8 @@ mod tests {
             },
             setup_s: 1.0,
             converge_s: Some(2.0),
+            converge_timeout_s: 60.0,
+            converge_state: Ownership::default(),
             window_s: 20.0,
             requests: Requests {
                 gets,
@@ -464,12 +535,17 @@ mod tests {
         );
     }
 
+    /// A converged case that achieved under 80 % of its renewals (too few lease writes).
+    fn saturated(agents: usize, services: usize) -> Measurement {
+        let mut m = m(Mode::NodeLease, agents, services, 1, 0);
+        m.requests.event_writes = 5000;
+        m
+    }
+
     #[test]
     fn saturated_rows_are_listed_not_judged() {
-        let mut storm = m(Mode::NodeLease, 50, 1000, 300, 0);
-        storm.converge_s = None;
-        storm.requests.event_writes = 5000;
-        let ms = vec![m(Mode::NodeLease, 3, 10, 20, 0), storm];
+        let ms = vec![m(Mode::NodeLease, 3, 10, 20, 0), saturated(50, 1000)];
+        assert!(ms[1].saturated());
         let v = verdicts(&ms);
         let get = |n: &str| v.iter().find(|x| x.name == n).expect(n).clone();
         assert_eq!(get("node_lease_writes_per_node").pass, Some(true));
@@ -481,5 +557,62 @@ mod tests {
             "{}",
             listed.text
         );
+    }
+
+    #[test]
+    fn a_case_that_never_converged_fails_and_says_which_and_why() {
+        let mut stuck = m(Mode::NodeLease, 10, 100, 60, 0);
+        stuck.converge_s = None;
+        stuck.converge_state = Ownership {
+            answering: 10,
+            ready: 10,
+            single: 97,
+            multiple: 3,
+            ..Ownership::default()
+        };
+        let ms = vec![m(Mode::NodeLease, 3, 10, 20, 0), stuck];
+        let v = verdicts(&ms);
+        let failed: Vec<&Verdict> = v.iter().filter(|x| x.pass == Some(false)).collect();
+        assert_eq!(failed.len(), 1, "{v:#?}");
+        assert_eq!(failed[0].name, "converged_node-lease_10x100");
+        assert!(
+            failed[0]
+                .text
+                .starts_with("node-lease 10 agents × 100 services: did not converge within 60 s: 3 VIPs with several owners"),
+            "{}",
+            failed[0].text
+        );
+        assert!(crate::bench::verdict::any_failed(&v));
+    }
+
+    #[test]
+    fn an_unconverged_case_is_not_hidden_as_saturated() {
+        let mut stuck = m(Mode::LeasePerService, 3, 10, 0, 0);
+        stuck.converge_s = None;
+        let v = verdicts(&[stuck.clone()]);
+        assert!(
+            v.iter()
+                .all(|x| !x.name.contains("saturated") || !x.text.contains("3×10")),
+            "{v:#?}"
+        );
+        assert_eq!(
+            v.iter()
+                .find(|x| x.name == "converged_lease-per-service_3x10")
+                .map(|x| x.pass),
+            Some(Some(false))
+        );
+        let text = table(&[stuck], &[], &v, "x.svg", 20.0);
+        assert!(text.contains("NOT CONVERGED"), "{text}");
+        assert!(
+            text.contains("FAIL: lease-per-service 3 agents × 10 services: did not converge"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn node_lease_with_no_judgeable_case_fails() {
+        let v = verdicts(&[saturated(3, 10)]);
+        let get = |n: &str| v.iter().find(|x| x.name == n).expect(n).clone();
+        assert_eq!(get("node_lease_writes_per_node").pass, Some(false));
     }
 }

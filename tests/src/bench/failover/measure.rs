@@ -90,6 +90,103 @@ pub fn combine(per_vip: &[VipOutcome]) -> (Option<Duration>, u32) {
     (failover, lost)
 }
 
+/// What a scenario should do to the owner of the victim's VIPs ([`super::scenarios::Scenario::expected_owner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Expect {
+    /// Another node takes every one of them over.
+    Moves,
+    /// The victim keeps every one of them.
+    Stays,
+}
+
+impl Expect {
+    /// Name in the table and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Expect::Moves => "moves",
+            Expect::Stays => "stays",
+        }
+    }
+}
+
+/// Whether a trial saw the owner change (or no change) its scenario expects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OwnerCheck {
+    /// Nothing is expected (partition; keepalived's restart, where whichever backup's timer
+    /// fires first holds the VIP).
+    NotJudged,
+    /// A move was expected and seen: the takeover was observed and, for every probed VIP, a
+    /// node other than the victim answered, the last answer included.
+    Moved,
+    /// A move was expected and not seen: some probed VIP was still (or again, or only)
+    /// answered by the victim, or nobody else announced it in time.
+    NotMoved,
+    /// The victim was expected to keep every VIP and did: it answered before and at the end,
+    /// and no other node answered any probe.
+    Kept,
+    /// The victim was expected to keep every VIP and did not: another node answered a probe,
+    /// or the victim did not answer at the end.
+    NotKept,
+}
+
+impl OwnerCheck {
+    /// Name in the progress lines and the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            OwnerCheck::NotJudged => "not-judged",
+            OwnerCheck::Moved => "moved",
+            OwnerCheck::NotMoved => "not-moved",
+            OwnerCheck::Kept => "kept",
+            OwnerCheck::NotKept => "not-kept",
+        }
+    }
+
+    /// Whether the expected owner was observed; `None`: nothing was expected.
+    pub fn ok(self) -> Option<bool> {
+        match self {
+            OwnerCheck::NotJudged => None,
+            OwnerCheck::Moved | OwnerCheck::Kept => Some(true),
+            OwnerCheck::NotMoved | OwnerCheck::NotKept => Some(false),
+        }
+    }
+}
+
+/// Judges the owner a trial observed against what its scenario expects, from the client's
+/// view of each probed VIP and, for a move, whether the trial saw the takeover (another node
+/// announcing every VIP and answering it, [`super::trial`]'s wait).
+pub fn owner_check(
+    expect: Option<Expect>,
+    per_vip: &[VipOutcome],
+    victim: &str,
+    takeover_seen: bool,
+) -> OwnerCheck {
+    let victim = Some(victim);
+    match expect {
+        None => OwnerCheck::NotJudged,
+        Some(Expect::Moves) => {
+            let moved =
+                |o: &VipOutcome| o.switched && o.after.is_some() && o.after.as_deref() != victim;
+            if takeover_seen && !per_vip.is_empty() && per_vip.iter().all(moved) {
+                OwnerCheck::Moved
+            } else {
+                OwnerCheck::NotMoved
+            }
+        }
+        Some(Expect::Stays) => {
+            let kept = |o: &VipOutcome| {
+                !o.switched && o.before.as_deref() == victim && o.after.as_deref() == victim
+            };
+            if !per_vip.is_empty() && per_vip.iter().all(kept) {
+                OwnerCheck::Kept
+            } else {
+                OwnerCheck::NotKept
+            }
+        }
+    }
+}
+
 /// One poll of who announces a VIP: time on the prober's timeline and the number of nodes
 /// announcing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +317,73 @@ mod unit {
         );
         assert_eq!(combine(&[v(Some(100), 3), v(None, 9)]), (None, 9));
         assert_eq!(combine(&[]), (Some(Duration::ZERO), 0));
+    }
+
+    fn seen(before: &str, after: &str) -> VipOutcome {
+        VipOutcome {
+            lost: 0,
+            failover: Some(Duration::ZERO),
+            before: Some(before.into()),
+            after: Some(after.into()),
+            switched: before != after,
+        }
+    }
+
+    #[test]
+    fn a_vip_answered_by_its_old_owner_throughout_is_not_moved() {
+        // An agent that ignores SIGTERM: nothing lost, nobody else answered.
+        let o = outcome(&timeline(2000, |_| Some("node-a")), 1000, 2000);
+        assert_eq!(
+            owner_check(Some(Expect::Moves), &[o], "node-a", false),
+            OwnerCheck::NotMoved
+        );
+    }
+
+    #[test]
+    fn a_move_counts_only_when_every_vip_moved_and_the_takeover_was_seen() {
+        let (moved, stuck) = (seen("node-a", "node-b"), seen("node-a", "node-a"));
+        let check = |v: &[VipOutcome], seen| owner_check(Some(Expect::Moves), v, "node-a", seen);
+        assert_eq!(check(std::slice::from_ref(&moved), true), OwnerCheck::Moved);
+        assert_eq!(check(&[moved.clone(), stuck], true), OwnerCheck::NotMoved);
+        assert_eq!(check(&[moved], false), OwnerCheck::NotMoved);
+        assert_eq!(check(&[], true), OwnerCheck::NotMoved);
+    }
+
+    #[test]
+    fn a_vip_that_went_back_to_the_victim_is_not_moved() {
+        let s = timeline(3000, |t| match t {
+            ..1000 => Some("node-a"),
+            1000..1500 => Some("node-b"),
+            _ => Some("node-a"),
+        });
+        let o = outcome(&s, 1000, 3000);
+        assert!(o.switched);
+        assert_eq!(
+            owner_check(Some(Expect::Moves), &[o], "node-a", true),
+            OwnerCheck::NotMoved
+        );
+    }
+
+    #[test]
+    fn a_restart_in_grace_must_keep_the_owner() {
+        let check = |v: VipOutcome| owner_check(Some(Expect::Stays), &[v], "node-a", false);
+        assert_eq!(check(seen("node-a", "node-a")), OwnerCheck::Kept);
+        assert_eq!(check(seen("node-a", "node-b")), OwnerCheck::NotKept);
+        let silent = VipOutcome {
+            after: None,
+            failover: None,
+            ..seen("node-a", "node-a")
+        };
+        assert_eq!(check(silent), OwnerCheck::NotKept);
+    }
+
+    #[test]
+    fn nothing_expected_is_not_judged() {
+        assert_eq!(
+            owner_check(None, &[seen("node-a", "node-b")], "node-a", true),
+            OwnerCheck::NotJudged
+        );
+        assert_eq!(OwnerCheck::NotJudged.ok(), None);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use anyhow::{Context, Result, anyhow};
 use serde_json::{Value, json};
 
 use super::{
+    measure::OwnerCheck,
     plot::{path_for, write_cdf},
     report::Row,
     scenarios::Scenario,
@@ -49,6 +50,7 @@ fn rows_for_plot(run: &Value) -> Vec<Row> {
             lost: 0,
             switched: failover.is_some(),
             after: None,
+            owner: OwnerCheck::NotJudged,
             split: None,
         };
         let mut trials: Vec<Trial> = r["failover_ms"]
@@ -68,6 +70,23 @@ fn rows_for_plot(run: &Value) -> Vec<Row> {
         });
     }
     rows
+}
+
+/// The names (or texts) of the targets that failed in a merged document (`pass: false`).
+pub fn failed_targets(doc: &Value) -> Vec<String> {
+    doc["targets"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["pass"].as_bool() == Some(false))
+        .map(|t| {
+            t["name"]
+                .as_str()
+                .or(t["text"].as_str())
+                .unwrap_or("?")
+                .to_owned()
+        })
+        .collect()
 }
 
 fn cell(v: &Value) -> String {
@@ -143,10 +162,10 @@ pub fn merge(runs: &[impl AsRef<Path>], plot: &Path) -> Result<Value> {
         .collect();
     for t in &targets {
         if let Some(text) = t["text"].as_str() {
-            let pass = if t["pass"].as_bool() == Some(true) {
-                "PASS"
-            } else {
-                "FAIL"
+            let pass = match t["pass"].as_bool() {
+                Some(true) => "PASS",
+                Some(false) => "FAIL",
+                None => "info",
             };
             println!("{pass} {text}");
         }
@@ -170,4 +189,19 @@ pub fn merge(runs: &[impl AsRef<Path>], plot: &Path) -> Result<Value> {
         "plot": plots.first().cloned().unwrap_or_default(),
         "plots": plots,
     }))
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn a_failed_target_in_a_merged_run_is_reported() {
+        let doc = json!({"targets": [
+            {"name": "a", "pass": true},
+            {"name": "b", "pass": false},
+            {"name": "c", "pass": null},
+        ]});
+        assert_eq!(failed_targets(&doc), ["b"]);
+    }
 }

@@ -22,8 +22,17 @@
 //! * Partition: *overlap* is how long two nodes both announced the VIP (agents' `/state`,
 //!   keepalived's addresses on `eth0`, polled every ~50 ms); *time to a single owner* runs
 //!   from the heal to the first poll with exactly one owner.
+//! * *Owner check* ([`measure::OwnerCheck`]): every scenario but partition expects an owner
+//!   change, or none ([`scenarios::Scenario::expected_owner`]): after a crash, link down,
+//!   SIGKILL or SIGTERM every probed VIP must be taken over (another node announced it and
+//!   answered it, to the end of the trial); after a restart within the grace the restarted
+//!   agent must keep it (nobody else answered). A trial without it fails the targets however
+//!   little the client lost: an agent that ignores SIGTERM loses nothing and moves nothing.
 //! * Percentiles are nearest-rank ([`crate::bench::stats`]) over the trials that recovered;
 //!   trials in which a VIP never answered again are counted apart.
+//! * Targets are judged against what was selected: a selected row with a target and no
+//!   trials fails, and so does every system given up ([`report::verdicts`]); the binary exits
+//!   non-zero on any FAIL.
 //!
 //! One testbed per system is reused across trials; between trials every fault is undone,
 //! stopped agents are restarted and the bench waits until every VIP has one owner that
@@ -204,7 +213,7 @@ fn restore(
             .map(|(v, o)| format!("{v}: {o:?}"))
             .collect();
         format!(
-            "no single owner per VIP within {RESTORE_TIMEOUT:?} ({}); logs:\n{}",
+            "no single owner per VIP within {RESTORE_TIMEOUT:?} ({})\nlogs:\n{}",
             bad.join(", "),
             bed.log_tails()
         )
@@ -270,7 +279,7 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
             let restored_s = restore_started.elapsed().as_secs_f64();
             let t = trial::run(bed, scenario, &vips, &owners);
             let line = format!(
-                "[{} {}/{}] {name}: victim {}, {} VIPs, failover {}, lost {}, now {} (restore {restored_s:.1} s, {:.0} s elapsed)",
+                "[{} {}/{}] {name}: victim {}, {} VIPs, failover {}, lost {}, now {}, owner {} (restore {restored_s:.1} s, {:.0} s elapsed)",
                 scenario.name(),
                 i + 1,
                 trials,
@@ -282,6 +291,7 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                 )),
                 t.lost,
                 t.after.as_deref().unwrap_or("nobody"),
+                t.owner.name(),
                 started.elapsed().as_secs_f64()
             );
             let split = t

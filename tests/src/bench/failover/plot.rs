@@ -124,7 +124,7 @@ pub fn write_cdf(rows: &[Row], scenario: Scenario, path: &Path) -> Result<bool> 
 #[cfg(test)]
 mod unit {
     use super::*;
-    use crate::bench::failover::{systems::System, trial::Trial};
+    use crate::bench::failover::{measure::OwnerCheck, systems::System, trial::Trial};
     use std::time::Duration;
 
     #[test]
@@ -146,6 +146,7 @@ mod unit {
                 lost: 0,
                 switched: false,
                 after: None,
+                owner: OwnerCheck::NotJudged,
                 split: None,
             }],
         }];
@@ -169,6 +170,7 @@ mod unit {
             lost: 0,
             switched: true,
             after: None,
+            owner: OwnerCheck::NotJudged,
             split: None,
         };
         let rows = vec![

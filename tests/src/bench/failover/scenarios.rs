@@ -9,7 +9,10 @@ use std::{
 
 use nix::sys::signal::Signal;
 
-use super::systems::{Keepalived, System, agent_owners, keepalived_owners};
+use super::{
+    measure::Expect,
+    systems::{Keepalived, System, agent_owners, keepalived_owners},
+};
 use crate::testbed::Testbed;
 
 /// One kind of failure.
@@ -74,6 +77,30 @@ impl Scenario {
     /// Parses a name of [`Scenario::name`].
     pub fn parse(s: &str) -> Option<Scenario> {
         Scenario::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// What the failure should do to the owner of the victim's VIPs on `system`; a trial
+    /// that does not observe it failed, however little the client lost. Every failure moves
+    /// them, except:
+    /// * a restart within the grace: the agent's pinned entries answer while it is down and a
+    ///   successor that finds them answering waits for the grace or the agent's return, so the
+    ///   restarted agent keeps its VIPs (the Lease-per-Service agent too: its Lease does not
+    ///   expire in the second it is down). keepalived has no grace (its VRRP process dies
+    ///   with it) and, with `nopreempt`, whichever backup's timer fires first holds the VIP:
+    ///   not judged;
+    /// * a partition: both sides may announce; judged by overlap and time to one owner.
+    pub fn expected_owner(self, system: System) -> Option<Expect> {
+        match self {
+            Scenario::Crash
+            | Scenario::LinkDown
+            | Scenario::Sigkill
+            | Scenario::Sigterm
+            | Scenario::ApiOutageCrash
+            | Scenario::Crash100 => Some(Expect::Moves),
+            Scenario::Restart if system.is_keepalived() => None,
+            Scenario::Restart => Some(Expect::Stays),
+            Scenario::Partition => None,
+        }
     }
 }
 
@@ -329,6 +356,37 @@ impl Bed {
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn a_restart_in_grace_keeps_the_agents_vip_where_it_was() {
+        assert_eq!(
+            Scenario::Restart.expected_owner(System::AnnouncerDefault),
+            Some(Expect::Stays)
+        );
+        assert_eq!(
+            Scenario::Restart.expected_owner(System::KeepalivedTuned),
+            None
+        );
+    }
+
+    #[test]
+    fn sigterm_and_crashes_move_the_vip() {
+        for sc in [
+            Scenario::Crash,
+            Scenario::LinkDown,
+            Scenario::Sigkill,
+            Scenario::Sigterm,
+            Scenario::ApiOutageCrash,
+            Scenario::Crash100,
+        ] {
+            assert_eq!(
+                sc.expected_owner(System::AnnouncerDefault),
+                Some(Expect::Moves),
+                "{}",
+                sc.name()
+            );
+        }
+    }
 
     #[test]
     fn names_round_trip() {

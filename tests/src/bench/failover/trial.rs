@@ -10,7 +10,9 @@ use std::{
 use serde::Serialize;
 
 use super::{
-    measure::{OwnerPoll, SplitOutcome, combine, split_outcome, vip_outcome},
+    measure::{
+        OwnerCheck, OwnerPoll, SplitOutcome, combine, owner_check, split_outcome, vip_outcome,
+    },
     scenarios::{API_OUTAGE_HOLD, API_OUTAGE_LEAD, Bed, PARTITION_HOLD, RESTART_AFTER, Scenario},
 };
 
@@ -40,6 +42,9 @@ pub struct Trial {
     pub switched: bool,
     /// Who answered VIP 0 last.
     pub after: Option<String>,
+    /// Whether the owner change (or no change) the scenario expects was observed
+    /// ([`super::scenarios::Scenario::expected_owner`]).
+    pub owner: OwnerCheck,
     /// Partition only.
     pub split: Option<SplitOutcome>,
 }
@@ -135,22 +140,25 @@ pub fn run(
     prober.mark(&format!("{} {victim}", scenario.name()));
     let mut polls: Vec<(Instant, usize)> = vec![];
     let mut heal_at = None;
+    // Whether another node announced every target and answered it within the bound (only the
+    // scenarios that wait for a takeover set it).
+    let mut takeover_seen = false;
     match scenario {
         Scenario::Crash | Scenario::Crash100 => {
             bed.crash(&victim);
-            wait_takeover(bed, &targets, &victim, t0 + bound);
+            takeover_seen = wait_takeover(bed, &targets, &victim, t0 + bound);
         }
         Scenario::LinkDown => {
             bed.link_down(&victim);
-            wait_takeover(bed, &targets, &victim, t0 + bound);
+            takeover_seen = wait_takeover(bed, &targets, &victim, t0 + bound);
         }
         Scenario::Sigkill => {
             bed.kill(&victim);
-            wait_takeover(bed, &targets, &victim, t0 + bound);
+            takeover_seen = wait_takeover(bed, &targets, &victim, t0 + bound);
         }
         Scenario::Sigterm => {
             bed.term(&victim);
-            wait_takeover(bed, &targets, &victim, t0 + bound);
+            takeover_seen = wait_takeover(bed, &targets, &victim, t0 + bound);
         }
         Scenario::Restart => {
             bed.kill(&victim);
@@ -161,10 +169,11 @@ pub fn run(
         }
         Scenario::ApiOutageCrash => {
             bed.crash(&victim);
-            if !wait_takeover(bed, &targets, &victim, t0 + API_OUTAGE_HOLD) {
+            takeover_seen = wait_takeover(bed, &targets, &victim, t0 + API_OUTAGE_HOLD);
+            if !takeover_seen {
                 bed.api_outage(false);
                 prober.mark("api back");
-                wait_takeover(bed, &targets, &victim, Instant::now() + bound);
+                takeover_seen = wait_takeover(bed, &targets, &victim, Instant::now() + bound);
             }
         }
         Scenario::Partition => {
@@ -218,6 +227,12 @@ pub fn run(
         .map(|v| vip_outcome(&tl.samples, *v, at, until))
         .collect();
     let (failover, lost) = combine(&per_vip);
+    let owner = owner_check(
+        scenario.expected_owner(bed.system),
+        &per_vip,
+        &victim,
+        takeover_seen,
+    );
     let first = per_vip.first();
     let switched = first.is_some_and(|o| o.switched);
     let after = first.and_then(|o| o.after.clone());
@@ -244,6 +259,7 @@ pub fn run(
         lost,
         switched,
         after,
+        owner,
         split,
     }
 }
