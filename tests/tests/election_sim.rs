@@ -11,15 +11,16 @@
 
 use std::time::Duration;
 
-use announcer::election::Core;
+use announcer::{agent::config::AgentArgs, election::Core, wire::MacAddr};
 use announcer_tests::sim::{
     check::RunReport,
     naive::NaiveCore,
     queue::Queue,
     report::Summary,
     run::{default_threads, run_many, run_seed, run_with},
-    scenario::{Action, Plan, Scenario},
+    scenario::{Action, ISOLATION_BOUND, Plan, Scenario, template_config},
 };
+use clap::Parser;
 
 /// Enough seeds to cover each of the 23 scenarios about 87 times. On today's core the sweep
 /// takes several minutes in the debug profile on two cores, most of it in the forged-name and
@@ -269,6 +270,48 @@ fn adversary_scenarios_replay_from_their_seed() {
 }
 
 // ---- the simulator itself ----
+
+/// `announcer agent` as main.rs embeds it (`Cmd::Agent(Box<AgentArgs>)`).
+#[derive(Parser)]
+struct AgentCli {
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+/// The simulator checks the core with the timings `announcer agent` runs with when given
+/// no timing flags: a default changed on one side only fails here.
+#[test]
+fn cli_defaults_are_the_simulated_defaults() {
+    let sim = template_config();
+    let args = AgentCli::try_parse_from(["agent", "--node-name", sim.node.as_str()])
+        .expect("the minimal agent command line parses")
+        .agent;
+    assert!(
+        args.config.is_none(),
+        "ANNOUNCER_CONFIG is set in the test environment; unset it"
+    );
+    // The shell sets the MAC, the configuration fingerprint and the data-plane flag from the
+    // host and the other flags; everything else is the flags' defaults.
+    let mut cli = args.election_config(MacAddr([0; 6]));
+    cli.config_hash = sim.config_hash;
+    assert_eq!(
+        cli, sim,
+        "`announcer agent` defaults (left) differ from the simulated ones (right)"
+    );
+}
+
+/// The isolation bound the checker holds the core to ([`ISOLATION_BOUND`], a fixed 6 s) is
+/// no tighter than the one the core documents at the simulated timings
+/// (`Config::isolation_bound`, 5.3 s): defaults whose documented bound outgrows it fail here,
+/// by name, rather than as scattered isolation scenarios.
+#[test]
+fn checked_isolation_bound_covers_the_cores_at_the_defaults() {
+    let documented = template_config().isolation_bound();
+    assert!(
+        documented <= ISOLATION_BOUND,
+        "the core documents {documented:?}, the simulator checks {ISOLATION_BOUND:?}"
+    );
+}
 
 #[test]
 fn queue_pops_by_time_then_push_order() {

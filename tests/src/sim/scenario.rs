@@ -314,6 +314,15 @@ pub const SUBNET_B: [&str; 2] = ["10.96.2.0/23", "fd00::2:0/111"];
 /// slack).
 pub const ISOLATION_BOUND: Duration = Duration::from_secs(6);
 
+/// The configuration every simulated agent starts from (the world sets its node, MAC and
+/// configuration fingerprint per node): the election core's defaults
+/// ([`announcer::election::defaults`]), which are also the agent's flag defaults, so that the
+/// simulator checks the timings that ship. `cli_defaults_are_the_simulated_defaults` in
+/// `tests/tests/election_sim.rs` fails if `announcer agent` without flags runs anything else.
+pub fn template_config() -> Config {
+    Config::new("template")
+}
+
 fn secs(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> Duration {
     Duration::from_secs_f64(rng.random_range(lo..hi))
 }
@@ -387,7 +396,7 @@ impl Plan {
         } else {
             rng.random_range(0.0..0.01)
         };
-        let timing = Config::new("template");
+        let timing = template_config();
         // The joiner (last node) starts late; everyone else within the first 300 ms.
         let initial: u16 = if scenario == Scenario::Join {
             all & !bit(n - 1)
