@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use announcer::{agent::config::AgentArgs, election::Core, wire::MacAddr};
 use announcer_tests::sim::{
-    check::RunReport,
+    check::{COUNT_OVER, Episode, Matching, RunReport, match_overlaps},
     naive::NaiveCore,
     queue::Queue,
     report::Summary,
@@ -311,6 +311,58 @@ fn checked_isolation_bound_covers_the_cores_at_the_defaults() {
         documented <= ISOLATION_BOUND,
         "the core documents {documented:?}, the simulator checks {ISOLATION_BOUND:?}"
     );
+}
+
+fn episode(from_ms: u64, to_ms: u64, nodes: u16) -> Episode {
+    let (from, to) = (Duration::from_millis(from_ms), Duration::from_millis(to_ms));
+    Episode {
+        from,
+        to,
+        nodes,
+        required: to - from > COUNT_OVER,
+    }
+}
+
+fn ms(v: &[u64]) -> Vec<Duration> {
+    v.iter().map(|x| Duration::from_millis(*x)).collect()
+}
+
+#[test]
+fn one_overlap_event_counts_one_episode_only() {
+    // Two long episodes of the same VIP 1 s apart, one Event within both windows.
+    let eps = [episode(0, 2000, 0b11), episode(3000, 5000, 0b11)];
+    let m = match_overlaps(&eps, &ms(&[3500]));
+    assert_eq!(m.uncounted.len(), 1, "{m:?}");
+    assert!(m.unseen.is_empty(), "{m:?}");
+}
+
+#[test]
+fn an_overlap_event_without_an_episode_is_reported() {
+    let eps = [episode(0, 2000, 0b11)];
+    let m = match_overlaps(&eps, &ms(&[1000, 1500, 9000]));
+    assert!(m.uncounted.is_empty(), "{m:?}");
+    assert_eq!(m.unseen, vec![1, 2], "{m:?}");
+}
+
+#[test]
+fn an_episode_of_three_answerers_holds_two_overlaps() {
+    let eps = [episode(0, 2000, 0b111)];
+    let m = match_overlaps(&eps, &ms(&[1000, 1500]));
+    assert_eq!(m, Matching::default());
+}
+
+#[test]
+fn a_short_episode_needs_no_event_but_may_take_one() {
+    let eps = [episode(0, 300, 0b11), episode(5000, 7000, 0b11)];
+    assert_eq!(match_overlaps(&eps, &ms(&[7500])), Matching::default());
+    assert_eq!(match_overlaps(&eps, &ms(&[200, 7500])), Matching::default());
+}
+
+#[test]
+fn an_event_goes_to_the_episode_that_needs_it() {
+    // The Event at 2.5 s lies in both windows; the short episode can do without it.
+    let eps = [episode(1000, 1200, 0b11), episode(2000, 4000, 0b11)];
+    assert_eq!(match_overlaps(&eps, &ms(&[2500])), Matching::default());
 }
 
 #[test]

@@ -70,7 +70,7 @@ fn main() {
             println!("{l}");
         }
         println!(
-            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} (counted {}), lease writes {:.2}/s, hash {:016x}",
+            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} ({} to count, counted {}), lease writes {:.2}/s, hash {:016x}",
             rep.scenario.map_or("?", |s| s.name()),
             rep.violations.len(),
             rep.failover_ms
@@ -79,6 +79,7 @@ fn main() {
                 .collect::<Vec<_>>(),
             rep.lost_samples,
             rep.overlaps,
+            rep.overlaps_required,
             rep.overlaps_counted,
             rep.lease_writes_per_s,
             rep.trace_hash

@@ -23,8 +23,14 @@ pub struct ScenarioStats {
     pub lost_samples: u64,
     /// Overlap episodes.
     pub overlaps: u64,
+    /// … that an Overlap Event had to count (over 1 s).
+    pub overlaps_required: u64,
+    /// … that none of its own counted.
+    pub overlaps_uncounted: u64,
     /// Overlaps the agents counted.
     pub overlaps_counted: u64,
+    /// Overlap Events that counted no observed episode.
+    pub overlap_events_unseen: u64,
     /// Highest steady-state Lease write rate seen (per node, per second).
     pub max_lease_writes_per_s: f64,
     /// Runs whose fault has a victim to fail over from.
@@ -75,7 +81,10 @@ impl Summary {
         s.failover_ms.extend(&r.failover_ms);
         s.lost_samples += r.lost_samples;
         s.overlaps += r.overlaps;
+        s.overlaps_required += r.overlaps_required;
+        s.overlaps_uncounted += r.overlaps_uncounted;
         s.overlaps_counted += r.overlaps_counted;
+        s.overlap_events_unseen += r.overlap_events_unseen;
         s.max_lease_writes_per_s = s.max_lease_writes_per_s.max(r.lease_writes_per_s);
         if let Some(idle) = r.victim_idle {
             s.victim_runs += 1;
@@ -97,7 +106,7 @@ impl Summary {
     /// A fixed-width table, one line per scenario.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n",
+            "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n",
             "scenario",
             "runs",
             "failed",
@@ -106,6 +115,7 @@ impl Summary {
             "max ms",
             "lost",
             "overlaps",
+            "to count",
             "counted",
             "lease/s",
             "dark ms",
@@ -114,7 +124,7 @@ impl Summary {
         for (sc, s) in &self.by_scenario {
             let _ = writeln!(
                 t,
-                "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2} {:>8.0} {:>9}",
+                "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2} {:>8.0} {:>9}",
                 sc.name(),
                 s.runs,
                 s.failed,
@@ -123,6 +133,7 @@ impl Summary {
                 ms(s.quantile_ms(1.0)),
                 s.lost_samples,
                 s.overlaps,
+                s.overlaps_required,
                 s.overlaps_counted,
                 s.max_lease_writes_per_s,
                 s.max_dark_ms,
@@ -153,7 +164,10 @@ impl Summary {
                     "lost_samples": s.lost_samples,
                     "lost_ms": s.lost_samples * 10,
                     "overlaps": s.overlaps,
+                    "overlaps_required": s.overlaps_required,
+                    "overlaps_uncounted": s.overlaps_uncounted,
                     "overlaps_counted": s.overlaps_counted,
+                    "overlap_events_unseen": s.overlap_events_unseen,
                     "max_lease_writes_per_s": (s.max_lease_writes_per_s * 1000.0).round() / 1000.0,
                     "max_dark_ms": round1(s.max_dark_ms),
                     "victim_runs": s.victim_runs,
