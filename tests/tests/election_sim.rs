@@ -16,8 +16,8 @@ use announcer_tests::sim::{
     check::{COUNT_OVER, Episode, Matching, RunReport, match_overlaps},
     naive::NaiveCore,
     queue::Queue,
-    report::Summary,
-    run::{default_threads, run_many, run_seed, run_with},
+    report::{MAX_IDLE_VICTIMS, Summary},
+    run::{NoSeeds, default_threads, run_many, run_seed, run_with},
     scenario::{Action, ISOLATION_BOUND, Plan, Scenario, template_config},
 };
 use clap::Parser;
@@ -57,14 +57,11 @@ fn assert_clean(r: &RunReport) {
 fn every_scenario_over_many_seeds() {
     let start = env_u64("SIM_START", 0);
     let n = sweep_size("SIM_SEEDS", std::env::var("SIM_SEEDS").ok(), DEFAULT_SEEDS);
-    let reports = run_many::<Core>(start..start + n, None, default_threads(), &|_| {});
+    let reports = run_many::<Core>(start..start + n, None, default_threads(), &|_| {})
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut summary = Summary::default();
     reports.iter().for_each(|r| summary.add(r));
     println!("{}", summary.table());
-    let idle = summary.idle_victim_scenarios();
-    for (sc, k, of) in &idle {
-        println!("{sc}: in {k} of {of} runs the victim owned nothing (no failover tested)");
-    }
     let failed: Vec<&RunReport> = reports
         .iter()
         .filter(|r| !r.violations.is_empty())
@@ -82,32 +79,48 @@ fn every_scenario_over_many_seeds() {
             first.violations[0]
         );
     }
-    // Every scenario ran (when there were seeds enough), failovers were measured where the
-    // scenario fails a victim over, and most victims owned something.
-    let want: Vec<Scenario> = Scenario::ALL.iter().copied().take(n as usize).collect();
-    let missing: Vec<&str> = want
+    // Every seed ran and was reported under its scenario, and every scenario had its share of
+    // the seeds (they cycle through the scenarios).
+    assert_eq!(
+        summary.runs(),
+        n,
+        "{n} seeds asked for, {} reported",
+        summary.runs()
+    );
+    let share = n / Scenario::ALL.len() as u64;
+    let short: Vec<(&str, u64)> = Scenario::ALL
         .iter()
-        .filter(|sc| !summary.by_scenario.contains_key(sc))
-        .map(|sc| sc.name())
+        .map(|sc| (sc.name(), summary.by_scenario.get(sc).map_or(0, |s| s.runs)))
+        .filter(|(_, runs)| *runs < share)
         .collect();
-    assert!(missing.is_empty(), "scenarios never run: {missing:?}");
-    let unmeasured: Vec<&str> = [Scenario::Crash, Scenario::LinkDown, Scenario::Kill]
-        .into_iter()
-        .filter(|sc| {
-            summary
-                .by_scenario
-                .get(sc)
-                .is_some_and(|s| s.runs >= 5 && s.failover_ms.is_empty())
-        })
-        .map(|sc| sc.name())
+    assert!(
+        short.is_empty(),
+        "scenarios (name, runs) run fewer than {share} times in {n} seeds: {short:?}"
+    );
+    assert_victims_tested(&summary);
+}
+
+/// The runs tested what their scenario is for: at most [`MAX_IDLE_VICTIMS`] of a scenario's
+/// runs had a victim that owned nothing, and every other run of a scenario that fails a
+/// victim over measured a failover.
+fn assert_victims_tested(summary: &Summary) {
+    let idle = summary.idle_victim_scenarios();
+    assert!(
+        idle.is_empty(),
+        "more than {} in {} of the runs of {idle:?} (scenario, idle, victim runs) tested no victim: it owned nothing",
+        MAX_IDLE_VICTIMS.0,
+        MAX_IDLE_VICTIMS.1,
+    );
+    let unmeasured: Vec<(&str, u64, u64)> = summary
+        .by_scenario
+        .iter()
+        .filter(|(sc, _)| sc.measures_failover())
+        .map(|(sc, s)| (sc.name(), s.failover_runs, s.victim_runs - s.idle_victims))
+        .filter(|(_, measured, owning)| measured < owning)
         .collect();
     assert!(
         unmeasured.is_empty(),
-        "no failover measured in {unmeasured:?}"
-    );
-    assert!(
-        idle.is_empty(),
-        "more than half the runs of {idle:?} (scenario, idle, runs) had a victim that owned nothing"
+        "runs whose victim owned a VIP but measured no failover (scenario, measured, owning): {unmeasured:?}"
     );
 }
 
@@ -115,6 +128,12 @@ fn every_scenario_over_many_seeds() {
 #[should_panic(expected = "SIM_SEEDS=0")]
 fn a_sweep_of_zero_seeds_fails_loudly() {
     sweep_size("SIM_SEEDS", Some("0".into()), DEFAULT_SEEDS);
+}
+
+#[test]
+fn a_sweep_of_no_seeds_is_an_error() {
+    let got = run_many::<Core>(5..5, None, 1, &|_| {}).map(|r| r.len());
+    assert_eq!(got, Err(NoSeeds { start: 5, end: 5 }));
 }
 
 // ---- the adversary: one test per fault kind ----
@@ -138,7 +157,8 @@ fn sweep_scenario(scenario: Scenario, seeds: u64) -> Summary {
         Some(scenario),
         default_threads(),
         &|_| {},
-    );
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut summary = Summary::default();
     reports.iter().for_each(|r| summary.add(r));
     println!("{}", summary.table());
@@ -166,6 +186,7 @@ fn sweep_scenario(scenario: Scenario, seeds: u64) -> Summary {
             seeds_n = reports.len(),
         );
     }
+    assert_victims_tested(&summary);
     summary
 }
 
@@ -210,7 +231,8 @@ fn incarnation_rollback_from_the_wall_clock_is_caught() {
         Some(Scenario::IncarnationRollbackWallClock),
         default_threads(),
         &|_| {},
-    );
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let caught = reports.iter().filter(|r| !r.violations.is_empty()).count();
     assert!(
         caught * 4 >= reports.len(),

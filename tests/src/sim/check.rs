@@ -80,8 +80,8 @@ pub struct RunReport {
     pub lease_writes_per_s: f64,
     /// Hash of the whole run (equal runs, equal hashes).
     pub trace_hash: u64,
-    /// For scenarios that fail a victim over: `true` if it answered no VIP another node could
-    /// take (the run tested no failover).
+    /// For scenarios with a victim: `true` if the run tested nothing of it (it answered no VIP
+    /// another node could take when the fault struck; a joiner or lagging node took none).
     pub victim_idle: Option<bool>,
     /// The longest time a VIP with an eligible live node was answered by nobody (ms).
     pub max_dark_ms: f64,
@@ -485,6 +485,34 @@ fn sampled_episodes<A>(
     out
 }
 
+/// For a scenario whose fault is about a victim ([`super::scenario::Plan::victim`]), whether the run tested
+/// nothing of what the scenario is for: the victim answered no VIP that another node could
+/// serve when the fault struck (a joiner, or the node whose watch lags: it took no VIP it had
+/// not answered before). `None`: the scenario has no victim.
+fn victim_idle<A: Agent>(c: &Ctx<'_, A>, end: VTime) -> Option<bool> {
+    let plan = &c.w.plan;
+    let victim = plan.victim?;
+    match plan.scenario {
+        Scenario::Join | Scenario::WatchLag => {
+            let (Some(pre), Some(post)) = (c.before(plan.fault_at), c.before(end)) else {
+                return Some(true);
+            };
+            let took = (0..plan.vips.len()).any(|v| {
+                post.vips[v].answerers & bit(victim) != 0
+                    && pre.vips[v].answerers & bit(victim) == 0
+            });
+            Some(!took)
+        }
+        _ => {
+            let tf = match plan.scenario {
+                Scenario::OutageCrash => plan.when(|a| matches!(a, Action::Crash(_)))?,
+                _ => plan.fault_at,
+            };
+            Some(c.victims_vips(victim, tf, false).is_empty())
+        }
+    }
+}
+
 /// After the last agent of a configuration roll restarted, how long until the usual
 /// invariants hold again.
 const ROLL_SETTLE: Duration = Duration::from_secs(2);
@@ -824,21 +852,7 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     }
 
     let victim = plan.victim.unwrap_or(0);
-    if let Some(tf) = plan
-        .when(|a| matches!(a, Action::Crash(_) | Action::LinkDown(_) | Action::Kill(_)))
-        .filter(|_| {
-            matches!(
-                plan.scenario,
-                Scenario::Crash
-                    | Scenario::LinkDown
-                    | Scenario::OutageCrash
-                    | Scenario::Kill
-                    | Scenario::TwoNics
-            )
-        })
-    {
-        rep.victim_idle = Some(c.victims_vips(victim, tf, false).is_empty());
-    }
+    rep.victim_idle = victim_idle(&c, end);
     match plan.scenario {
         Scenario::Crash | Scenario::LinkDown | Scenario::OutageCrash => {
             let tf = plan
