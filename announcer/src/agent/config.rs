@@ -19,7 +19,12 @@ use std::{
 
 use clap::{ArgMatches, Args, FromArgMatches, ValueEnum};
 
-use crate::{announce::BurstConfig, election, loader::Mode};
+use crate::{
+    agent::per_service::Timing,
+    announce::BurstConfig,
+    election::{self, defaults},
+    loader::Mode,
+};
 
 /// How VIP owners are elected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Deserialize)]
@@ -57,6 +62,17 @@ impl From<XdpMode> for Mode {
 
 fn dur(s: &str) -> Result<Duration, humantime::DurationError> {
     humantime::parse_duration(s)
+}
+
+/// A [`Duration`] constant as a flag's default text (`100ms`, `10s`), formatted once: the
+/// flags default to the named constants ([`election::defaults`] and the like) rather than to
+/// copies of their values. [`dur`] parses the text back to the same value.
+macro_rules! human {
+    ($d:expr) => {{
+        static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        TEXT.get_or_init(|| humantime::format_duration($d).to_string())
+            .as_str()
+    }};
 }
 
 /// `announcer agent`: the flags, with the `--config` file merged under them. Derefs to the
@@ -165,46 +181,46 @@ pub struct AgentFlags {
     #[arg(long)]
     pub heartbeat_address: Option<std::net::IpAddr>,
     /// Heartbeat period.
-    #[arg(long, value_parser = dur, default_value = "100ms")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::HEARTBEAT_INTERVAL))]
     pub heartbeat_interval: Duration,
     /// A peer is dead after this many heartbeat periods of silence.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults::HEARTBEAT_MISSES)]
     pub heartbeat_misses: u32,
     /// Node Lease duration (node-lease mode).
-    #[arg(long, value_parser = dur, default_value = "10s")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::LEASE_DURATION))]
     pub lease_duration: Duration,
     /// Node Lease renewal period: one API write per node per this period.
-    #[arg(long, value_parser = dur, default_value = "3s")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::LEASE_RENEW))]
     pub lease_renew: Duration,
     /// How long this node's entries keep answering after its agent dies (data-plane TTL); a
     /// restart within it is invisible to clients.
-    #[arg(long, value_parser = dur, default_value = "5s")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::GRACE))]
     pub grace: Duration,
     /// How long to wait for the old owner's data plane to answer a probe.
-    #[arg(long, value_parser = dur, default_value = "100ms")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::PROBE_TIMEOUT))]
     pub probe_timeout: Duration,
     /// After start, listen this long for peers before taking VIPs.
-    #[arg(long, value_parser = dur, default_value = "500ms")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::WARMUP))]
     pub warmup: Duration,
     /// On SIGTERM, wait at most this long for successors to take over.
-    #[arg(long, value_parser = dur, default_value = "2s")]
+    #[arg(long, value_parser = dur, default_value = human!(defaults::HANDOVER_TIMEOUT))]
     pub handover_timeout: Duration,
 
     /// Lease-per-service: lease duration (Cilium 15s, kube-vip tuned 5s).
-    #[arg(long, value_parser = dur, default_value = "15s")]
+    #[arg(long, value_parser = dur, default_value = human!(Timing::CILIUM.lease_duration))]
     pub service_lease_duration: Duration,
     /// Lease-per-service: renew deadline (Cilium 5s, kube-vip tuned 3s).
-    #[arg(long, value_parser = dur, default_value = "5s")]
+    #[arg(long, value_parser = dur, default_value = human!(Timing::CILIUM.renew_deadline))]
     pub service_lease_renew_deadline: Duration,
     /// Lease-per-service: retry period (Cilium 2s, kube-vip tuned 1s).
-    #[arg(long, value_parser = dur, default_value = "2s")]
+    #[arg(long, value_parser = dur, default_value = human!(Timing::CILIUM.retry_period))]
     pub service_lease_retry: Duration,
 
     /// Announcement rounds per takeover.
     #[arg(long, default_value_t = BurstConfig::default().count)]
     pub burst_count: u32,
     /// Pause between announcement rounds.
-    #[arg(long, value_parser = dur, default_value = "1s")]
+    #[arg(long, value_parser = dur, default_value = human!(BurstConfig::default().interval))]
     pub burst_interval: Duration,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
@@ -299,3 +315,39 @@ impl AgentFlags {
 #[derive(Debug, thiserror::Error)]
 #[error("invalid agent configuration: {0}")]
 pub struct ConfigError(pub String);
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    /// `announcer agent` as main.rs embeds it.
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        agent: AgentArgs,
+    }
+
+    fn defaults() -> AgentArgs {
+        Cli::try_parse_from(["agent", "--node-name", "n1"])
+            .expect("the minimal command line parses")
+            .agent
+    }
+
+    #[test]
+    fn service_lease_flags_default_to_ciliums_timings() {
+        let a = defaults();
+        let got = Timing {
+            lease_duration: a.service_lease_duration,
+            renew_deadline: a.service_lease_renew_deadline,
+            retry_period: a.service_lease_retry,
+        };
+        assert_eq!(got, Timing::CILIUM);
+    }
+
+    #[test]
+    fn burst_flags_default_to_the_default_burst() {
+        assert_eq!(defaults().burst(), BurstConfig::default());
+    }
+}

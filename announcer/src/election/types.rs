@@ -390,9 +390,34 @@ pub enum Output {
     Exit,
 }
 
-/// Timings of the node-lease election. The defaults meet the targets: crash failover
-/// within about `heartbeat_interval * (heartbeat_misses + 1) + probe_timeout` = 0.5 s, and
-/// `1 / lease_renew` = 0.33 Lease writes per second per node.
+/// The default timings of the node-lease election, named once: [`Config::new`] takes them,
+/// the agent's flags default to them (`announcer agent --help` shows them), and the simulator
+/// runs the core with them, so the timings the simulator checks are the ones that ship.
+pub mod defaults {
+    use std::time::Duration;
+
+    /// [`Config::heartbeat_interval`](super::Config::heartbeat_interval),
+    /// `--heartbeat-interval`.
+    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+    /// [`Config::heartbeat_misses`](super::Config::heartbeat_misses), `--heartbeat-misses`.
+    pub const HEARTBEAT_MISSES: u32 = 3;
+    /// [`Config::lease_duration`](super::Config::lease_duration), `--lease-duration`.
+    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+    /// [`Config::lease_renew`](super::Config::lease_renew), `--lease-renew`.
+    pub const LEASE_RENEW: Duration = Duration::from_secs(3);
+    /// [`Config::grace`](super::Config::grace), `--grace`.
+    pub const GRACE: Duration = Duration::from_secs(5);
+    /// [`Config::probe_timeout`](super::Config::probe_timeout), `--probe-timeout`.
+    pub const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+    /// [`Config::warmup`](super::Config::warmup), `--warmup`.
+    pub const WARMUP: Duration = Duration::from_millis(500);
+    /// [`Config::handover_timeout`](super::Config::handover_timeout), `--handover-timeout`.
+    pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+}
+
+/// Timings of the node-lease election. The defaults ([`defaults`]) meet the targets:
+/// crash failover within about `heartbeat_interval * (heartbeat_misses + 1) + probe_timeout` =
+/// 0.5 s, and `1 / lease_renew` = 0.33 Lease writes per second per node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// This node.
@@ -427,19 +452,19 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for `node`.
+    /// Defaults for `node`: the timings of [`defaults`].
     pub fn new(node: impl Into<NodeName>) -> Self {
         Config {
             node: node.into(),
             mac: MacAddr([0; 6]),
-            heartbeat_interval: Duration::from_millis(100),
-            heartbeat_misses: 3,
-            lease_duration: Duration::from_secs(10),
-            lease_renew: Duration::from_secs(3),
-            grace: Duration::from_secs(5),
-            probe_timeout: Duration::from_millis(100),
-            warmup: Duration::from_millis(500),
-            handover_timeout: Duration::from_secs(2),
+            heartbeat_interval: defaults::HEARTBEAT_INTERVAL,
+            heartbeat_misses: defaults::HEARTBEAT_MISSES,
+            lease_duration: defaults::LEASE_DURATION,
+            lease_renew: defaults::LEASE_RENEW,
+            grace: defaults::GRACE,
+            probe_timeout: defaults::PROBE_TIMEOUT,
+            warmup: defaults::WARMUP,
+            handover_timeout: defaults::HANDOVER_TIMEOUT,
             config_hash: 0,
             data_plane: true,
         }

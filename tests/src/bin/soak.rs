@@ -19,7 +19,7 @@ use std::{
 use announcer::election::Core;
 use announcer_tests::sim::{
     naive::NaiveCore,
-    report::Summary,
+    report::{MAX_IDLE_VICTIMS, Summary},
     run::{default_threads, run_many, run_with},
     scenario::Scenario,
 };
@@ -70,7 +70,7 @@ fn main() {
             println!("{l}");
         }
         println!(
-            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} (counted {}), lease writes {:.2}/s, hash {:016x}",
+            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} ({} to count, counted {}), lease writes {:.2}/s, hash {:016x}",
             rep.scenario.map_or("?", |s| s.name()),
             rep.violations.len(),
             rep.failover_ms
@@ -79,6 +79,7 @@ fn main() {
                 .collect::<Vec<_>>(),
             rep.lost_samples,
             rep.overlaps,
+            rep.overlaps_required,
             rep.overlaps_counted,
             rep.lease_writes_per_s,
             rep.trace_hash
@@ -91,10 +92,6 @@ fn main() {
 
     let threads = args.threads.unwrap_or_else(default_threads);
     let total = args.seeds;
-    if total == 0 {
-        eprintln!("--seeds 0: nothing to run");
-        std::process::exit(2);
-    }
     let started = Instant::now();
     let last = AtomicU64::new(0);
     let progress = |done: u64| {
@@ -113,6 +110,10 @@ fn main() {
     } else {
         run_many::<Core>(range, args.scenario, threads, &progress)
     };
+    let reports = reports.unwrap_or_else(|e| {
+        eprintln!("--seeds {total}: {e}");
+        std::process::exit(2);
+    });
     eprintln!();
     let mut summary = Summary::default();
     let mut failed = Vec::new();
@@ -161,7 +162,10 @@ fn main() {
     print!("{}", summary.table());
     let idle = summary.idle_victim_scenarios();
     for (sc, n, of) in &idle {
-        println!("{sc}: in {n} of {of} runs the victim owned nothing (no failover tested)");
+        println!(
+            "{sc}: in {n} of {of} runs the victim owned nothing (more than {} in {} of them: too few tested it)",
+            MAX_IDLE_VICTIMS.0, MAX_IDLE_VICTIMS.1
+        );
     }
     println!(
         "{} runs in {:.1} s on {threads} threads",

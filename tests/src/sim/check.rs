@@ -15,8 +15,16 @@
 //!
 //! And, for every scenario unless said otherwise (the adversary's invariants):
 //!
-//! 5. every episode of two answerers or more lasting over 1 s is counted: an `Overlap` Event
-//!    for that VIP within the episode or up to 2 s after it (a partition's included);
+//! 5. overlaps are counted exactly, per VIP ([`match_overlaps`]): every episode of two
+//!    answerers or more lasting over 1 s (a partition's included) is counted by an `Overlap`
+//!    Event of its own, raised from one sample before the episode to 2 s after it; every
+//!    `Overlap` Event counts an episode (of any length) that way, at most one per node beyond
+//!    the first that answered in it; and each node's overlap counter equals its Events.
+//!    Shorter episodes need no Event because a make-before-break handover answers twice by
+//!    design (under 500 ms outside partitions); an Event for one still counts it. Episodes
+//!    come from the 10 ms samples, plus those too brief for a sample, from the log: a node
+//!    that installed the VIP and removed it between two samples that both show another node
+//!    answering it;
 //! 1. under a fault that lasts ([`Plan::fault_end`] `None`), from the documented
 //!    [`ISOLATION_BOUND`] after it started: exactly one answering data plane per VIP that has
 //!    an eligible live node (and none for a VIP with no eligible node);
@@ -41,7 +49,7 @@ use super::{
     agent::Agent,
     queue::VTime,
     scenario::{Action, ISOLATION_BOUND, Scenario, bit, owner_in},
-    world::{Record, Sample, What, World},
+    world::{Record, SAMPLE_EVERY, Sample, What, World},
 };
 
 /// What one run produced.
@@ -58,16 +66,22 @@ pub struct RunReport {
     /// (VIP, sample) pairs where some client's traffic was lost although a live eligible node
     /// existed.
     pub lost_samples: u64,
-    /// Episodes of a VIP answered by two nodes or more.
+    /// Episodes of a VIP answered by two nodes or more ([`Episode`]).
     pub overlaps: u64,
-    /// Overlaps the agents counted (`Stats::overlaps`, summed).
+    /// … of which an Overlap Event must count ([`Episode::required`]).
+    pub overlaps_required: u64,
+    /// … of which none of its own did ([`Matching::uncounted`]).
+    pub overlaps_uncounted: u64,
+    /// Overlaps the agents counted (`Stats::overlaps`, summed; the Overlap Events agree).
     pub overlaps_counted: u64,
+    /// Overlap Events that counted no observed episode ([`Matching::unseen`]).
+    pub overlap_events_unseen: u64,
     /// The highest steady-state Lease write rate of any node (per second).
     pub lease_writes_per_s: f64,
     /// Hash of the whole run (equal runs, equal hashes).
     pub trace_hash: u64,
-    /// For scenarios that fail a victim over: `true` if it answered no VIP another node could
-    /// take (the run tested no failover).
+    /// For scenarios with a victim: `true` if the run tested nothing of it (it answered no VIP
+    /// another node could take when the fault struck; a joiner or lagging node took none).
     pub victim_idle: Option<bool>,
     /// The longest time a VIP with an eligible live node was answered by nobody (ms).
     pub max_dark_ms: f64,
@@ -75,10 +89,11 @@ pub struct RunReport {
 
 /// The longest a VIP with an eligible live node that can announce it may go unanswered.
 pub const DARK_BOUND: Duration = Duration::from_secs(1);
-/// Overlap episodes longer than this must be counted.
-const COUNT_OVER: Duration = Duration::from_secs(1);
+/// Overlap episodes longer than this must be counted: twice the longest make-before-break
+/// handover tolerated outside partitions (`SLACK_OVERLAP`), where two answerers are the design.
+pub const COUNT_OVER: Duration = Duration::from_secs(1);
 /// … by an `Overlap` Event at most this long after the episode ended.
-const COUNT_WITHIN: Duration = Duration::from_secs(2);
+pub const COUNT_WITHIN: Duration = Duration::from_secs(2);
 
 /// Time after start from which clients are expected to be served.
 pub const WARM: Duration = Duration::from_secs(3);
@@ -282,7 +297,222 @@ impl<'a, A: Agent> Ctx<'a, A> {
     }
 }
 
-/// Check every invariant that applies to the finished run in `w`.
+/// One overlap episode of a VIP: consecutive samples in which two nodes or more answer it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Episode {
+    /// The first sample with two answerers or more.
+    pub from: VTime,
+    /// The last one.
+    pub to: VTime,
+    /// Every node that answered the VIP during the episode (bit `i` = node `i`).
+    pub nodes: u16,
+    /// Whether an Overlap Event must count it: it lasted over [`COUNT_OVER`] (shorter ones
+    /// can be a make-before-break handover, where two answerers are the design) and lies in
+    /// no configuration roll (whose nodes rank differently by design, see `roll_window`).
+    pub required: bool,
+}
+
+impl Episode {
+    /// When an Overlap Event counts it: from one sample period before its first sample (the
+    /// overlap may begin, and be noticed, up to that long before a sample shows it) to
+    /// [`COUNT_WITHIN`] after its last.
+    pub fn window(&self) -> (VTime, VTime) {
+        (
+            self.from.saturating_sub(SAMPLE_EVERY),
+            self.to + COUNT_WITHIN,
+        )
+    }
+
+    /// How many overlaps it holds: one per node beyond the first that answered.
+    pub fn overlaps(&self) -> usize {
+        (self.nodes.count_ones() as usize).saturating_sub(1).max(1)
+    }
+}
+
+/// How one VIP's Overlap Events match its episodes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Matching {
+    /// Required episodes (indices) that no Event of their own counts.
+    pub uncounted: Vec<usize>,
+    /// Events (indices) that count no observed episode: an overlap no client could see, or
+    /// one counted more often than it had nodes beyond the first.
+    pub unseen: Vec<usize>,
+}
+
+/// Matches one VIP's Overlap Events (`events`, in time order) to its overlap `episodes` (in
+/// time order, disjoint): an Event counts an episode if it falls in the episode's
+/// [`window`](Episode::window), and each episode takes at most
+/// [`overlaps`](Episode::overlaps) Events. The counting is exact when both lists come back
+/// empty: every required episode has an Event of its own, and every Event counts an episode.
+///
+/// Each half is a greedy matching of points to intervals whose starts and ends both grow
+/// (earliest free point for each interval, earliest-ending free interval for each point),
+/// which is a maximum matching; and by the Mendelsohn–Dulmage theorem, if one matching
+/// covers every required episode and another every Event, a single one covers both.
+pub fn match_overlaps(episodes: &[Episode], events: &[VTime]) -> Matching {
+    let mut m = Matching::default();
+    // Every required episode, its own Event.
+    let mut next = 0;
+    for (i, e) in episodes.iter().enumerate().filter(|(_, e)| e.required) {
+        let (from, to) = e.window();
+        while next < events.len() && events[next] < from {
+            next += 1;
+        }
+        if next < events.len() && events[next] <= to {
+            next += 1;
+        } else {
+            m.uncounted.push(i);
+        }
+    }
+    // Every Event, an episode with room for it.
+    let mut room: Vec<usize> = episodes.iter().map(Episode::overlaps).collect();
+    let mut first = 0;
+    for (k, &t) in events.iter().enumerate() {
+        while first < episodes.len() && episodes[first].window().1 < t {
+            first += 1;
+        }
+        let slot = (first..episodes.len())
+            .take_while(|&i| episodes[i].window().0 <= t)
+            .find(|&i| room[i] > 0);
+        match slot {
+            Some(i) => room[i] -= 1,
+            None => m.unseen.push(k),
+        }
+    }
+    m
+}
+
+/// VIP `v`'s overlap episodes up to `until`: those the samples show, and those too brief for
+/// any sample ([`brief_episodes`]), merged where they touch.
+fn episodes<A>(w: &World<A>, v: usize, until: VTime, roll: Option<(VTime, VTime)>) -> Vec<Episode> {
+    let mut all = sampled_episodes(w, v, until, roll);
+    all.extend(brief_episodes(w, v));
+    all.sort_by_key(|e| e.from);
+    let mut out: Vec<Episode> = Vec::with_capacity(all.len());
+    for e in all {
+        match out.last_mut() {
+            Some(p) if e.from <= p.to => {
+                p.to = p.to.max(e.to);
+                p.nodes |= e.nodes;
+                p.required |= e.required;
+            }
+            _ => out.push(e),
+        }
+    }
+    out
+}
+
+/// Overlaps between two samples, which no sample shows: a node installed VIP `v` and removed
+/// it again before the next sample (it took the VIP and gave it back at once), while another
+/// node answered it in the samples on both sides. The log has the exact times.
+fn brief_episodes<A>(w: &World<A>, v: usize) -> Vec<Episode> {
+    let addr = w.plan.vips[v].addr;
+    let mut since: Vec<Option<VTime>> = vec![None; w.nodes.len()];
+    let mut out = Vec::new();
+    for r in &w.log {
+        let (
+            Some(n),
+            What::Out {
+                out: o,
+                changed: true,
+            },
+        ) = (r.node, &r.what)
+        else {
+            continue;
+        };
+        match o {
+            Output::Install { vip, .. } if *vip == addr => since[n] = Some(r.t),
+            Output::Remove { vip, .. } if *vip == addr => {
+                let Some(from) = since[n].take() else {
+                    continue;
+                };
+                let i = w.samples.partition_point(|s| s.t < from);
+                let j = w.samples.partition_point(|s| s.t <= r.t);
+                if i != j || i == 0 || j == w.samples.len() {
+                    continue; // a sample saw it (or it is at the edge of the run)
+                }
+                let others =
+                    w.samples[i - 1].vips[v].answerers & w.samples[j].vips[v].answerers & !bit(n);
+                if others != 0 {
+                    out.push(Episode {
+                        from,
+                        to: r.t,
+                        nodes: others | bit(n),
+                        required: false,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// VIP `v`'s overlap episodes as the samples show them, up to `until`.
+fn sampled_episodes<A>(
+    w: &World<A>,
+    v: usize,
+    until: VTime,
+    roll: Option<(VTime, VTime)>,
+) -> Vec<Episode> {
+    let mut out = Vec::new();
+    let mut open: Option<(VTime, u16)> = None;
+    let mut last = Duration::ZERO;
+    let samples = w
+        .samples
+        .iter()
+        .map(|s| (s.t, s.vips[v].answerers))
+        .chain([(until, 0)]);
+    for (t, answerers) in samples {
+        match (answerers.count_ones() >= 2, &mut open) {
+            (true, None) => open = Some((t, answerers)),
+            (true, Some((_, nodes))) => *nodes |= answerers,
+            (false, Some((from, nodes))) => {
+                let (from, nodes) = (*from, *nodes);
+                let in_roll = roll.is_some_and(|(r0, r1)| from >= r0 && last <= r1);
+                out.push(Episode {
+                    from,
+                    to: last,
+                    nodes,
+                    required: last - from > COUNT_OVER && !in_roll,
+                });
+                open = None;
+            }
+            (false, None) => {}
+        }
+        last = t;
+    }
+    out
+}
+
+/// For a scenario whose fault is about a victim ([`super::scenario::Plan::victim`]), whether the run tested
+/// nothing of what the scenario is for: the victim answered no VIP that another node could
+/// serve when the fault struck (a joiner, or the node whose watch lags: it took no VIP it had
+/// not answered before). `None`: the scenario has no victim.
+fn victim_idle<A: Agent>(c: &Ctx<'_, A>, end: VTime) -> Option<bool> {
+    let plan = &c.w.plan;
+    let victim = plan.victim?;
+    match plan.scenario {
+        Scenario::Join | Scenario::WatchLag => {
+            let (Some(pre), Some(post)) = (c.before(plan.fault_at), c.before(end)) else {
+                return Some(true);
+            };
+            let took = (0..plan.vips.len()).any(|v| {
+                post.vips[v].answerers & bit(victim) != 0
+                    && pre.vips[v].answerers & bit(victim) == 0
+            });
+            Some(!took)
+        }
+        _ => {
+            let tf = match plan.scenario {
+                Scenario::OutageCrash => plan.when(|a| matches!(a, Action::Crash(_)))?,
+                _ => plan.fault_at,
+            };
+            Some(c.victims_vips(victim, tf, false).is_empty())
+        }
+    }
+}
+
 /// After the last agent of a configuration roll restarted, how long until the usual
 /// invariants hold again.
 const ROLL_SETTLE: Duration = Duration::from_secs(2);
@@ -309,6 +539,7 @@ fn roll_window(plan: &super::scenario::Plan) -> Option<(VTime, VTime)> {
     Some((start, last + ROLL_SETTLE))
 }
 
+/// Check every invariant that applies to the finished run in `w`.
 pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     let plan = &w.plan;
     let mut c = Ctx { w, out: Vec::new() };
@@ -344,79 +575,95 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
         _ => None,
     };
     let mut overlapped = Vec::new();
-    let overlap_events: Vec<(VTime, std::net::IpAddr)> = w
-        .log
-        .iter()
-        .filter_map(|r| match &r.what {
-            What::Out {
-                out:
-                    Output::Event {
-                        kind: EventKind::Overlap,
-                        vip,
-                        ..
-                    },
-                ..
-            } => Some((r.t, *vip)),
-            _ => None,
-        })
-        .collect();
-    for v in 0..plan.vips.len() {
-        let mut start: Option<VTime> = None;
-        let mut last = Duration::ZERO;
-        let samples: Vec<(VTime, bool)> = w
-            .samples
-            .iter()
-            .map(|s| (s.t, s.vips[v].answerers.count_ones() >= 2))
-            .collect();
-        for (t, over) in samples
-            .into_iter()
-            .chain([(end + Duration::from_secs(1), false)])
+    let mut overlap_events: Vec<Vec<(VTime, usize)>> = vec![Vec::new(); plan.vips.len()];
+    for r in &w.log {
+        if let What::Out {
+            out:
+                Output::Event {
+                    kind: EventKind::Overlap,
+                    vip,
+                    ..
+                },
+            ..
+        } = &r.what
+            && let Some(v) = plan.vips.iter().position(|x| x.addr == *vip)
         {
-            match (over, start) {
-                (true, None) => start = Some(t),
-                (false, Some(a)) => {
-                    rep.overlaps += 1;
-                    let in_partition = window.is_some_and(|(p, h)| last >= p && a <= h);
-                    if in_partition {
-                        overlapped.push(v);
-                        let h = window.expect("partition").1;
-                        if last >= h + HEAL_BUDGET {
-                            c.fail(
-                                "5 (partition heal)",
-                                Some(v),
-                                h + HEAL_BUDGET,
-                                "still answered by two nodes 2 s after the heal".into(),
-                            );
-                        }
-                    } else if last - a >= SLACK_OVERLAP && !plan.overlap_tolerated {
-                        let msg = format!(
-                            "answered by two nodes for {:?} outside any partition",
-                            last - a
-                        );
-                        c.fail("5 (no overlap outside partitions)", Some(v), a, msg);
-                    }
-                    let addr = plan.vips[v].addr;
-                    let counted = overlap_events
-                        .iter()
-                        .any(|(t, ip)| *ip == addr && *t >= a && *t <= last + COUNT_WITHIN);
-                    let in_roll = roll.is_some_and(|(r0, r1)| a >= r0 && last <= r1);
-                    if last - a > COUNT_OVER && !counted && !in_roll {
-                        let msg = format!(
-                            "answered by two nodes or more from {:.3}s to {:.3}s and no node raised an Overlap Event for it by {:.3}s",
-                            a.as_secs_f64(),
-                            last.as_secs_f64(),
-                            (last + COUNT_WITHIN).as_secs_f64()
-                        );
-                        c.fail("5 (overlap counted)", Some(v), last, msg);
-                    }
-                    start = None;
-                }
-                _ => {}
-            }
-            last = t;
+            overlap_events[v].push((r.t, r.node.expect("an agent's output")));
         }
     }
-    rep.overlaps_counted = (0..w.nodes.len()).map(|n| w.stats(n).overlaps).sum();
+    for (v, raised) in overlap_events.iter().enumerate() {
+        let episodes = episodes(w, v, end + Duration::from_secs(1), roll);
+        rep.overlaps += episodes.len() as u64;
+        rep.overlaps_required += episodes.iter().filter(|e| e.required).count() as u64;
+        for e in &episodes {
+            let (a, last) = (e.from, e.to);
+            let in_partition = window.is_some_and(|(p, h)| last >= p && a <= h);
+            if in_partition {
+                overlapped.push(v);
+                let h = window.expect("partition").1;
+                if last >= h + HEAL_BUDGET {
+                    c.fail(
+                        "5 (partition heal)",
+                        Some(v),
+                        h + HEAL_BUDGET,
+                        "still answered by two nodes 2 s after the heal".into(),
+                    );
+                }
+            } else if last - a >= SLACK_OVERLAP && !plan.overlap_tolerated {
+                let msg = format!(
+                    "answered by two nodes for {:?} outside any partition",
+                    last - a
+                );
+                c.fail("5 (no overlap outside partitions)", Some(v), a, msg);
+            }
+        }
+        let events: Vec<VTime> = raised.iter().map(|(t, _)| *t).collect();
+        let m = match_overlaps(&episodes, &events);
+        rep.overlaps_uncounted += m.uncounted.len() as u64;
+        rep.overlap_events_unseen += m.unseen.len() as u64;
+        if let Some(&i) = m.uncounted.first() {
+            let e = episodes[i];
+            let msg = format!(
+                "answered by {} from {:.3}s to {:.3}s and no Overlap Event of its own counts it by {:.3}s ({} Overlap Event(s) for this VIP, {} episode(s) over {COUNT_OVER:?} to count)",
+                names(w, e.nodes),
+                e.from.as_secs_f64(),
+                e.to.as_secs_f64(),
+                (e.to + COUNT_WITHIN).as_secs_f64(),
+                events.len(),
+                episodes.iter().filter(|e| e.required).count(),
+            );
+            c.fail("5 (overlap counted)", Some(v), e.to, msg);
+        }
+        if let Some(&i) = m.unseen.first() {
+            let (t, node) = raised[i];
+            let msg = format!(
+                "{} raised an Overlap Event that counts no overlap clients saw: none from {:.3}s to {:.3}s not counted already ({} Event(s), {} episode(s) for this VIP)",
+                w.nodes[node].name,
+                t.saturating_sub(COUNT_WITHIN).as_secs_f64(),
+                (t + SAMPLE_EVERY).as_secs_f64(),
+                events.len(),
+                episodes.len(),
+            );
+            c.fail("5 (overlap counted once)", Some(v), t, msg);
+        }
+    }
+    // The counter (`announcer_partition_overlaps_total`) and the Events say the same.
+    for n in 0..w.nodes.len() {
+        let counted = w.stats(n).overlaps;
+        let raised = overlap_events
+            .iter()
+            .flatten()
+            .filter(|(_, node)| *node == n)
+            .count() as u64;
+        rep.overlaps_counted += counted;
+        if counted != raised {
+            let msg = format!(
+                "{} counted {counted} overlaps but raised {raised} Overlap Events",
+                w.nodes[n].name
+            );
+            c.fail("5 (overlap counter agrees with the Events)", None, end, msg);
+        }
+    }
 
     // 1: steady before the fault and at the end.
     c.steady(
@@ -605,21 +852,7 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     }
 
     let victim = plan.victim.unwrap_or(0);
-    if let Some(tf) = plan
-        .when(|a| matches!(a, Action::Crash(_) | Action::LinkDown(_) | Action::Kill(_)))
-        .filter(|_| {
-            matches!(
-                plan.scenario,
-                Scenario::Crash
-                    | Scenario::LinkDown
-                    | Scenario::OutageCrash
-                    | Scenario::Kill
-                    | Scenario::TwoNics
-            )
-        })
-    {
-        rep.victim_idle = Some(c.victims_vips(victim, tf, false).is_empty());
-    }
+    rep.victim_idle = victim_idle(&c, end);
     match plan.scenario {
         Scenario::Crash | Scenario::LinkDown | Scenario::OutageCrash => {
             let tf = plan

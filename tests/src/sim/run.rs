@@ -40,14 +40,31 @@ pub fn run_seed(seed: u64, scenario: Option<Scenario>) -> RunReport {
     run_with::<Core>(seed, scenario, false).0
 }
 
+/// A sweep over no seeds: refused, because it would pass having tested nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no seeds to run (seeds {start}..{end}): a sweep of nothing tests nothing")]
+pub struct NoSeeds {
+    /// The first seed asked for.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+}
+
 /// Run every seed of `seeds` with agent type `A` on `threads` threads; `progress(done)` is
-/// called after each run. Reports come back in seed order.
+/// called after each run. Reports come back in seed order, one per seed; an empty range is
+/// an error.
 pub fn run_many<A: Agent>(
     seeds: Range<u64>,
     scenario: Option<Scenario>,
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
-) -> Vec<RunReport> {
+) -> Result<Vec<RunReport>, NoSeeds> {
+    if seeds.is_empty() {
+        return Err(NoSeeds {
+            start: seeds.start,
+            end: seeds.end,
+        });
+    }
     let next = AtomicU64::new(seeds.start);
     let done = AtomicU64::new(0);
     let out = Mutex::new(Vec::new());
@@ -68,7 +85,7 @@ pub fn run_many<A: Agent>(
     });
     let mut v = out.into_inner().expect("no panics while locked");
     v.sort_by_key(|r| r.seed);
-    v
+    Ok(v)
 }
 
 /// Threads to use: what the machine offers.
