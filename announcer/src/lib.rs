@@ -29,9 +29,5 @@ pub mod agent;
 
 pub mod cli;
 
-// `agent/config.rs` still names these two by their paths before the data plane became one
-// module; it moves in a later step of issue 12, and these re-exports go with it.
-pub(crate) use dataplane::{announce, loader};
-
 #[cfg(test)]
 mod layers;

@@ -20,10 +20,9 @@ use std::{
 use clap::{ArgMatches, Args, FromArgMatches, ValueEnum};
 
 use crate::{
-    agent::per_service::Timing,
-    announce::BurstConfig,
+    agent::kube::lease_per_service::Timing,
+    dataplane::{announce::BurstConfig, loader::Mode},
     election::{self, defaults},
-    loader::Mode,
 };
 
 /// How VIP owners are elected.

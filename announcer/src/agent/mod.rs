@@ -29,10 +29,6 @@ mod context;
 mod service_shell;
 mod shell;
 
-// `agent/config/file.rs` still names the selector parser by its path before `kube/`; it moves
-// in a later step of issue 12, and this re-export goes with it.
-pub(crate) use self::kube::selector;
-
 use std::{future::Future, path::PathBuf, sync::Arc};
 
 use self::{
@@ -56,7 +52,7 @@ pub enum AgentError {
     Selection(#[from] SelectionError),
     /// A label selector flag that does not parse.
     #[error(transparent)]
-    SelectorSyntax(#[from] selector::SelectorError),
+    SelectorSyntax(#[from] kube::selector::SelectorError),
     /// No usable kubeconfig / in-cluster configuration.
     #[error("no Kubernetes configuration: {0}")]
     KubeConfig(String),
