@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::election::core::Stats;
+use crate::election::ElectionStats;
 
 /// The path the agent serves the document on.
 pub const PATH: &str = "/state";
@@ -57,7 +57,7 @@ pub struct AgentState {
     /// Peers.
     pub peers: Vec<PeerState>,
     /// Election counters.
-    pub stats: Stats,
+    pub stats: ElectionStats,
     /// Watches healthy.
     pub api_ok: bool,
     /// Stepped back: this node exchanges heartbeats with no peer (see the `Isolated` Event).

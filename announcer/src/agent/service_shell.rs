@@ -13,7 +13,7 @@ use super::{
     shutdown,
 };
 use crate::{
-    election::{IfaceName, NodeName, ServiceRef, core::Stats},
+    election::{ElectionStats, IfaceName, NodeName, ServiceRef},
     state::{AgentState, OwnedVip},
 };
 
@@ -31,7 +31,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let stats = Arc::new(LeaseApiStats::default());
     ctx.sources.set_service_leases(stats.clone());
     // Takeovers and handovers, as the node-lease core counts them, for `/state` and metrics.
-    let mut counts = Stats::default();
+    let mut counts = ElectionStats::default();
     let contender = tokio::spawn(lease_per_service::run(
         ctx.client.clone(),
         lease_per_service::Config {
@@ -94,7 +94,7 @@ fn apply(
     owned: &mut BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
     o: Ownership,
     node: &NodeName,
-    counts: &mut Stats,
+    counts: &mut ElectionStats,
 ) {
     // Drop VIPs of this Service that it no longer has (or all, when released).
     let stale: Vec<IpAddr> = owned
@@ -139,7 +139,7 @@ fn apply(
 fn state(
     ctx: &Context,
     owned: &BTreeMap<IpAddr, (IfaceName, ServiceRef)>,
-    counts: &Stats,
+    counts: &ElectionStats,
 ) -> AgentState {
     AgentState {
         node: ctx.args.node_name.clone(),

@@ -107,7 +107,12 @@ use announcer_ebpf::wire::MacAddr;
 
 use super::{
     Beat, Config, EventKind, IfaceName, Input, Instant, LeaseView, LeaseWriteResult, NodeEventKind,
-    NodeName, Output, VipSpec, lease::Observed, peer::Peer, rendezvous,
+    NodeName, Output, VipSpec,
+    lease::Observed,
+    peer::Peer,
+    rendezvous,
+    stats::ElectionStats,
+    timers::{Step, Timer, Timers},
 };
 
 /// One peer as this node sees it (for `announcer status` and the simulator).
@@ -123,33 +128,6 @@ pub struct PeerStatus {
     pub lease_valid: bool,
     /// It announced it is leaving.
     pub leaving: bool,
-}
-
-/// Counters the shell exports as metrics.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Stats {
-    /// VIPs taken over (installed and announced).
-    pub takeovers: u64,
-    /// VIPs released to another node.
-    pub releases: u64,
-    /// Probes of an old owner's data plane sent.
-    pub probes: u64,
-    /// Probes answered (takeover deferred).
-    pub probes_answered: u64,
-    /// Overlaps detected (two owners during a partition).
-    pub overlaps: u64,
-    /// Lease writes attempted.
-    pub lease_writes: u64,
-    /// Lease writes that hit 409.
-    pub lease_conflicts: u64,
-    /// Lease writes that failed otherwise.
-    pub lease_failures: u64,
-    /// Times this node stepped back because it could exchange heartbeats with no peer.
-    #[serde(default)]
-    pub standbys: u64,
-    /// Peers reported running another configuration.
-    #[serde(default)]
-    pub config_mismatches: u64,
 }
 
 /// A failover: this node took a VIP that a peer ranked above it announced until that peer went
@@ -250,6 +228,18 @@ struct Vip {
     found: bool,
 }
 
+/// How one node (a peer or this one) stood at a reconcile: what decides the VIPs' owners.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Standing {
+    node: NodeName,
+    /// Counted among the candidates ([`Core::candidate`]).
+    candidate: bool,
+    /// Past its warm-up (its Lease says so; ours: [`Core::is_ready`]).
+    ready: bool,
+    /// Silent with a Lease still valid: its VIPs wait on a probe.
+    suspect: bool,
+}
+
 /// The state of a shutdown handover.
 #[derive(Clone, Copy, Debug)]
 struct Leaving {
@@ -284,8 +274,8 @@ pub struct Core {
     next_refresh: Instant,
     links_down: BTreeSet<IfaceName>,
     leaving: Option<Leaving>,
-    /// Fingerprint of the candidate set at the last reconcile.
-    last_view: Vec<(NodeName, bool, bool, bool)>,
+    /// The candidate set at the last reconcile: a full reconcile runs only when it changes.
+    last_view: Vec<Standing>,
     last_tick: Instant,
     /// Since when some live peer has reported reaching the API (for fencing).
     peers_api_ok_since: Option<Instant>,
@@ -296,7 +286,7 @@ pub struct Core {
     synced_at: Instant,
     /// VIPs with a probe pending, so that timers and probes do not scan every VIP.
     probing: BTreeSet<IpAddr>,
-    stats: Stats,
+    stats: ElectionStats,
     /// Failovers not yet collected by [`Core::take_failovers`].
     failovers: VecDeque<Failover>,
     /// Fingerprint of the VIPs and their eligible sets ([`Beat::view`]).
@@ -349,7 +339,7 @@ impl Core {
             peers_api_ok_since: None,
             synced_at: now,
             probing: BTreeSet::new(),
-            stats: Stats::default(),
+            stats: ElectionStats::default(),
             failovers: VecDeque::new(),
             view: 0,
             alone_since: None,
@@ -487,83 +477,128 @@ impl Core {
         self.out.pop_front()
     }
 
-    /// When to call [`handle`](Self::handle) with [`Input::Tick`] next.
+    /// When to call [`handle`](Self::handle) with [`Input::Tick`] next: the earliest of
+    /// [`timers`](Self::timers).
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.leaving.is_some_and(|l| l.done) {
             return None;
         }
-        let dead_after = self.config.dead_after();
-        let mut t = self.next_beat;
-        let last = self.last_tick;
-        // Anything due at or before the last tick was handled then (or waits for an input).
-        let mut at = |x: Instant| {
-            if x > last {
-                t = t.min(x)
+        self.timers().earliest()
+    }
+
+    /// Every pending deadline, by kind. Anything due at or before the last tick was handled
+    /// then (or waits for an input), so only later ones are armed.
+    pub fn timers(&self) -> Timers {
+        let mut timers = Timers::new(self.last_tick);
+        for timer in Timer::ALL {
+            self.deadlines(timer, &mut |at| timers.arm(timer, at));
+        }
+        timers
+    }
+
+    /// The deadlines of one kind. No `_` arm: each [`Timer`] says here when it is due, and in
+    /// [`Timer::step`] which step of [`tick`](Self::tick) acts on it.
+    fn deadlines(&self, timer: Timer, at: &mut impl FnMut(Instant)) {
+        match timer {
+            Timer::Beat => at(self.next_beat),
+            Timer::LeaseWrite => {
+                if !self.write_in_flight {
+                    at(self.next_write);
+                }
             }
-        };
-        if !self.write_in_flight {
-            at(self.next_write);
-        }
-        if self.vips.values().any(|v| v.installed.is_some()) {
-            at(self.next_refresh);
-        }
-        if !self.ready {
-            at(self.started.max(self.synced_at) + self.config.warmup);
-        }
-        if let Some(l) = self.leaving {
-            at(l.deadline);
-        }
-        for p in self.peers.values() {
-            if let Some(d) = p.beat_deadline(dead_after) {
-                at(d);
+            Timer::Refresh => {
+                if self.vips.values().any(|v| v.installed.is_some()) {
+                    at(self.next_refresh);
+                }
             }
-            if let Some(d) = p.lease_deadline(self.trusted_since) {
-                at(d);
+            Timer::Warmup => {
+                if !self.ready {
+                    at(self.started.max(self.synced_at) + self.config.warmup);
+                }
             }
-            if let Some(d) = p.patience_deadline(self.patience()) {
-                at(d);
+            Timer::Leaving => {
+                if let Some(l) = self.leaving {
+                    at(l.deadline);
+                }
             }
-            if let Some(d) = p.alive_by_api_deadline(self.api_freshness()) {
-                at(d);
+            Timer::PeerSilent => {
+                let dead_after = self.config.dead_after();
+                self.peers
+                    .values()
+                    .filter_map(|p| p.beat_deadline(dead_after))
+                    .for_each(at);
             }
-        }
-        if let Some(ok) = self.last_write_ok {
-            at(ok + self.config.lease_duration);
-        }
-        for ip in &self.probing {
-            if let Some(v) = self.vips.get(ip) {
-                for p in v.probes.iter().filter(|p| !p.silent) {
-                    at(p.deadline);
+            Timer::PeerLeaseExpiry => self
+                .peers
+                .values()
+                .filter_map(|p| p.lease_deadline(self.trusted_since))
+                .for_each(at),
+            Timer::PeerPatience => self
+                .peers
+                .values()
+                .filter_map(|p| p.patience_deadline(self.patience()))
+                .for_each(at),
+            Timer::PeerAliveByApi => self
+                .peers
+                .values()
+                .filter_map(|p| p.alive_by_api_deadline(self.api_freshness()))
+                .for_each(at),
+            Timer::OwnLease => {
+                if let Some(ok) = self.last_write_ok {
+                    at(ok + self.config.lease_duration);
+                }
+            }
+            Timer::Probe => {
+                for v in self.probing.iter().filter_map(|ip| self.vips.get(ip)) {
+                    v.probes
+                        .iter()
+                        .filter(|p| !p.silent)
+                        .for_each(|p| at(p.deadline));
+                }
+            }
+            Timer::HandoffAsk | Timer::HandoffHold => {
+                let hold = self.config.view_hold();
+                let handoffs = self
+                    .holding
+                    .iter()
+                    .filter_map(|ip| self.vips.get(ip).and_then(|v| v.handoff.as_ref()));
+                for h in handoffs {
+                    at(if timer == Timer::HandoffAsk {
+                        h.deadline
+                    } else {
+                        h.since + hold
+                    });
+                }
+            }
+            Timer::StandbyHold => {
+                if let Some(w) = self.standby.and_then(|s| s.written) {
+                    at(w + self.config.standby_hold());
+                }
+            }
+            Timer::Alone => {
+                if let Some(t) = self.alone_since {
+                    at(t + self.config.dead_after());
+                }
+            }
+            Timer::Rejoin => {
+                if let Some(t) = self.connected_since {
+                    at(t + self.config.rejoin_after());
+                }
+            }
+            Timer::Fence => {
+                if let (Some(t), Some(ok)) = (self.watch_bad_since, self.peers_api_ok_since) {
+                    at(t.max(ok) + self.config.lease_duration);
+                }
+            }
+            Timer::ConfigMismatch => {
+                if !self.config_mismatch_reported {
+                    self.peers
+                        .values()
+                        .filter_map(|p| p.config_mismatch)
+                        .for_each(|t| at(t + CONFIG_MISMATCH_AFTER));
                 }
             }
         }
-        let hold = self.config.view_hold();
-        for ip in &self.holding {
-            if let Some(h) = self.vips.get(ip).and_then(|v| v.handoff.as_ref()) {
-                at(h.deadline);
-                at(h.since + hold);
-            }
-        }
-        if let Some(w) = self.standby.and_then(|s| s.written) {
-            at(w + self.config.standby_hold());
-        }
-        if let Some(t) = self.alone_since {
-            at(t + self.config.dead_after());
-        }
-        if let Some(t) = self.connected_since {
-            at(t + self.config.rejoin_after());
-        }
-        if let (Some(t), Some(ok)) = (self.watch_bad_since, self.peers_api_ok_since) {
-            at(t.max(ok) + self.config.lease_duration);
-        }
-        if !self.config_mismatch_reported {
-            for p in self.peers.values() {
-                if let Some(t) = p.config_mismatch {
-                    at(t + CONFIG_MISMATCH_AFTER);
-                }
-            }
-        }
-        Some(t)
     }
 
     /// The VIPs this node has installed in its data plane, with their interface.
@@ -589,7 +624,7 @@ impl Core {
     }
 
     /// Counters.
-    pub fn stats(&self) -> Stats {
+    pub fn stats(&self) -> ElectionStats {
         self.stats.clone()
     }
 
@@ -801,10 +836,38 @@ impl Core {
 
     // ---- the clockwork ----
 
+    /// Runs every [`Step`] in [`Step::ORDER`]; each acts on its [`Timer`]s that are due (and
+    /// on what the inputs since the last tick changed).
     fn tick(&mut self, now: Instant, force: bool) {
         self.last_tick = now;
-        self.update_trust(now);
-        self.update_peers_api_ok(now);
+        let mut force = force;
+        for step in Step::ORDER {
+            self.step(step, now, &mut force);
+        }
+    }
+
+    fn step(&mut self, step: Step, now: Instant, force: &mut bool) {
+        match step {
+            Step::Trust => self.update_trust(now),
+            Step::PeersApiOk => self.update_peers_api_ok(now),
+            Step::Ready => self.update_ready(now),
+            Step::Isolation => self.update_isolation(now),
+            Step::NodeConditions => self.report_node_conditions(now),
+            Step::Force => {
+                *force = *force || std::mem::take(&mut self.dirty) || self.hold_due(now);
+            }
+            Step::WriteLease => self.write_lease(now),
+            Step::Reconcile => self.reconcile(now, *force),
+            Step::Probes => self.probes(now),
+            Step::Handoffs => self.handoffs(now),
+            Step::Refresh => self.refresh(now),
+            Step::Handover => self.handover(now),
+            Step::SendBeat => self.send_beat(now),
+        }
+    }
+
+    /// Ready once the watches listed everything, the VIPs are known and the warm-up is over.
+    fn update_ready(&mut self, now: Instant) {
         if !self.ready
             && self.leaving.is_none()
             && self.synced
@@ -813,16 +876,6 @@ impl Core {
         {
             self.ready = true;
         }
-        self.update_isolation(now);
-        self.report_node_conditions(now);
-        let force = force || std::mem::take(&mut self.dirty) || self.hold_due(now);
-        self.write_lease(now);
-        self.reconcile(now, force);
-        self.probes(now);
-        self.handoffs(now);
-        self.refresh(now);
-        self.handover(now);
-        self.send_beat(now);
     }
 
     /// What our Lease says: stepped back (isolated), or an announcing link is down. Peers take
@@ -1184,20 +1237,18 @@ impl Core {
         let view: Vec<_> = self
             .peers
             .iter()
-            .map(|(n, p)| {
-                (
-                    n.clone(),
-                    self.candidate(n, now),
-                    p.ready,
-                    self.suspect(n, now).is_some(),
-                )
+            .map(|(n, p)| Standing {
+                node: n.clone(),
+                candidate: self.candidate(n, now),
+                ready: p.ready,
+                suspect: self.suspect(n, now).is_some(),
             })
-            .chain([(
-                self.config.node.clone(),
-                self.candidate(&self.config.node, now),
-                self.ready,
-                false,
-            )])
+            .chain([Standing {
+                node: self.config.node.clone(),
+                candidate: self.candidate(&self.config.node, now),
+                ready: self.ready,
+                suspect: false,
+            }])
             .collect();
         let revived = self.revived(now);
         if !force && view == self.last_view && revived.is_empty() {

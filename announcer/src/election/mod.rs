@@ -8,15 +8,19 @@
 //!
 //! The design (one Lease per node, UDP heartbeats, rendezvous hashing, probing the old
 //! owner's data plane) is described in [`core`]; the ranking in [`rendezvous`]; the Lease
-//! timing rules shared with the lease-per-service mode in [`lease`].
+//! timing rules shared with the lease-per-service mode in [`lease`]; its deadlines, one
+//! [`timers::Timer`] per kind, in [`timers`]; its counters in [`stats`].
 
 pub mod core;
 pub mod lease;
 mod peer;
 pub mod rendezvous;
+pub mod stats;
+pub mod timers;
 mod types;
 
 pub use self::core::{Core, Failover};
+pub use stats::ElectionStats;
 pub use types::*;
 
 /// Time as the core sees it. The agent passes `Instant::now()`; the simulator passes a fixed

@@ -4,7 +4,7 @@
 //! real [`Core`]), so its own tests drive a deliberately naive core ([`super::naive`]) through
 //! the same world and check that the invariants catch what that naive core gets wrong.
 
-use announcer::election::{Config, Core, Input, Instant, Output, core::Stats};
+use announcer::election::{Config, Core, Input, Instant, Output, stats::ElectionStats as Stats};
 
 /// A sans-IO election state machine, as the simulated shell sees it.
 pub trait Agent {

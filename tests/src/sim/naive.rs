@@ -15,7 +15,7 @@ use std::{
 
 use announcer::election::{
     Beat, Config, IfaceName, Input, Instant, LeaseWriteResult, NodeName, Output, VipSpec,
-    core::Stats, rendezvous,
+    rendezvous, stats::ElectionStats as Stats,
 };
 
 use super::agent::Agent;

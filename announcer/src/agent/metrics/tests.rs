@@ -8,7 +8,7 @@ use crate::{
         kube::watch::WatchCounters, net::heartbeat_socket::HeartbeatStats,
         published::PublishedState,
     },
-    election::core::Stats,
+    election::ElectionStats,
     state::{AgentState, OwnedVip, PeerState},
 };
 
@@ -65,7 +65,7 @@ fn agent_state() -> AgentState {
                 leaving: false,
             },
         ],
-        stats: Stats {
+        stats: ElectionStats {
             takeovers: 3,
             releases: 1,
             probes: 2,
@@ -74,7 +74,7 @@ fn agent_state() -> AgentState {
             lease_writes: 10,
             lease_conflicts: 2,
             lease_failures: 4,
-            ..Stats::default()
+            ..ElectionStats::default()
         },
         api_ok: true,
         standby: false,
