@@ -15,7 +15,9 @@ use std::{
     time::Duration,
 };
 
-use announcer::election::{Beat, IfaceName, Input, Instant, NodeName, Output, stats::ElectionStats as Stats};
+use announcer::election::{
+    Beat, IfaceName, Input, Instant, NodeName, Output, stats::ElectionStats as Stats,
+};
 use announcer_ebpf::wire::MacAddr;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
