@@ -1,5 +1,7 @@
-//! What both election shells share ([`Context`]): the client, watches, configuration,
-//! interfaces, data plane, Events and the state endpoint, and the steps both take with them
+//! What both election shells share ([`Context`]): the configuration, the Kubernetes side
+//! ([`KubeSide`]: client, watches, Events), the node's network side ([`NodeNet`]: interfaces,
+//! data plane, heartbeat address) and what the agent publishes ([`Reporting`]: metrics, the
+//! state endpoint), and the steps both take with them
 //! (wait for the first lists, learn this node's addresses, plan, choose interfaces, report
 //! problems, probe).
 //!
@@ -40,40 +42,57 @@ use crate::{
 /// An interface's name, state and addresses, compared to notice changes.
 pub(super) type IfaceFingerprint = (String, bool, Vec<(IpAddr, u8)>);
 
-/// What both election modes share: the client, watches, configuration, interfaces, data
-/// plane, Events and the state endpoint.
+/// What both election modes share, in three parts: the Kubernetes side, this node's network
+/// side, and what the agent publishes about itself.
 pub(super) struct Context {
     pub(super) args: AgentArgs,
-    pub(super) client: Client,
-    pub(super) watches: Watches,
-    pub(super) events: Events,
-    /// Durations and heartbeat loss, as they happen.
-    pub(super) recorder: Recorder,
-    /// What `/metrics` reads at scrape time (the modes add their parts).
-    pub(super) sources: Sources,
-    pub(super) plane: Plane,
-    pub(super) selection: Selection,
-    pub(super) iface_cfg: IfaceConfig,
-    pub(super) ifaces: Vec<LocalIface>,
-    /// Interfaces VIPs have been placed on: their link state is reported to the core.
-    pub(super) used_ifaces: BTreeSet<String>,
-    pub(super) heartbeat_ip: IpAddr,
-    pub(super) heartbeat_mac: Option<MacAddr>,
-    pub(super) synced: bool,
-    /// Problems already logged (each once while it lasts).
-    pub(super) reported: BTreeSet<String>,
-    pub(super) published: PublishedState,
+    pub(super) kube: KubeSide,
+    pub(super) net: NodeNet,
+    pub(super) report: Reporting,
     /// The agent is done: background tasks end.
     pub(super) stop: Shutdown,
     /// SIGTERM: hand the VIPs over, then stop.
     pub(super) term: Shutdown,
 }
 
+/// The API side: the client, the watches and what they select, and Events.
+pub(super) struct KubeSide {
+    pub(super) client: Client,
+    pub(super) watches: Watches,
+    pub(super) events: Events,
+    pub(super) selection: Selection,
+    /// The watches' first lists are in.
+    pub(super) synced: bool,
+}
+
+/// This node's network side: the data plane, the interfaces VIPs go on, and the heartbeat
+/// address.
+pub(super) struct NodeNet {
+    pub(super) plane: Plane,
+    pub(super) iface_cfg: IfaceConfig,
+    pub(super) ifaces: Vec<LocalIface>,
+    /// Interfaces VIPs have been placed on: their link state is reported to the core.
+    pub(super) used_ifaces: BTreeSet<String>,
+    pub(super) heartbeat_ip: IpAddr,
+    pub(super) heartbeat_mac: Option<MacAddr>,
+}
+
+/// What the agent tells about itself: metrics, the `/state` endpoint, and problems logged.
+pub(super) struct Reporting {
+    /// Durations and heartbeat loss, as they happen.
+    pub(super) recorder: Recorder,
+    /// What `/metrics` reads at scrape time (the modes add their parts).
+    pub(super) sources: Sources,
+    pub(super) published: PublishedState,
+    /// Problems already logged (each once while it lasts).
+    pub(super) reported: BTreeSet<String>,
+}
+
 impl Context {
     /// Waits for the watches' first lists, then learns this node's addresses and interfaces.
     /// `false`: shutdown came first.
     pub(super) async fn start(&mut self) -> Result<bool, AgentError> {
-        let mut healthy = self.watches.healthy.clone();
+        let mut healthy = self.kube.watches.healthy.clone();
         let mut term = self.term.clone();
         let mut waited = 0u32;
         loop {
@@ -89,13 +108,14 @@ impl Context {
                 }
             }
         }
-        self.synced = true;
+        self.kube.synced = true;
         // The kubelet registers the Node and fills its addresses a moment later: wait for an
         // InternalIP to send heartbeats from (unless one was given), as the log promises.
-        let mut changed = self.watches.changed.clone();
+        let mut changed = self.kube.watches.changed.clone();
         let mut waited = 0u32;
         let internal = loop {
             let node = self
+                .kube
                 .watches
                 .nodes
                 .state()
@@ -118,8 +138,8 @@ impl Context {
                 () = tokio::time::sleep(std::time::Duration::from_secs(1)) => waited += 1,
             }
         };
-        self.iface_cfg.internal_ips = internal.clone();
-        self.heartbeat_ip = match self.args.heartbeat_address {
+        self.net.iface_cfg.internal_ips = internal.clone();
+        self.net.heartbeat_ip = match self.args.heartbeat_address {
             Some(ip) => ip,
             None => internal
                 .iter()
@@ -128,30 +148,32 @@ impl Context {
                 .expect("waited for one"),
         };
         self.refresh_interfaces();
-        self.heartbeat_mac = self
+        self.net.heartbeat_mac = self
+            .net
             .ifaces
             .iter()
-            .find(|i| i.addrs.iter().any(|a| a.ip == self.heartbeat_ip))
+            .find(|i| i.addrs.iter().any(|a| a.ip == self.net.heartbeat_ip))
             .and_then(|i| i.mac);
         // The interfaces VIPs are known to land on (the InternalIP's, and `--interface` names
         // that are not globs) get the program before the election starts; see
         // `Plane::prepare`.
         let early: Vec<String> = self
+            .net
             .ifaces
             .iter()
             .filter(|i| {
-                i.addrs.iter().any(|a| a.ip == self.heartbeat_ip)
+                i.addrs.iter().any(|a| a.ip == self.net.heartbeat_ip)
                     || self.args.interfaces.contains(&i.name)
             })
             .map(|i| i.name.clone())
             .collect();
-        self.plane.prepare(&early);
+        self.net.plane.prepare(&early);
         tracing::info!(
             node = %self.args.node_name,
-            heartbeat = %self.heartbeat_ip,
-            mac = ?self.heartbeat_mac,
+            heartbeat = %self.net.heartbeat_ip,
+            mac = ?self.net.heartbeat_mac,
             election = ?self.args.election,
-            dataplane = self.plane.enabled(),
+            dataplane = self.net.plane.enabled(),
             "agent started"
         );
         Ok(true)
@@ -159,20 +181,21 @@ impl Context {
 
     /// Entries still answering from a previous run on interfaces we have.
     pub(super) fn existing(&mut self) -> Vec<(IpAddr, IfaceName)> {
-        let names: Vec<String> = self.ifaces.iter().map(|i| i.name.clone()).collect();
-        self.plane.existing(&names)
+        let names: Vec<String> = self.net.ifaces.iter().map(|i| i.name.clone()).collect();
+        self.net.plane.existing(&names)
     }
 
     pub(super) fn refresh_interfaces(&mut self) {
         match iface::snapshot() {
-            Ok(s) => self.ifaces = s,
+            Ok(s) => self.net.ifaces = s,
             Err(e) => tracing::warn!(error = %e, "cannot list interfaces"),
         }
     }
 
     /// What decides interface choice and link state, to notice changes.
     pub(super) fn iface_fingerprint(&self) -> Vec<IfaceFingerprint> {
-        self.ifaces
+        self.net
+            .ifaces
             .iter()
             .map(|i| {
                 (
@@ -187,17 +210,19 @@ impl Context {
     /// The links to publish in our Lease (`None` without a data plane: then every VIP is
     /// "announced" nowhere, and peers need not know where).
     pub(super) fn links(&self) -> Option<Vec<crate::election::Link>> {
-        self.plane
+        self.net
+            .plane
             .enabled()
-            .then(|| iface::links(&self.ifaces, &self.iface_cfg))
+            .then(|| iface::links(&self.net.ifaces, &self.net.iface_cfg))
     }
 
     /// Link state of the interfaces VIPs were placed on.
     pub(super) fn link_states(&self) -> Vec<(IfaceName, bool)> {
-        self.used_ifaces
+        self.net
+            .used_ifaces
             .iter()
             .map(|name| {
-                let up = self.ifaces.iter().any(|i| i.name == *name && i.up);
+                let up = self.net.ifaces.iter().any(|i| i.name == *name && i.up);
                 (IfaceName::from(name.as_str()), up)
             })
             .collect()
@@ -205,33 +230,33 @@ impl Context {
 
     /// The eligibility plan from the watch stores (`None` before the first lists).
     pub(super) fn plan(&self) -> Option<Plan> {
-        if !self.synced {
+        if !self.kube.synced {
             return None;
         }
-        let services = self.watches.services.state();
-        let slices = self.watches.slices.state();
-        let nodes = self.watches.nodes.state();
+        let services = self.kube.watches.services.state();
+        let slices = self.kube.watches.slices.state();
+        let nodes = self.kube.watches.nodes.state();
         Some(eligibility::plan(
             &services,
             &slices,
             &nodes,
-            &self.selection,
+            &self.kube.selection,
         ))
     }
 
     /// The interface for `vip` on this node, or why there is none.
     pub(super) fn choose(&mut self, vip: IpAddr) -> Option<IfaceName> {
-        if !self.plane.enabled() {
+        if !self.net.plane.enabled() {
             // No interface: the core's Events then say "(no data plane)".
             return Some(IfaceName::from(""));
         }
-        match iface::choose(vip, &self.ifaces, &self.iface_cfg) {
+        match iface::choose(vip, &self.net.ifaces, &self.net.iface_cfg) {
             Ok(c) => {
-                self.used_ifaces.insert(c.iface.to_string());
+                self.net.used_ifaces.insert(c.iface.to_string());
                 Some(c.iface)
             }
             Err(e) => {
-                if self.reported.insert(format!("noiface {vip}")) {
+                if self.report.reported.insert(format!("noiface {vip}")) {
                     tracing::warn!(%vip, "{e}");
                 }
                 None
@@ -266,13 +291,13 @@ impl Context {
         for p in &plan.problems {
             let key = format!("{}|{}", p.service, p.message);
             now_seen.insert(key.clone());
-            if self.reported.contains(&key) {
+            if self.report.reported.contains(&key) {
                 continue;
             }
-            self.reported.insert(key);
+            self.report.reported.insert(key);
             tracing::warn!(service = %p.service, vip = ?p.vip, reason = p.reason.event_reason(), "{}", p.message);
             if reporter(&p.service.to_string()) {
-                self.events.publish(
+                self.kube.events.publish(
                     &p.service,
                     EventType::Warning,
                     p.reason.event_reason(),
@@ -281,7 +306,8 @@ impl Context {
             }
         }
         // Forget problems that went away, so a recurrence is reported again.
-        self.reported
+        self.report
+            .reported
             .retain(|k| !k.contains('|') || now_seen.contains(k));
     }
 
@@ -295,10 +321,10 @@ impl Context {
         vip: IpAddr,
         mac: MacAddr,
     ) {
-        if !self.plane.enabled() {
+        if !self.net.plane.enabled() {
             return; // No data plane to ask: silence, the core takes over after its timeout.
         }
-        let Some(li) = self.ifaces.iter().find(|i| *i.name == **iface) else {
+        let Some(li) = self.net.ifaces.iter().find(|i| *i.name == **iface) else {
             return;
         };
         let src = probe::Source {
@@ -320,7 +346,7 @@ impl Context {
     }
 
     pub(super) fn publish(&self, state: AgentState) {
-        self.published.set(state);
+        self.report.published.set(state);
     }
 }
 

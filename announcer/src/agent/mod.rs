@@ -33,7 +33,7 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 
 use self::{
     config::{AgentArgs, ConfigError, Election},
-    context::Context,
+    context::{Context, KubeSide, NodeNet, Reporting},
     kube::{eligibility::SelectionError, events::Events, node_lease, watch::Watches},
     metrics::Metrics,
     net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
@@ -125,29 +125,35 @@ pub async fn run(
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
     let mut ctx = Context {
-        events,
-        recorder: metrics.recorder(),
-        sources: metrics.sources().clone(),
-        plane: Plane::new(
-            pin_root,
-            args.xdp_mode.into(),
-            args.burst(),
-            !args.no_dataplane,
-        ),
-        client,
-        watches,
-        selection,
-        iface_cfg: IfaceConfig {
-            allow: args.interfaces.clone(),
-            internal_ips: Vec::new(),
+        kube: KubeSide {
+            client,
+            watches,
+            events,
+            selection,
+            synced: false,
         },
-        ifaces: Vec::new(),
-        used_ifaces: Default::default(),
-        heartbeat_ip: [0, 0, 0, 0].into(),
-        heartbeat_mac: None,
-        synced: false,
-        reported: Default::default(),
-        published,
+        report: Reporting {
+            recorder: metrics.recorder(),
+            sources: metrics.sources().clone(),
+            published,
+            reported: Default::default(),
+        },
+        net: NodeNet {
+            plane: Plane::new(
+                pin_root,
+                args.xdp_mode.into(),
+                args.burst(),
+                !args.no_dataplane,
+            ),
+            iface_cfg: IfaceConfig {
+                allow: args.interfaces.clone(),
+                internal_ips: Vec::new(),
+            },
+            ifaces: Vec::new(),
+            used_ifaces: Default::default(),
+            heartbeat_ip: [0, 0, 0, 0].into(),
+            heartbeat_mac: None,
+        },
         stop,
         term,
         args,

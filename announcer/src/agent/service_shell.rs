@@ -29,11 +29,11 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     let (own_tx, mut owns) = mpsc::channel::<Ownership>(1024);
     let (stop_trigger, stop) = shutdown::channel();
     let stats = Arc::new(LeaseApiStats::default());
-    ctx.sources.set_service_leases(stats.clone());
+    ctx.report.sources.set_service_leases(stats.clone());
     // Takeovers and handovers, as the node-lease core counts them, for `/state` and metrics.
     let mut counts = ElectionStats::default();
     let contender = tokio::spawn(lease_per_service::run(
-        ctx.client.clone(),
+        ctx.kube.client.clone(),
         lease_per_service::Config {
             node: node.clone(),
             namespace: ctx.args.namespace.clone(),
@@ -46,7 +46,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
     ));
     let grace = ctx.args.grace;
     let mut refresh = tokio::time::interval(grace / 3);
-    let mut changed = ctx.watches.changed.clone();
+    let mut changed = ctx.kube.watches.changed.clone();
     let mut owned: BTreeMap<IpAddr, (IfaceName, ServiceRef)> = BTreeMap::new();
     let mut stopping = false;
     let mut contender = contender;
@@ -68,7 +68,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
             Some(o) = owns.recv() => apply(&mut ctx, &mut owned, o, &node, &mut counts),
             _ = refresh.tick() => {
                 for (vip, (iface, _)) in &owned {
-                    if let Err(e) = ctx.plane.install(*vip, iface, grace) {
+                    if let Err(e) = ctx.net.plane.install(*vip, iface, grace) {
                         tracing::error!(%vip, %iface, error = %e, "map refresh failed");
                     }
                 }
@@ -105,7 +105,7 @@ fn apply(
     for vip in stale {
         let (iface, _) = owned.remove(&vip).expect("listed");
         counts.releases += 1;
-        match ctx.plane.remove(vip, &iface) {
+        match ctx.net.plane.remove(vip, &iface) {
             Ok(()) => tracing::info!(%vip, service = %o.service, "released"),
             Err(e) => tracing::error!(%vip, error = %e, "map delete failed"),
         }
@@ -120,17 +120,18 @@ fn apply(
         let Some(iface) = ctx.choose(vip) else {
             continue;
         };
-        if let Err(e) = ctx.plane.install(vip, &iface, ctx.args.grace) {
+        if let Err(e) = ctx.net.plane.install(vip, &iface, ctx.args.grace) {
             tracing::error!(%vip, %iface, error = %e, "map write failed");
             continue;
         }
-        if let Err(e) = ctx.plane.announce(vip, &iface) {
+        if let Err(e) = ctx.net.plane.announce(vip, &iface) {
             tracing::error!(%vip, %iface, error = %e, "announcement failed");
         }
         counts.takeovers += 1;
         let note = format!("announcing {vip} from {node} on {iface}");
         tracing::info!(%vip, service = %o.service, "{note}");
-        ctx.events
+        ctx.kube
+            .events
             .publish(&o.service, EventType::Normal, "Announcing", &note);
         owned.insert(vip, (iface, o.service.clone()));
     }
@@ -146,7 +147,7 @@ fn state(
         election: "lease-per-service".into(),
         incarnation: 0,
         ready: true,
-        dataplane: ctx.plane.enabled(),
+        dataplane: ctx.net.plane.enabled(),
         owned: owned
             .iter()
             .map(|(vip, (iface, svc))| OwnedVip {
@@ -157,7 +158,7 @@ fn state(
             .collect(),
         peers: Vec::new(),
         stats: counts.clone(),
-        api_ok: *ctx.watches.healthy.borrow(),
+        api_ok: *ctx.kube.watches.healthy.borrow(),
         standby: false,
     }
 }

@@ -113,14 +113,14 @@ impl Shell {
     /// previous run, the watches' health, the VIPs.
     fn start(mut ctx: Context) -> Result<Self, super::AgentError> {
         let node = NodeName::from(ctx.args.node_name.as_str());
-        let hb_addr = SocketAddr::new(ctx.heartbeat_ip, ctx.args.heartbeat_port);
+        let hb_addr = SocketAddr::new(ctx.net.heartbeat_ip, ctx.args.heartbeat_port);
         let socket = HeartbeatSocket::bind(hb_addr)?.on_rejected_from({
-            let recorder = ctx.recorder.clone();
+            let recorder = ctx.report.recorder.clone();
             move |peer, reason| recorder.heartbeat_rejected_from(peer, reason)
         });
-        ctx.sources.set_heartbeat(socket.stats());
+        ctx.report.sources.set_heartbeat(socket.stats());
         let lease = Arc::new(NodeLease::new(
-            ctx.client.clone(),
+            ctx.kube.client.clone(),
             &ctx.args.namespace,
             node.clone(),
             hb_addr,
@@ -154,10 +154,10 @@ impl Shell {
             });
         }
 
-        let mac = ctx.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
+        let mac = ctx.net.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
         let mut config = ctx.args.election_config(mac);
         config.config_hash = config_fingerprint(&ctx.args);
-        config.data_plane = ctx.plane.enabled();
+        config.data_plane = ctx.net.plane.enabled();
         let mut core = Core::new(config, Instant::now(), incarnation);
         let existing = ctx.existing();
         if !existing.is_empty() {
@@ -170,11 +170,11 @@ impl Shell {
 
         let (write_tx, writes) = mpsc::channel::<LeaseWriteResult>(4);
         let (probes, answers) = Probes::new(256);
-        ctx.sources.set_probes(probes.stats());
+        ctx.report.sources.set_probes(probes.stats());
         let mut services = BTreeMap::new();
         let links = tokio::time::interval(LINK_CHECK);
-        let mut healthy = ctx.watches.healthy.clone();
-        let changed = ctx.watches.changed.clone();
+        let mut healthy = ctx.kube.watches.healthy.clone();
+        let changed = ctx.kube.watches.changed.clone();
 
         core.handle(
             Instant::now(),
@@ -230,21 +230,21 @@ impl Shell {
             }
             Some(r) = self.writes.recv() => vec![Input::LeaseWrite(r)],
             Some(v) = self.beats.recv() => {
-                record_beat(&self.ctx.recorder, &mut self.loss, &v);
+                record_beat(&self.ctx.report.recorder, &mut self.loss, &v);
                 vec![Input::Heartbeat(v.beat)]
             }
             Some(a) = self.answers.recv() => {
                 if let Some(sent) = self.probes_sent.remove(&a.mac) {
-                    self.ctx.recorder.probe_rtt(sent.elapsed());
+                    self.ctx.report.recorder.probe_rtt(sent.elapsed());
                 }
                 vec![a.into()]
             }
-            Some(ev) = self.ctx.watches.lease_events.recv() => {
+            Some(ev) = self.ctx.kube.watches.lease_events.recv() => {
                 if let LeaseEvent::Deleted(l) = &ev
                     && let Some(n) = node_lease::node_of(l)
                 {
                     self.loss.forget(&n);
-                    self.ctx.recorder.forget_peer(&n);
+                    self.ctx.report.recorder.forget_peer(&n);
                     self.keyring.write().unwrap_or_else(|e| e.into_inner()).remove_peer(&n);
                     self.verifier.lock().unwrap_or_else(|e| e.into_inner()).forget(&n);
                 }
@@ -298,7 +298,7 @@ impl Shell {
         // among them end now.
         for f in self.core.take_failovers() {
             let took = f.last_heard.elapsed();
-            self.ctx.recorder.takeover(took);
+            self.ctx.report.recorder.takeover(took);
             tracing::info!(vip = %f.vip, from = %f.from, took_ms = took.as_millis() as u64, "took over");
         }
         // `/state` is for people and tests: rebuild it when something was done, else at most
@@ -322,7 +322,7 @@ impl Shell {
                 connected,
             } => {
                 let (lease, tx) = (self.lease.clone(), self.write_tx.clone());
-                let recorder = ctx.recorder.clone();
+                let recorder = ctx.report.recorder.clone();
                 let body = WriteBody {
                     release,
                     standby,
@@ -349,19 +349,19 @@ impl Shell {
                 }
             }
             Output::Install { vip, iface, ttl } => {
-                if let Err(e) = ctx.plane.install(vip, &iface, ttl) {
+                if let Err(e) = ctx.net.plane.install(vip, &iface, ttl) {
                     tracing::error!(%vip, %iface, error = %e, "map write failed");
                 }
             }
             Output::Remove { vip, iface } => {
-                if let Err(e) = ctx.plane.remove(vip, &iface) {
+                if let Err(e) = ctx.net.plane.remove(vip, &iface) {
                     tracing::error!(%vip, %iface, error = %e, "map delete failed");
                 } else {
                     tracing::info!(%vip, %iface, "released");
                 }
             }
             Output::Announce { vip, iface } => {
-                if let Err(e) = ctx.plane.announce(vip, &iface) {
+                if let Err(e) = ctx.net.plane.announce(vip, &iface) {
                     tracing::error!(%vip, %iface, error = %e, "announcement failed");
                 }
             }
@@ -377,12 +377,12 @@ impl Shell {
             } => {
                 // Logged by `publish`, also when the Event itself is not written.
                 let (type_, reason) = announce_event_type(&kind);
-                ctx.events.publish(&service, type_, reason, &message);
+                ctx.kube.events.publish(&service, type_, reason, &message);
             }
             Output::NodeEvent { kind, message } => {
                 // Logged by `publish_on_node`.
                 let (type_, reason) = node_event_type(&kind);
-                ctx.events.publish_on_node(type_, reason, &message);
+                ctx.kube.events.publish_on_node(type_, reason, &message);
             }
             Output::Exit => return true,
         }
@@ -467,8 +467,8 @@ fn learn_key(node: &NodeName, key: Option<&str>, keyring: &RwLock<Keyring>, ctx:
     };
     match keys.set_peer(node.clone(), parsed) {
         Ok(PeerKeyChange::Changed) => {
-            ctx.recorder.peer_key_changed(node);
-            ctx.events.publish_on_node(
+            ctx.report.recorder.peer_key_changed(node);
+            ctx.kube.events.publish_on_node(
                 kube::runtime::events::EventType::Warning,
                 "PeerKeyChanged",
                 &format!(
@@ -488,7 +488,7 @@ fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> Age
         election: "node-lease".into(),
         incarnation: core.incarnation(),
         ready: core.is_ready(),
-        dataplane: ctx.plane.enabled(),
+        dataplane: ctx.net.plane.enabled(),
         owned: core
             .owned()
             .into_iter()
@@ -510,7 +510,7 @@ fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> Age
             })
             .collect(),
         stats: core.stats(),
-        api_ok: *ctx.watches.healthy.borrow(),
+        api_ok: *ctx.kube.watches.healthy.borrow(),
         standby: core.is_standby(),
     }
 }
