@@ -2,7 +2,7 @@
 //! be set lower; `--help` says what each one trades.
 //!
 //! The same settings can come from a YAML file (`--config`, in a cluster the `announcer-config`
-//! ConfigMap, see [`file`]), because a DaemonSet's argument list is a poor place to document
+//! ConfigMap, see [`file`](mod@file)), because a DaemonSet's argument list is a poor place to document
 //! and review them. A flag given on the command line (or through its environment variable)
 //! always wins over the file, so an operator can override one setting for one node without
 //! editing the ConfigMap. The merge happens while clap builds [`AgentArgs`], so every caller
@@ -146,7 +146,7 @@ pub struct AgentFlags {
     #[arg(long, env = "ANNOUNCER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Directory for this node's heartbeat identity and incarnation counter (default
-    /// /var/lib/announcer/<node-name>); keep it on the host (hostPath) so restarts keep both.
+    /// `/var/lib/announcer/<node-name>`); keep it on the host (hostPath) so restarts keep both.
     #[arg(long, env = "ANNOUNCER_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// Election mode.
