@@ -1,5 +1,5 @@
 //! One node with the API server inside its own namespace: for the tests that run a single agent
-//! with the real data plane (`agent_dataplane.rs`, `status.rs`). The agent reaches the server
+//! with the real data plane (`tests/agent/dataplane.rs`, `tests/agent/status.rs`). The agent reaches the server
 //! on the namespace's loopback, so nothing crosses into the root namespace.
 //!
 //! What is here: a process guard that kills on drop (also while a test panics), the API

@@ -1,7 +1,6 @@
 //! Tests of the namespace testbed itself (no XDP). Requires root.
 
 use std::process::Command;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use announcer_tests::netns::{
@@ -9,18 +8,7 @@ use announcer_tests::netns::{
 };
 use announcer_tests::tools;
 
-/// Tests in this binary run in parallel threads of one process; the test that
-/// checks "no namespace of this pid remains" takes the write side so that no
-/// other test owns a namespace meanwhile.
-static EXCLUSIVE: RwLock<()> = RwLock::new(());
-
-fn shared() -> RwLockReadGuard<'static, ()> {
-    EXCLUSIVE.read().unwrap_or_else(|e| e.into_inner())
-}
-
-fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner())
-}
+use crate::{exclusive, shared};
 
 fn ns_exists(name: &str) -> bool {
     netns::list_namespaces(netns::NS_PREFIX)

@@ -1,5 +1,5 @@
 //! `announcer status` and `/metrics` on a node with the real data plane: the API server and
-//! one agent run inside a node namespace (as in `agent_dataplane.rs`), the agent attaches XDP
+//! one agent run inside a node namespace (as in `dataplane.rs`), the agent attaches XDP
 //! (generic mode) to the node's veth, a client on the other end asks for the VIP, and the
 //! operator's views — the status table, its JSON, and the per-VIP answered counter Prometheus
 //! scrapes — must agree with what happened. Needs root; never skips.

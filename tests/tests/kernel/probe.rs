@@ -94,6 +94,7 @@ fn responder_with_vips(pair: &Pair) -> Cli<'_> {
 
 #[test]
 fn the_owner_answers_and_nobody_else_does() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("probe");
     let cli = responder_with_vips(&pair);
 
@@ -153,6 +154,7 @@ fn with_probes<R: Send>(
 
 #[test]
 fn answers_arrive_on_the_channel_for_the_election_with_the_nonce_echoed() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("probe-chan");
     let _cli = responder_with_vips(&pair);
 
@@ -232,6 +234,7 @@ const PROBER_MAC: MacAddr = MacAddr(CLIENT_MAC);
 
 #[test]
 fn forged_replies_from_a_spoofer_do_not_answer_a_probe_of_a_dead_owner() {
+    let _ns = crate::shared(); // see main.rs
     // The old owner (NODE) is gone from the segment; a third host sprays forged unicast
     // replies in its name at the prober every 5 ms.
     let lan = Lan::new("spoof", &[PROBER, SPOOFER]);
@@ -274,6 +277,7 @@ fn forged_replies_from_a_spoofer_do_not_answer_a_probe_of_a_dead_owner() {
 
 #[test]
 fn a_flood_of_forged_replies_delivers_no_answer_to_the_channel() {
+    let _ns = crate::shared(); // see main.rs
     // 100k forged replies (50k ARP, 50k NA) as fast as the spoofer can send, while the prober
     // keeps probes of the (absent) old owner in flight the whole time.
     let lan = Lan::new("flood", &[PROBER, SPOOFER]);

@@ -77,16 +77,19 @@ fn answers_in_mode(mode: &str) {
 
 #[test]
 fn answers_arping_and_ndisc6_in_generic_mode() {
+    let _ns = crate::shared(); // see main.rs
     answers_in_mode("generic");
 }
 
 #[test]
 fn answers_arping_and_ndisc6_in_native_mode() {
+    let _ns = crate::shared(); // see main.rs
     answers_in_mode("native");
 }
 
 #[test]
 fn expired_and_deleted_vips_go_unanswered() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("expiry");
     let cli = Cli::new(&pair.node);
     cli.load(NODE_IF, "generic");
@@ -129,6 +132,7 @@ fn expired_and_deleted_vips_go_unanswered() {
 
 #[test]
 fn reload_and_in_place_upgrade_leave_no_gap() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("reload");
     let cli = Cli::new(&pair.node);
     cli.load(NODE_IF, "generic");
@@ -179,6 +183,7 @@ fn reload_and_in_place_upgrade_leave_no_gap() {
 
 #[test]
 fn unload_detaches_and_removes_exactly_its_pins() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("unload");
     let cli = Cli::new(&pair.node);
     cli.ok(&["load", "--iface", NODE_IF]);
@@ -206,6 +211,7 @@ fn unload_detaches_and_removes_exactly_its_pins() {
 
 #[test]
 fn errors_name_the_problem_the_fix_and_the_exit_code() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("errors");
     let cli = Cli::new(&pair.node);
     let cases: [(&[&str], i32, &str); 5] = [
@@ -258,7 +264,7 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MAC address"));
 
     // Full map: a tiny map cannot be made from the CLI, so fill the real one partly and check
-    // the error type through the library instead (tests/tests/xdp_rules.rs covers the rest).
+    // the error type through the library instead (tests/tests/kernel/xdp_rules.rs covers the rest).
     cli.load(NODE_IF, "generic");
     let o = cli.output(&[
         "vip",
@@ -279,6 +285,7 @@ fn errors_name_the_problem_the_fix_and_the_exit_code() {
 
 #[test]
 fn load_under_ip_netns_exec_refuses_a_bpffs_that_would_vanish_and_says_how_to_fix_it() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("ephemeral");
     // `ip netns exec` remounts /sys in a private mount namespace: /sys/fs/bpf there is empty.
     let root = format!("/sys/fs/bpf/anntest-{}-ephemeral", std::process::id());
@@ -300,6 +307,7 @@ fn load_under_ip_netns_exec_refuses_a_bpffs_that_would_vanish_and_says_how_to_fi
 
 #[test]
 fn program_events_reach_the_log() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("logs");
     let cli = Cli::new(&pair.node);
     cli.load(NODE_IF, "generic");
@@ -332,6 +340,7 @@ fn program_events_reach_the_log() {
 
 #[test]
 fn native_mode_failure_is_explained_and_auto_falls_back() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("modes");
     let cli = Cli::new(&pair.node);
     // The loopback device has no native XDP support.
@@ -351,6 +360,7 @@ fn native_mode_failure_is_explained_and_auto_falls_back() {
 
 #[test]
 fn missing_privileges_are_named() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("noperm");
     let cli = Cli::new(&pair.node);
     let mut cmd = pair.node.nsenter_cmd("setpriv");
@@ -377,6 +387,7 @@ fn missing_privileges_are_named() {
 
 #[test]
 fn takeover_burst_moves_existing_neighbor_entries() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("burst");
     let cli = Cli::new(&pair.node);
     cli.load(NODE_IF, "generic");
@@ -420,6 +431,7 @@ fn takeover_burst_moves_existing_neighbor_entries() {
 
 #[test]
 fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
+    let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("recreate");
     let cli = Cli::new(&pair.node);
     // (No dummy driver on every kernel: a veth pair inside the namespace serves.)
@@ -475,6 +487,7 @@ fn a_recreated_interface_gets_a_fresh_attachment_and_keeps_its_vips() {
 
 #[test]
 fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
+    let _ns = crate::shared(); // see main.rs
     use announcer::dataplane::announce::PacketSocket;
     use announcer_tests::frames;
     for mode in ["native", "generic"] {
