@@ -7,7 +7,7 @@ use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 
 use super::cost::CostReport;
-use super::stats::percentile;
+use crate::bench::stats::percentile;
 
 /// The x axis stops here (percent): the last fraction of a percent is a few scheduler hiccups
 /// that would squeeze everything else into a corner.

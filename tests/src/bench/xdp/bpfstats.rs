@@ -17,7 +17,7 @@ use announcer_ebpf::{
 use anyhow::{Context, Result, bail};
 use aya::programs::{TestRun, TestRunOptions, Xdp, loaded_programs};
 
-use super::stats::percentile;
+use crate::bench::stats::percentile;
 
 const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 

@@ -24,7 +24,7 @@ use aya::{
     programs::{TestRun, TestRunOptions, Xdp},
 };
 
-use super::stats::{Summary, summarize};
+use crate::bench::stats::{Summary, summarize};
 use crate::frames::VIP_MAC;
 use crate::testrun::{IFINDEX, XDP_PASS, XDP_TX};
 

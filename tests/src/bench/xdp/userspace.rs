@@ -15,7 +15,7 @@ use announcer_ebpf::wire::{
 };
 use anyhow::Result;
 
-use super::{
+use crate::bench::{
     cpu,
     packet::{ETH_P_ARP, PacketSocket},
 };

@@ -59,9 +59,11 @@ use anyhow::{Context, Result, anyhow};
 use super::{
     attach::{Attached, Reflector},
     bpfstats::{self, ProgStats, StatsSetting},
+    userspace::Responder,
+};
+use crate::bench::{
     cpu::{self, Snapshot, Used},
     packet::{ETH_P_ARP, PacketSocket},
-    userspace::Responder,
 };
 use crate::netns::{NODE_MAC, Netns, Pair};
 
