@@ -3,7 +3,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::cluster::Cluster;
+use announcer_tests::env::cluster::Cluster;
 use k8s_openapi::api::events::v1::Event;
 
 const VIP: &str = "10.0.0.5";

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use announcer_tests::cluster::{Cluster, rendezvous_owner};
+use announcer_tests::env::cluster::{Cluster, rendezvous_owner};
 use k8s_openapi::api::events::v1::Event;
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];

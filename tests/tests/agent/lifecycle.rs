@@ -9,7 +9,7 @@
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
-use announcer_tests::cluster::{Cluster, owned_vips, rendezvous_owner, state_at};
+use announcer_tests::env::cluster::{Cluster, owned_vips, rendezvous_owner, state_at};
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::Api;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use announcer_tests::cluster::Cluster;
+use announcer_tests::env::cluster::Cluster;
 
 const VIPS: [&str; 3] = ["10.0.0.5", "10.0.0.6", "fd00::7"];
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];

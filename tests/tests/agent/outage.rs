@@ -17,8 +17,8 @@ use std::{
 
 use announcer_tests::{
     apiserver::{Fault, OutageMode},
-    cluster::{Cluster, rendezvous_owner},
-    testbed::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+    env::cluster::{Cluster, rendezvous_owner},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
 };
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];

@@ -12,9 +12,9 @@ use std::{
 
 use announcer_tests::{
     cli::{Cli, announcer_bin},
-    cluster::{owned_vips, state_at},
-    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
-    node_api::{Proc, set_ingress, start_apiserver, wait},
+    env::cluster::{owned_vips, state_at},
+    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
+    env::node::{Proc, set_ingress, start_apiserver, wait},
     tools::{arping, neigh_flush},
 };
 use serde_json::Value;

@@ -16,11 +16,11 @@ use std::{
 };
 
 use announcer_tests::{
-    cluster::rendezvous_owner,
-    netns::fmt_mac,
-    testbed::{
+    env::cluster::rendezvous_owner,
+    env::lan::{
         Answers, FloodKind, ProbeKind, Testbed, TestbedConfig, nic2_vip4, nic2_vip6, vip4, vip6,
     },
+    env::netns::fmt_mac,
 };
 
 /// Generous bound for anything the agents have to do.

@@ -12,8 +12,8 @@ use std::{
 };
 
 use announcer_tests::{
-    cluster::{owned_vips, rendezvous_owner},
-    testbed::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+    env::cluster::{owned_vips, rendezvous_owner},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
 };
 
 /// Generous bound for anything the agents have to do.

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use crate::{
     apiserver::{Counts, Verb},
     bench::cpu,
-    cluster::Cluster,
+    env::cluster::Cluster,
 };
 
 /// The lease-per-service retry period used (Cilium's default): every eligible node GETs every

@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use crate::netns::Netns;
+use crate::env::netns::Netns;
 
 /// UDP echo port on every node.
 pub const UDP_PORT: u16 = 7777;

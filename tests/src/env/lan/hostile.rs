@@ -34,8 +34,8 @@ use rand_chacha::ChaCha8Rng;
 use super::{IFACE, Testbed, net};
 use crate::{
     bench::packet::PacketSocket,
+    env::netns::Netns,
     frames::{write_arp_reply, write_arp_request, write_na, write_ns_multicast, write_udp4},
-    netns::Netns,
 };
 
 /// The hostile host's MAC.

@@ -45,7 +45,7 @@
 //! Cleanup: dropping a [`Testbed`] (also while a test panics) kills the agents and every
 //! process spawned in a node, stops the echo threads and the API server, removes the pin
 //! directories and deletes the namespaces. Agent processes also get `PR_SET_PDEATHSIG(SIGKILL)`,
-//! and [`crate::netns::sweep_stale`] removes what a killed test process left behind (its
+//! and [`crate::env::netns::sweep_stale`] removes what a killed test process left behind (its
 //! namespaces and its `/sys/fs/bpf/anntest-<pid>-*` pin roots). Binaries call
 //! [`install_ctrlc_cleanup`] so Ctrl-C cleans up too.
 //!
@@ -80,7 +80,7 @@ use serde_json::Value;
 
 use crate::{
     apiserver::{ApiServerHandle, Fault, OutageMode},
-    netns::Netns,
+    env::netns::Netns,
 };
 
 pub use agents::AGENT_HTTP_PORT;
@@ -264,7 +264,7 @@ impl Testbed {
     /// Ready, InternalIP — and the heartbeat Secret). No agents yet: see
     /// [`Self::start_agents`].
     pub async fn start(cfg: TestbedConfig) -> Testbed {
-        crate::netns::require_root();
+        crate::env::netns::require_root();
         assert!(
             (1..=MAX_NODES).contains(&cfg.nodes),
             "1..={MAX_NODES} nodes, not {}",
@@ -402,7 +402,7 @@ impl Testbed {
     /// `GET /state` of the node's agent (inside its namespace), if it answers.
     pub fn state(&self, node: &str) -> Option<Value> {
         self.node_ns(node)
-            .enter(|| crate::cluster::state_at(AGENT_HTTP_PORT))
+            .enter(|| crate::env::cluster::state_at(AGENT_HTTP_PORT))
     }
 
     /// The nodes whose agent's `/state` lists `vip` as owned.
@@ -418,7 +418,7 @@ impl Testbed {
     pub fn ownership(&self) -> BTreeMap<String, Vec<IpAddr>> {
         self.agents
             .keys()
-            .filter_map(|n| Some((n.clone(), crate::cluster::owned_vips(&self.state(n)?))))
+            .filter_map(|n| Some((n.clone(), crate::env::cluster::owned_vips(&self.state(n)?))))
             .collect()
     }
 
@@ -578,7 +578,7 @@ pub fn install_ctrlc_cleanup() {
 /// Removes what this process created: its harness namespaces (killing what runs inside) and
 /// its `/sys/fs/bpf/anntest-<pid>-*` pin roots.
 pub fn cleanup_this_process() {
-    for ns in crate::netns::namespaces_of_this_process() {
+    for ns in crate::env::netns::namespaces_of_this_process() {
         net::delete_namespace_by_name(&ns);
     }
     let prefix = format!("anntest-{}-", std::process::id());

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::{
     cli::announcer_bin,
-    netns::{NODE_V4, Netns},
+    env::netns::{NODE_V4, Netns},
 };
 
 /// A process killed (and reaped) on drop, also when the test panics.
