@@ -1,5 +1,5 @@
 //! The CLI's surface without privileges: help, and argument errors with their exit codes.
-//! (Everything that touches the kernel is in `tests/tests/e2e_responder.rs`.)
+//! (Everything that touches the kernel is in `tests/tests/kernel/e2e_responder.rs`.)
 
 use std::process::Command;
 

@@ -9,7 +9,7 @@ use std::{net::IpAddr, path::Path, time::Duration};
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 
-use crate::testbed::{ProbeKind, Timeline};
+use crate::env::lan::{ProbeKind, Timeline};
 
 /// An announcement the client saw: `at` is an offset on the timeline's clock.
 #[derive(Clone, Debug)]
@@ -32,7 +32,7 @@ pub fn parse_announcements(tcpdump: &str) -> Vec<(f64, IpAddr, [u8; 6])> {
         let (Some(ts), Some(mac)) = (words.next(), words.next()) else {
             continue;
         };
-        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::netns::parse_mac(mac)) else {
+        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::env::netns::parse_mac(mac)) else {
             continue;
         };
         // Announcements go to everyone (broadcast, or all-nodes multicast for NA); an answer

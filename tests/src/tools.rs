@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::netns::{Netns, parse_mac};
+use crate::env::netns::{Netns, parse_mac};
 
 const INSTALL_HINT: &str = "run `apt-get install arping ndisc6`";
 

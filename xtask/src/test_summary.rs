@@ -91,7 +91,7 @@ impl Totals {
 /// A test binary cargo started.
 #[derive(Debug)]
 struct Binary {
-    /// E.g. `tests/agent_outage.rs (agent_outage)`, `doc-tests announcer`.
+    /// E.g. `tests/agent/main.rs (agent)`, `doc-tests announcer`.
     label: String,
     /// The executable, for killing it (none for doc-tests, which rustdoc runs).
     path: Option<PathBuf>,

@@ -1,24 +1,16 @@
-//! `cargo xtask bench xdp`: what the XDP responder costs per frame, and how many answers it
-//! gives per CPU second under an ARP flood compared with the kernel and a userspace responder.
+//! The benchmarks, one module each with its own report and plot, and what they share.
 //!
-//! * [`cost`]: nanoseconds per frame with `BPF_PROG_TEST_RUN`, against the `reflect` floor.
-//! * [`plot`]: the per-kind latency CDFs as an SVG.
-//! * [`flood`]: an ARP flood across a namespace pair, one responder at a time (the `reflect`
-//!   floor among them), each run several times; the median trial is reported.
-//! * [`report`]: targets, the table and the JSON document.
-//! * [`attach`], [`packet`], [`userspace`], [`cpu`], [`bpfstats`], [`stats`]: the pieces those
-//!   are built from.
+//! * [`xdp`]: `cargo xtask bench xdp`, what the XDP responder costs per frame and answers per
+//!   CPU second under an ARP flood.
+//! * [`control_plane`]: `cargo xtask bench control-plane`.
+//! * [`failover`]: `cargo xtask bench failover`.
+//! * Shared: [`stats`] (summaries, nearest-rank percentiles), [`verdict`] (targets met or
+//!   not), [`cpu`] (CPU time of processes), [`packet`] (a raw packet socket).
 
-pub mod attach;
-pub mod bpfstats;
 pub mod control_plane;
-pub mod cost;
 pub mod cpu;
 pub mod failover;
-pub mod flood;
 pub mod packet;
-pub mod plot;
-pub mod report;
 pub mod stats;
-pub mod userspace;
 pub mod verdict;
+pub mod xdp;

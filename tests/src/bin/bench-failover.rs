@@ -20,8 +20,8 @@ use announcer_tests::{
         verdict::{any_failed, failed_names},
     },
     cli::announcer_bin,
-    netns::require_root,
-    testbed::install_ctrlc_cleanup,
+    env::lan::install_ctrlc_cleanup,
+    env::netns::require_root,
 };
 use anyhow::{Result, bail, ensure};
 use clap::Parser;

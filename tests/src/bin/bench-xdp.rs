@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use announcer_tests::bench::{
+use announcer_tests::bench::xdp::{
     attach::{self, Attached},
     bpfstats, cost, flood, plot, report,
 };

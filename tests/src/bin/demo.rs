@@ -16,8 +16,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use announcer_tests::{
-    netns::{fmt_mac, require_root},
-    testbed::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
+    env::netns::{fmt_mac, require_root},
     timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 

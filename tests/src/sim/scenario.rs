@@ -347,7 +347,7 @@ pub const ISOLATION_BOUND: Duration = Duration::from_secs(6);
 /// configuration fingerprint per node): the election core's defaults
 /// ([`announcer::election::defaults`]), which are also the agent's flag defaults, so that the
 /// simulator checks the timings that ship. `cli_defaults_are_the_simulated_defaults` in
-/// `tests/tests/election_sim.rs` fails if `announcer agent` without flags runs anything else.
+/// `tests/tests/sim/election.rs` fails if `announcer agent` without flags runs anything else.
 pub fn template_config() -> Config {
     Config::new("template")
 }

@@ -2,7 +2,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::cluster::{Cluster, NAMESPACE};
+use announcer_tests::env::cluster::{Cluster, NAMESPACE};
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
 

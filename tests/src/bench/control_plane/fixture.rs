@@ -13,7 +13,7 @@ use std::{
 
 use futures::{StreamExt, stream};
 
-use crate::cluster::Cluster;
+use crate::env::cluster::Cluster;
 
 /// The namespace of the benchmark's Services.
 pub const SERVICE_NAMESPACE: &str = "default";

@@ -7,7 +7,7 @@ use std::{net::IpAddr, time::Duration};
 
 use serde::Serialize;
 
-use crate::testbed::{ProbeKind, Sample};
+use crate::env::lan::{ProbeKind, Sample};
 
 /// One VIP in one trial, as the client saw it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -1,6 +1,6 @@
 //! `cargo xtask bench failover`: how long a VIP is unanswered when its node fails, for this
 //! agent and the systems it replaces, side by side on the same multi-node testbed
-//! ([`crate::testbed`]): keepalived with default and tuned VRRP timings, this agent in
+//! ([`crate::env::lan`]): keepalived with default and tuned VRRP timings, this agent in
 //! lease-per-service mode with Cilium's and kube-vip's timings, and this agent with its
 //! defaults and its fastest settings ([`systems`]).
 //!
@@ -61,7 +61,7 @@ use scenarios::{Bed, Scenario};
 use systems::System;
 use tokio::runtime::Handle;
 
-use crate::testbed::{Testbed, TestbedConfig};
+use crate::env::lan::{Testbed, TestbedConfig};
 
 /// How long a restore may take before the system is given up for this run.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(90);

@@ -13,7 +13,7 @@ use super::{
     measure::Expect,
     systems::{Keepalived, System, agent_owners, keepalived_owners},
 };
-use crate::testbed::Testbed;
+use crate::env::lan::Testbed;
 
 /// One kind of failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -24,7 +24,7 @@ use std::{
     time::Duration,
 };
 
-use crate::testbed::Testbed;
+use crate::env::lan::Testbed;
 
 /// The agent's fastest settings that stayed reliable on this testbed (every trial recovered,
 /// no flapping while idle): 20 ms heartbeats, dead after 3 misses, 20 ms probe of the old

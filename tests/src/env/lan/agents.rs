@@ -1,0 +1,285 @@
+//! The agent processes (and other per-node processes such as keepalived).
+//!
+//! Why real processes under `nsenter --net`: SIGKILL, SIGTERM handover and restarts only mean
+//! something for a process, and the agent must see the node's own `eth0`, addresses and
+//! loopback. Only the network namespace changes, so the agents share the host's bpffs and pin
+//! under `/sys/fs/bpf/anntest-<pid>-tb<n>/<node>` (a root of their own per node, removed when
+//! the testbed drops, swept by [`crate::env::netns::sweep_stale`] if the test process dies).
+//! `PR_SET_PDEATHSIG(SIGKILL)` makes the kernel kill them if the test process dies first.
+
+use std::{
+    fs::OpenOptions,
+    io::Write,
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::{NAMESPACE, Testbed};
+use crate::{apiserver::kubeconfig_yaml, cli::announcer_bin};
+
+/// The agents' `/state` port inside their namespaces.
+pub const AGENT_HTTP_PORT: u16 = 9746;
+
+/// One running (or exited) agent.
+pub(super) struct Agent {
+    child: Child,
+    /// Arguments after the binary, to restart it identically.
+    args: Vec<String>,
+    log: PathBuf,
+    exited: Option<i32>,
+}
+
+impl Agent {
+    /// Still running (not reaped, not exited).
+    pub fn running(&self) -> bool {
+        self.exited.is_none()
+    }
+
+    /// SIGKILL and reap (idempotent).
+    pub fn kill(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let status = self.child.wait().ok();
+            self.exited = Some(status.map_or(-1, exit_code));
+        }
+    }
+}
+
+/// The exit code, or 128 + the signal number if a signal ended the process (as shells do).
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Makes the child die with its parent (the spawning thread; see the module docs of
+/// [`super`]).
+fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn has_flag(extra: &[&str], flag: &str) -> bool {
+    extra
+        .iter()
+        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
+}
+
+impl Testbed {
+    /// Starts `node`'s agent with the real data plane: `announcer --pin-root ROOT agent
+    /// --node-name NODE --kubeconfig … --heartbeat-address <node IPv4> --http-address
+    /// 0.0.0.0:9746 --xdp-mode generic|native --interface eth0[,eth1] EXTRA…` (a default flag
+    /// is left out when `extra_args` has it; `eth1` with [`Self::add_second_nic`]). With a
+    /// [`Self::set_clock_offset`] the agent runs under libfaketime. Logs go to
+    /// `<dir>/agent-<node>.log`.
+    pub fn start_agent(&mut self, node: &str, extra_args: &[&str]) {
+        if let Some(a) = self.agents.get_mut(node) {
+            assert!(
+                a.exited.is_some() || a.child.try_wait().ok().flatten().is_some(),
+                "the agent of {node} is still running"
+            );
+        }
+        let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
+        std::fs::write(
+            &kubeconfig,
+            kubeconfig_yaml(&super::services::agent_url(), &[node]),
+        )
+        .expect("write kubeconfig");
+        let pins = self.pin_root.join(node);
+        let ip = self.node_ip4(node).to_string();
+        let mode = if self.cfg.native_xdp {
+            "native"
+        } else {
+            "generic"
+        };
+        let mut args: Vec<String> = vec![
+            "--pin-root".into(),
+            pins.to_str().expect("utf-8 path").into(),
+            "agent".into(),
+        ];
+        // Kept across restarts of this node's agent (identity, incarnation), gone with the
+        // testbed.
+        let state = self.dir.join(format!("state-{node}"));
+        let defaults: [(&str, String); 8] = [
+            ("--node-name", node.into()),
+            ("--state-dir", state.to_str().expect("utf-8 path").into()),
+            ("--namespace", NAMESPACE.into()),
+            (
+                "--kubeconfig",
+                kubeconfig.to_str().expect("utf-8 path").into(),
+            ),
+            ("--heartbeat-address", ip),
+            ("--http-address", format!("0.0.0.0:{AGENT_HTTP_PORT}")),
+            ("--xdp-mode", mode.into()),
+            ("--interface", self.node_ifaces().join(",")),
+        ];
+        for (flag, value) in defaults {
+            if !has_flag(extra_args, flag) {
+                args.push(flag.into());
+                args.push(value);
+            }
+        }
+        args.extend(extra_args.iter().map(|s| s.to_string()));
+        self.spawn_agent(node, args);
+    }
+
+    /// Starts every node's agent with the same `extra_args`.
+    pub fn start_agents(&mut self, extra_args: &[&str]) {
+        for n in self.nodes() {
+            self.start_agent(&n, extra_args);
+        }
+    }
+
+    fn spawn_agent(&mut self, node: &str, args: Vec<String>) {
+        let log = self.dir.join(format!("agent-{node}.log"));
+        let mut out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("agent log");
+        let _ = writeln!(out, "===== testbed: starting announcer {}", args.join(" "));
+        let mut cmd = self
+            .node_ns(node)
+            .nsenter_cmd(announcer_bin().to_str().expect("utf-8 path"));
+        if let Some(offset) = self.clock_offsets.get(node) {
+            let _ = writeln!(
+                out,
+                "===== testbed: wall clock offset {offset} (libfaketime)"
+            );
+            super::clock::apply(&mut cmd, offset);
+        }
+        cmd.args(&args)
+            .env("RUST_LOG", "info,announcer=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(out);
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn the agent of {node}: {e}"));
+        self.agents.insert(
+            node.into(),
+            Agent {
+                child,
+                args,
+                log,
+                exited: None,
+            },
+        );
+    }
+
+    fn agent_mut(&mut self, node: &str) -> &mut Agent {
+        self.agents
+            .get_mut(node)
+            .unwrap_or_else(|| panic!("no agent was started on {node}"))
+    }
+
+    /// SIGKILLs `node`'s agent and reaps it; its pins and XDP stay (as after a crash).
+    pub fn kill_agent(&mut self, node: &str) {
+        self.agent_mut(node).kill();
+    }
+
+    /// Sends SIGTERM to `node`'s agent and returns at once (see [`Self::wait_agent_exit`]).
+    pub fn term_agent(&mut self, node: &str) {
+        let a = self.agent_mut(node);
+        if a.exited.is_none() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(a.child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    }
+
+    /// Waits up to `timeout` for `node`'s agent to exit: its exit code (128 + signal if a
+    /// signal ended it), `None` if it is still running.
+    pub fn wait_agent_exit(&mut self, node: &str, timeout: Duration) -> Option<i32> {
+        let end = Instant::now() + timeout;
+        let a = self.agent_mut(node);
+        loop {
+            if a.exited.is_some() {
+                return a.exited;
+            }
+            if let Some(s) = a.child.try_wait().expect("try_wait") {
+                a.exited = Some(exit_code(s));
+                return a.exited;
+            }
+            if Instant::now() >= end {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts `node`'s agent again with the arguments it had (SIGKILLing it first if it still
+    /// runs).
+    pub fn restart_agent(&mut self, node: &str) {
+        let a = self.agent_mut(node);
+        a.kill();
+        let args = a.args.clone();
+        self.spawn_agent(node, args);
+    }
+
+    /// The pid of `node`'s agent if it is running.
+    pub fn agent_pid(&self, node: &str) -> Option<u32> {
+        let a = self.agents.get(node)?;
+        a.exited.is_none().then(|| a.child.id())
+    }
+
+    /// The whole log of `node`'s agent (empty if none).
+    pub fn agent_log_text(&self, node: &str) -> String {
+        self.agents
+            .get(node)
+            .and_then(|a| std::fs::read_to_string(&a.log).ok())
+            .unwrap_or_default()
+    }
+
+    /// The last 25 lines of `node`'s agent log.
+    pub fn agent_log_tail(&self, node: &str) -> String {
+        let Some(a) = self.agents.get(node) else {
+            return format!("(no agent started on {node})");
+        };
+        let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(25)..].join("\n")
+    }
+
+    /// Path of `node`'s agent log.
+    pub fn agent_log(&self, node: &str) -> Option<PathBuf> {
+        self.agents.get(node).map(|a| a.log.clone())
+    }
+
+    /// Spawns `cmd` inside `node`'s network namespace (entered between fork and exec, so the
+    /// command's own stdio settings hold), with a parent-death SIGKILL. It is killed by
+    /// [`Self::crash`] of that node and when the testbed drops.
+    pub fn spawn_in_node(&mut self, node: &str, mut cmd: Command) {
+        let ns = self.node_ns(node).open();
+        let fd = ns.as_raw_fd();
+        // SAFETY: setns and prctl are async-signal-safe syscalls; `ns` (moved into the
+        // closure) keeps `fd` open until the command is dropped.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _keep_open = &ns;
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        die_with_parent(&mut cmd);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {:?} in {node}: {e}", cmd.get_program()));
+        self.spawned.entry(node.into()).or_default().push(child);
+    }
+}

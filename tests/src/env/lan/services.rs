@@ -1,0 +1,167 @@
+//! The cluster objects: the API server with its seed (Nodes, heartbeat Secret) and the
+//! LoadBalancer Services with their EndpointSlices.
+//!
+//! Why seeded Nodes: the kubelet would create them with their status; seeding does the same in
+//! one step, before any agent starts, so no agent ever sees a node without its InternalIP.
+//! Services are created like a user would (spec), then given their ingress IPs through the
+//! status subresource like a load-balancer IPAM controller (kube-apiserver drops the status of
+//! a created Service, and so does the in-repo server).
+
+use std::{net::IpAddr, net::SocketAddr, time::Duration};
+
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use super::{API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT};
+use crate::{
+    apiserver::{ApiServer, ApiServerHandle},
+    env::netns::Netns,
+};
+
+fn seed(nodes: &[Node]) -> Vec<Value> {
+    let mut objs = Vec::new();
+    for n in nodes {
+        objs.push(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "addresses": [
+                    {"type": "InternalIP", "address": n.v4.to_string()},
+                    {"type": "Hostname", "address": n.name},
+                ],
+            },
+        }));
+    }
+    objs
+}
+
+/// Starts the API server on `rt` with the seed, listening on 127.0.0.1 (this process) and on
+/// [`BRIDGE_V4`]:[`API_PORT`] inside the bridge namespace (the agents).
+pub(super) async fn start_api(
+    rt: &tokio::runtime::Runtime,
+    bridge: &Netns,
+    nodes: &[Node],
+) -> ApiServerHandle {
+    let lan = bridge.enter(|| {
+        std::net::TcpListener::bind(SocketAddr::from((BRIDGE_V4, API_PORT)))
+            .expect("bind the API server in the bridge namespace")
+    });
+    let builder = ApiServer::builder()
+        .bookmark_interval(Duration::from_secs(1))
+        .seed_objects(seed(nodes))
+        .extra_listener(lan);
+    rt.spawn(builder.start())
+        .await
+        .expect("API server start task")
+        .expect("API server starts")
+}
+
+/// The URL agents use.
+pub(super) fn agent_url() -> String {
+    format!("http://{BRIDGE_V4}:{API_PORT}")
+}
+
+fn slice_name(svc: &str) -> String {
+    format!("{svc}-slice")
+}
+
+fn endpoints(tb: &Testbed, on: &[&str]) -> Value {
+    on.iter()
+        .map(|n| {
+            json!({
+                "addresses": [tb.node_ip4(n).to_string()],
+                "nodeName": n,
+                "conditions": {"ready": true},
+            })
+        })
+        .collect()
+}
+
+impl Testbed {
+    /// Creates LoadBalancer Service `default/<name>` (class `announcer.dev/l2`, UDP
+    /// [`UDP_PORT`] and TCP [`TCP_PORT`], `externalTrafficPolicy: Local` if `etp_local`), sets
+    /// its `status.loadBalancer.ingress` to `vips`, and creates its EndpointSlice with one
+    /// ready endpoint per node in `endpoints_on`.
+    pub async fn add_service(
+        &self,
+        name: &str,
+        vips: &[IpAddr],
+        etp_local: bool,
+        endpoints_on: &[&str],
+    ) {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": SERVICE_NAMESPACE},
+            "spec": {
+                "type": "LoadBalancer",
+                "loadBalancerClass": LB_CLASS,
+                "externalTrafficPolicy": if etp_local { "Local" } else { "Cluster" },
+                "ports": [
+                    {"name": "echo", "port": UDP_PORT, "protocol": "UDP"},
+                    {"name": "accept", "port": TCP_PORT, "protocol": "TCP"},
+                ],
+            },
+        }))
+        .expect("service");
+        let services = Api::<Service>::namespaced(self.kube(), SERVICE_NAMESPACE);
+        services
+            .create(&PostParams::default(), &svc)
+            .await
+            .unwrap_or_else(|e| panic!("create Service {name}: {e}"));
+        let ingress: Vec<Value> = vips
+            .iter()
+            .map(|ip| json!({"ip": ip.to_string()}))
+            .collect();
+        services
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("set the ingress of Service {name}: {e}"));
+        let slice: EndpointSlice = serde_json::from_value(json!({
+            "metadata": {
+                "name": slice_name(name),
+                "namespace": SERVICE_NAMESPACE,
+                "labels": {"kubernetes.io/service-name": name},
+            },
+            "addressType": "IPv4",
+            "endpoints": endpoints(self, endpoints_on),
+        }))
+        .expect("endpointslice");
+        Api::<EndpointSlice>::namespaced(self.kube(), SERVICE_NAMESPACE)
+            .create(&PostParams::default(), &slice)
+            .await
+            .unwrap_or_else(|e| panic!("create the EndpointSlice of {name}: {e}"));
+    }
+
+    /// Replaces the endpoints of Service `name` (in one update of its EndpointSlice, so there
+    /// is never a moment without the slice).
+    pub async fn set_endpoints(&self, name: &str, endpoints_on: &[&str]) {
+        Api::<EndpointSlice>::namespaced(self.kube(), SERVICE_NAMESPACE)
+            .patch(
+                &slice_name(name),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"endpoints": endpoints(self, endpoints_on)})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("update the EndpointSlice of {name}: {e}"));
+    }
+
+    /// Deletes Service `name` and its EndpointSlice.
+    pub async fn delete_service(&self, name: &str) {
+        Api::<Service>::namespaced(self.kube(), SERVICE_NAMESPACE)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete Service {name}: {e}"));
+        Api::<EndpointSlice>::namespaced(self.kube(), SERVICE_NAMESPACE)
+            .delete(&slice_name(name), &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete the EndpointSlice of {name}: {e}"));
+    }
+}

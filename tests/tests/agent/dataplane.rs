@@ -1,0 +1,187 @@
+//! The agent with its data plane, for real: the API server and one agent run inside a node
+//! namespace (sharing its loopback), the agent attaches XDP (generic mode) to the node's veth,
+//! and a client namespace on the other end checks what a neighbour on the LAN would see:
+//! ARP/NDP answers with the node's MAC, the gratuitous announcements in its neighbour table, and
+//! silence once the agent has been told to stop. Needs root; never skips.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    process::Stdio,
+    time::Duration,
+};
+
+use announcer_tests::{
+    cli::{Cli, announcer_bin},
+    env::cluster::{owned_vips, state_at},
+    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Netns, Pair, fmt_mac, require_root},
+    env::node::{Proc, set_ingress, start_apiserver, wait},
+    tools::{arping, ndisc6, neigh_flush},
+};
+use serde_json::Value;
+
+const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
+/// Control VIPs put in the data plane by hand (`vip add --permanent`) once the agent is gone:
+/// still answered when the agent's entries have lapsed, so that silence for [`VIP4`] and
+/// [`VIP6`] is their expiry and not a data plane that stopped answering altogether.
+const CONTROL4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 101);
+const CONTROL6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x101);
+/// The agent's `/state` port inside the node namespace (nothing else listens there).
+const HTTP: u16 = 9746;
+/// Generous bound for the agent to start, attach and take the VIPs.
+const T: Duration = Duration::from_secs(20);
+/// How long a single ARP/NDP exchange may take.
+const PROBE: Duration = Duration::from_millis(800);
+
+/// The agent's `/state`, read from inside the node namespace.
+fn state(ns: &Netns) -> Option<Value> {
+    ns.enter(|| state_at(HTTP))
+}
+
+/// Whether the client's neighbour table maps `ip` to the node's MAC.
+fn neighbour_is_node(client: &Netns, ip: IpAddr) -> bool {
+    let out = client.ip(&["-j", "neigh", "show", "dev", CLIENT_IF]);
+    let entries: Value = serde_json::from_str(&out).unwrap_or(Value::Null);
+    entries.as_array().into_iter().flatten().any(|e| {
+        e["dst"].as_str().and_then(|d| d.parse::<IpAddr>().ok()) == Some(ip)
+            && e["lladdr"].as_str() == Some(fmt_mac(NODE_MAC).as_str())
+    })
+}
+
+/// `vip list --json` rows for our VIPs.
+fn listed(cli: &Cli) -> Vec<Value> {
+    let list: Value = serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).expect("json");
+    list.as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| v["vip"] == VIP4.to_string() || v["vip"] == VIP6.to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm() {
+    require_root();
+    let pair = Pair::new("agent-dp");
+    // A LAN neighbour that learns from gratuitous ARP and unsolicited NA. Linux only creates
+    // entries from them when asked to: `arp_accept`, and for IPv6 `accept_untracked_na`, which
+    // only applies to a router (RFC 9131), hence `forwarding`.
+    for conf in ["all", CLIENT_IF] {
+        let sysctl = |key: &str| pair.client.sysctl(key, "1");
+        sysctl(&format!("net.ipv4.conf.{conf}.arp_accept"));
+        sysctl(&format!("net.ipv6.conf.{conf}.forwarding"));
+        sysctl(&format!("net.ipv6.conf.{conf}.accept_untracked_na"));
+    }
+    let dir = std::env::temp_dir().join(format!("anndp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cli = Cli::new(&pair.node);
+    let (_api, api_addr) = start_apiserver(&pair.node, &dir);
+    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
+
+    let log = dir.join("agent.log");
+    let child = pair
+        .node
+        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"))
+        .arg("--pin-root")
+        .arg(cli.root())
+        .args([
+            "agent",
+            "--node-name",
+            "node-a",
+            "--namespace",
+            "announcer-system",
+        ])
+        .arg("--kubeconfig")
+        .arg(dir.join("kubeconfig.node-a"))
+        .args(["--xdp-mode", "generic", "--http-address"])
+        .arg(format!("127.0.0.1:{HTTP}"))
+        .arg("--state-dir")
+        .arg(dir.join("state-node-a"))
+        .env("RUST_LOG", "info,announcer=debug")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn agent");
+    let mut agent = Proc {
+        child,
+        log: log.clone(),
+    };
+
+    let vips = [IpAddr::V4(VIP4), IpAddr::V6(VIP6)];
+    wait("the agent to own both VIPs", T, &log, || {
+        state(&pair.node).is_some_and(|s| {
+            let owned = owned_vips(&s);
+            s["dataplane"] == true && vips.iter().all(|v| owned.contains(v))
+        })
+    });
+
+    // The takeover burst reached the client: its neighbour table has both VIPs at the node's
+    // MAC without it having asked.
+    wait(
+        "the announcements in the client's neighbour table",
+        T,
+        &log,
+        || vips.iter().all(|v| neighbour_is_node(&pair.client, *v)),
+    );
+
+    // Asked, the node answers with its MAC.
+    neigh_flush(&pair.client, CLIENT_IF);
+    let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
+    assert!(r.replies >= 1, "ARP for the VIP answered: {r:?}");
+    assert_eq!(r.unique_macs(), vec![NODE_MAC], "{r:?}");
+    assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, PROBE), Some(NODE_MAC));
+
+    // The operator's view of the map: both VIPs, live, with the node's MAC, on the veth.
+    let rows = listed(&cli);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for r in &rows {
+        assert_eq!(r["live"], true, "{r}");
+        assert_eq!(r["iface"], NODE_IF, "{r}");
+        assert_eq!(r["mac"].as_str(), Some(fmt_mac(NODE_MAC).as_str()), "{r}");
+    }
+
+    // SIGTERM: no peer to hand over to, so the agent exits 0 and leaves its entries to answer
+    // until their TTL (the grace) runs out, rather than darken the VIPs at once; a restart
+    // within the grace would pick them up again.
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe { libc::kill(agent.child.id() as i32, libc::SIGTERM) };
+    let mut code = None;
+    wait("the agent to exit", T, &log, || {
+        code = agent.child.try_wait().expect("try_wait").map(|s| s.code());
+        code.is_some()
+    });
+    let exited = std::time::Instant::now();
+    assert_eq!(code, Some(Some(0)), "exit status\n{}", agent.log_tail());
+    for control in [IpAddr::V4(CONTROL4), IpAddr::V6(CONTROL6)] {
+        cli.add_vip(control, NODE_IF, &["--permanent"]);
+    }
+    neigh_flush(&pair.client, CLIENT_IF);
+    let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
+    assert_eq!(
+        r.unique_macs(),
+        vec![NODE_MAC],
+        "answered on its TTL after SIGTERM: {r:?}"
+    );
+    // Then the entries lapse: 5 s (the default grace) after their last refresh.
+    let lapse = Duration::from_secs(5) + Duration::from_millis(500);
+    if let Some(left) = lapse.checked_sub(exited.elapsed()) {
+        std::thread::sleep(left);
+    }
+    neigh_flush(&pair.client, CLIENT_IF);
+    let r = arping(&pair.client, CLIENT_IF, VIP4, 2, PROBE);
+    let control = arping(&pair.client, CLIENT_IF, CONTROL4, 2, PROBE);
+    assert_eq!(r.replies, 0, "VIP still answered after its TTL: {r:?}");
+    assert_eq!(
+        control.unique_macs(),
+        vec![NODE_MAC],
+        "the data plane answers the control VIP {CONTROL4}: {control:?}"
+    );
+    assert_eq!(ndisc6(&pair.client, VIP6, CLIENT_IF, PROBE), None);
+    assert_eq!(
+        ndisc6(&pair.client, CONTROL6, CLIENT_IF, PROBE),
+        Some(NODE_MAC),
+        "the data plane answers the control VIP {CONTROL6}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

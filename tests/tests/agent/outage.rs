@@ -1,0 +1,284 @@
+//! Agents against the in-repo API server while the API server is unreachable for everyone.
+//!
+//! The design (`announcer::election::core`): while the API cannot be trusted, known Leases do
+//! not expire, membership freezes and heartbeats alone decide. So an outage longer than the
+//! Lease duration must change no ownership, and a crash during the outage must still fail over.
+//! The agents run with a 2 s Lease so that the 5 s outage outlasts it.
+//!
+//! `/state` only says what an agent *claims*; whether the VIP is still *answered* is asked from
+//! a client on the namespace testbed (real agents with their XDP data plane), where the outage
+//! also outlasts the grace, so entries nobody refreshes would have expired.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    time::{Duration, Instant},
+};
+
+use announcer_tests::{
+    apiserver::{Fault, OutageMode},
+    env::cluster::{Cluster, rendezvous_owner},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+};
+
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
+const T: Duration = Duration::from_secs(15);
+/// kube's watcher backoff tops out at 30 s.
+const RECOVERY: Duration = Duration::from_secs(60);
+/// Longer than the Lease duration below.
+const OUTAGE: Duration = Duration::from_secs(5);
+/// On the testbed: generous, the agents attach XDP and the host may be loaded.
+const DP_T: Duration = Duration::from_secs(30);
+/// On the testbed, from the moment every agent reports the API down: longer than the Lease
+/// (2 s) and the grace (5 s, how long an entry answers unrefreshed).
+const DP_OUTAGE: Duration = Duration::from_secs(7);
+/// One raw ARP/NDP round of [`Testbed::resolve_all`]: every answer in the window.
+const ROUND: Duration = Duration::from_millis(600);
+/// Lease 2 s; lenient death detection (1 s) so that a loaded host does not fake a dead peer.
+const ARGS: [&str; 6] = [
+    "--lease-duration",
+    "2s",
+    "--lease-renew",
+    "1s",
+    "--heartbeat-misses",
+    "10",
+];
+
+async fn cluster(name: &str, vips: &[&str]) -> Cluster {
+    let mut c = Cluster::start(name).await;
+    for n in NODES {
+        c.add_node(n, &[], true).await;
+    }
+    c.add_service("default", "web", vips, false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    for n in NODES {
+        c.start_agent(n, &ARGS);
+    }
+    c.wait_for("every VIP on its rendezvous owner", T, |c| {
+        settled(c, vips, &NODES)
+    })
+    .await;
+    c.wait_for("every agent trusts the API", T, |c| api_ok(c, true))
+        .await;
+    c
+}
+
+fn settled(c: &Cluster, vips: &[&str], nodes: &[&str]) -> bool {
+    c.owners_of(vips)
+        .iter()
+        .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
+}
+
+/// Whether every agent answers `/state` and says `api_ok == ok` (an agent that does not
+/// answer makes it false: silence must not pass for "the API is down").
+fn api_ok(c: &Cluster, ok: bool) -> bool {
+    c.nodes()
+        .iter()
+        .all(|n| c.state(n).is_some_and(|s| s["api_ok"] == ok))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_for_all_agents_changes_no_ownership() {
+    let vips = ["10.0.20.1", "10.0.20.2", "10.0.20.3", "fd00::20:4"];
+    let c = cluster("outage", &vips).await;
+
+    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.hold("ownership unchanged during the outage", OUTAGE, |c| {
+        settled(c, &vips, &NODES)
+    })
+    .await;
+    // The agents did notice (otherwise the hold above proved nothing).
+    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    c.hold(
+        "ownership unchanged during the outage",
+        Duration::from_secs(1),
+        |c| settled(c, &vips, &NODES),
+    )
+    .await;
+
+    c.api.clear_faults();
+    // Past a Lease duration (2 s): nothing expires when the API comes back. (Until the agent's
+    // watch-health bug is fixed, see `api_ok_returns_after_an_outage_without_changes`, the
+    // agents keep distrusting the API here, so this does not yet cover trust returning.)
+    c.hold(
+        "ownership unchanged after the outage",
+        Duration::from_secs(3),
+        |c| settled(c, &vips, &NODES),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_crash_during_outage_still_fails_over() {
+    const VIP: &str = "10.0.21.1";
+    let mut c = cluster("outage-crash", &[VIP]).await;
+    let top = rendezvous_owner(VIP, &NODES);
+
+    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    c.kill(&top);
+    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
+    let next = rendezvous_owner(VIP, &rest);
+    c.wait_for(
+        &format!("{next} takes over from the crashed {top} with the API down"),
+        T,
+        |c| c.owners(VIP) == [next.as_str()],
+    )
+    .await;
+
+    c.api.clear_faults();
+    c.hold(
+        &format!("{next} keeps it once the API is back"),
+        Duration::from_secs(3),
+        |c| c.owners(VIP) == [next.as_str()],
+    )
+    .await;
+}
+
+/// After an outage, `/state` must say the API is trusted again once the watches are back,
+/// even if none of the watched objects changed meanwhile. (The freeze of Lease expiry, the
+/// fencing and `api_ok` all depend on it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_ok_returns_after_an_outage_without_changes() {
+    const VIP: &str = "10.0.22.1";
+    let mut c = Cluster::start("outage-recovery").await;
+    c.add_node("node-a", &[], true).await;
+    c.add_service("default", "web", &[VIP], false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    c.start_agent("node-a", &ARGS);
+    c.wait_for("node-a owns", T, |c| c.owners(VIP) == ["node-a"])
+        .await;
+    c.wait_for("the agent trusts the API", T, |c| api_ok(c, true))
+        .await;
+    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.wait_for("the agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.api.clear_faults();
+    // The watches re-open within kube's watcher backoff (at most 30 s).
+    c.wait_for("open watches for the agent again", RECOVERY, |c| {
+        c.api
+            .open_watches()
+            .iter()
+            .filter(|w| w.client == "node-a")
+            .count()
+            >= announcer::agent::kube::watch::Source::ALL.len()
+    })
+    .await;
+    c.wait_for("the agent trusts the API again", T, |c| api_ok(c, true))
+        .await;
+    assert_eq!(c.owners(VIP), ["node-a"]);
+}
+
+/// The client's view of an outage for all agents: every probe of every VIP is answered, and
+/// by the VIP's rendezvous owner, from before the outage until after it ended, and through
+/// the outage every ARP/NDP question for it is answered by the owner alone. The outage
+/// lasts longer than the Lease (2 s) and the grace (5 s): no ownership change, and entries
+/// the agents stopped refreshing would have gone dark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_agents() {
+    let mut tb = Testbed::start(TestbedConfig {
+        nodes: 3,
+        native_xdp: false,
+        tag: "outage".into(),
+    })
+    .await;
+    let vips: Vec<IpAddr> = (70..72)
+        .flat_map(|k| [IpAddr::V4(vip4(k)), IpAddr::V6(vip6(k))])
+        .collect();
+    tb.add_service("web", &vips, false, &["node-a"]).await;
+    tb.start_agents(&ARGS);
+    let nodes = tb.nodes();
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let mut owners = BTreeMap::new();
+    for vip in &vips {
+        let o = tb.wait_owner(*vip, DP_T);
+        assert_eq!(
+            o,
+            rendezvous_owner(&vip.to_string(), &names),
+            "the rendezvous owner of {vip}"
+        );
+        tb.wait_for(
+            &format!("the client's traffic to {vip} reaching {o}"),
+            DP_T,
+            |tb| tb.ask(*vip, Duration::from_millis(800)).as_deref() == Some(o.as_str()),
+        );
+        owners.insert(*vip, o);
+    }
+    tb.wait_for("every agent trusts the API", DP_T, |tb| {
+        tb.nodes()
+            .iter()
+            .all(|n| tb.state(n).is_some_and(|s| s["api_ok"] == true))
+    });
+    let prober = tb.start_prober(&vips, Duration::from_millis(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let at = prober.mark("API outage");
+    tb.api_outage(true);
+    tb.wait_for("every agent reports the API down", DP_T, |tb| {
+        tb.nodes()
+            .iter()
+            .all(|n| tb.state(n).is_some_and(|s| s["api_ok"] == false))
+    });
+    // Through the outage, also ask ARP/NDP: the probes alone would not see entries lapse, as
+    // the client keeps sending to the MAC it has cached (TCP keeps confirming it).
+    let macs: BTreeMap<IpAddr, [u8; 6]> =
+        owners.iter().map(|(v, o)| (*v, tb.node_mac(o))).collect();
+    let down = Instant::now();
+    let mut wrong = Vec::new();
+    while down.elapsed() < DP_OUTAGE {
+        let when = down.elapsed().as_secs_f64();
+        for (vip, answered) in tb.resolve_all(&vips, ROUND) {
+            if answered != [macs[&vip]] {
+                wrong.push(format!(
+                    "+{when:.1}s into the outage: ARP/NDP for {vip} answered by {:?} (owner {})",
+                    tb.names_of_macs(&answered),
+                    owners[&vip]
+                ));
+            }
+        }
+    }
+    let end = prober.mark("API back");
+    tb.api_outage(false);
+    std::thread::sleep(Duration::from_secs(1));
+    let timeline = prober.stop();
+    eprintln!(
+        "outage from +{:.1}s to +{:.1}s of the probes",
+        at.as_secs_f64(),
+        end.as_secs_f64()
+    );
+    assert!(
+        wrong.is_empty(),
+        "during the API outage, VIPs were not answered by their owner alone:\n{}\n{}",
+        wrong.join("\n"),
+        tb.log_tails()
+    );
+    for (vip, owner) in &owners {
+        for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
+            let during = timeline
+                .of(*vip, kind)
+                .filter(|s| s.sent >= at && s.sent < end && s.rtt.is_some())
+                .count();
+            assert!(during > 0, "no {kind:?} answer for {vip} during the outage");
+            assert_eq!(
+                timeline.lost(*vip, kind),
+                0,
+                "{kind:?} probes of {vip} lost around the API outage: {:?}\n{}",
+                timeline.outage(*vip, kind, at),
+                tb.log_tails()
+            );
+        }
+        let others: Vec<(u64, &str)> = timeline
+            .of(*vip, ProbeKind::Udp)
+            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
+            .filter(|(_, n)| n != owner)
+            .collect();
+        assert!(
+            others.is_empty(),
+            "{vip}: answered by another node than its owner {owner} around the outage: \
+             {others:?}"
+        );
+    }
+}

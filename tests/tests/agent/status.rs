@@ -1,0 +1,179 @@
+//! `announcer status` and `/metrics` on a node with the real data plane: the API server and
+//! one agent run inside a node namespace (as in `dataplane.rs`), the agent attaches XDP
+//! (generic mode) to the node's veth, a client on the other end asks for the VIP, and the
+//! operator's views — the status table, its JSON, and the per-VIP answered counter Prometheus
+//! scrapes — must agree with what happened. Needs root; never skips.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    process::Stdio,
+    time::Duration,
+};
+
+use announcer_tests::{
+    cli::{Cli, announcer_bin},
+    env::cluster::{owned_vips, state_at},
+    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
+    env::node::{Proc, set_ingress, start_apiserver, wait},
+    tools::{arping, neigh_flush},
+};
+use serde_json::Value;
+
+const VIP4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 100);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0x100);
+/// The agent's HTTP port inside the node namespace: the default, so `status` finds it alone.
+const HTTP: u16 = 9746;
+const AGENT: &str = "http://127.0.0.1:9746";
+/// Generous bound for the agent to start, attach and take the VIPs.
+const T: Duration = Duration::from_secs(20);
+
+/// `status --json --agent AGENT`: (exit code, document).
+fn status_json(cli: &Cli) -> (Option<i32>, Value) {
+    let o = cli.output(&["status", "--json", "--agent", AGENT]);
+    let doc = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "status --json is not JSON ({e}):\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    (o.status.code(), doc)
+}
+
+/// The row of `vip` in a status document.
+fn row(doc: &Value, vip: impl ToString) -> Value {
+    let vip = vip.to_string();
+    doc["vips"]
+        .as_array()
+        .and_then(|v| v.iter().find(|r| r["vip"] == vip.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("{vip} not in {doc:#}"))
+}
+
+/// The value of one sample in `/metrics` text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("number"))
+}
+
+#[test]
+fn status_shows_what_the_node_answers_and_who_owns_it() {
+    require_root();
+    let pair = Pair::new("status");
+    let dir = std::env::temp_dir().join(format!("annstatus-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let cli = Cli::new(&pair.node);
+    let (_api, api_addr) = start_apiserver(&pair.node, &dir);
+    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
+    let log = dir.join("agent.log");
+    let child = pair
+        .node
+        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"))
+        .arg("--pin-root")
+        .arg(cli.root())
+        .args(["agent", "--node-name", "node-a"])
+        .args(["--namespace", "announcer-system", "--kubeconfig"])
+        .arg(dir.join("kubeconfig.node-a"))
+        .args(["--xdp-mode", "generic", "--http-address"])
+        .arg(format!("127.0.0.1:{HTTP}"))
+        .arg("--state-dir")
+        .arg(dir.join("state-node-a"))
+        .env("RUST_LOG", "info,announcer=debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn agent");
+    let mut agent = Proc {
+        child,
+        log: log.clone(),
+    };
+    wait("the agent to own both VIPs", T, &log, || {
+        pair.node.enter(|| state_at(HTTP)).is_some_and(|s| {
+            let owned = owned_vips(&s);
+            owned.contains(&IpAddr::V4(VIP4)) && owned.contains(&IpAddr::V6(VIP6))
+        })
+    });
+
+    // A neighbour asks for the VIP: the data plane answers and counts it.
+    neigh_flush(&pair.client, CLIENT_IF);
+    let r = arping(&pair.client, CLIENT_IF, VIP4, 2, Duration::from_millis(800));
+    assert!(r.replies >= 1, "ARP for the VIP answered: {r:?}");
+
+    // JSON: the node, its interface, the VIPs with MAC, owner, Service, expiry and counters.
+    let (code, doc) = status_json(&cli);
+    assert_eq!(code, Some(0), "{doc:#}");
+    assert_eq!(doc["node"], "node-a", "{doc:#}");
+    assert_eq!(doc["agent"]["reachable"], true, "{doc:#}");
+    assert_eq!(doc["interfaces"][0]["iface"], NODE_IF, "{doc:#}");
+    assert!(doc["interfaces"][0]["counters"]["arp_answered"].as_u64() >= Some(1));
+    let mac = fmt_mac(NODE_MAC);
+    for vip in [IpAddr::V4(VIP4), IpAddr::V6(VIP6)] {
+        let r = row(&doc, vip);
+        assert_eq!(r["iface"], NODE_IF, "{r}");
+        assert_eq!(r["mac"], mac.as_str(), "{r}");
+        assert_eq!(r["owner"], "node-a", "{r}");
+        assert_eq!(r["service"], "default/web", "{r}");
+        assert_eq!(r["live"], true, "{r}");
+        assert_eq!(r["in_dataplane"], true, "{r}");
+        assert!(r["expires_in_s"].as_f64().is_some_and(|s| s > 0.0), "{r}");
+    }
+    let v4 = row(&doc, VIP4);
+    assert!(v4["answered"].as_u64() >= Some(1), "{v4}");
+
+    // The table, with the default agent address (the agent listens on it).
+    let table = cli.ok(&["status"]);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(&VIP4.to_string()))
+        .unwrap_or_else(|| panic!("no row for {VIP4}:\n{table}"));
+    for cell in [NODE_IF, mac.as_str(), "node-a", "default/web"] {
+        assert!(line.contains(cell), "{cell} missing in {line:?}\n{table}");
+    }
+    assert!(table.contains("agent: node node-a"), "{table}");
+
+    // Prometheus sees the same answers, per VIP and interface.
+    let metrics = pair
+        .node
+        .enter(|| {
+            ureq::get(&format!("{AGENT}/metrics"))
+                .call()
+                .map_err(|e| e.to_string())?
+                .into_string()
+                .map_err(|e| e.to_string())
+        })
+        .expect("/metrics answers");
+    let answered = format!(
+        "announcer_dataplane_answered_total{{iface=\"{NODE_IF}\",vip=\"{VIP4}\",vlan=\"0\"}}"
+    );
+    assert!(sample(&metrics, &answered) >= Some(1.0), "{metrics}");
+    let owned = format!("announcer_vips_owned{{iface=\"{NODE_IF}\"}}");
+    assert_eq!(sample(&metrics, &owned), Some(2.0), "{metrics}");
+    let frames =
+        format!("announcer_dataplane_frames_total{{iface=\"{NODE_IF}\",outcome=\"arp_answered\"}}");
+    assert!(sample(&metrics, &frames) >= Some(1.0), "{metrics}");
+
+    // The agent dies; its entries keep answering until they expire. `status` still shows them,
+    // says the agent is unreachable, and fails when the agent was asked for.
+    let _ = agent.child.kill();
+    let _ = agent.child.wait();
+    let (code, doc) = status_json(&cli);
+    assert_eq!(code, Some(69), "{doc:#}");
+    assert_eq!(doc["agent"]["reachable"], false, "{doc:#}");
+    let r = row(&doc, VIP4);
+    assert_eq!(
+        (r["mac"].as_str(), &r["owner"]),
+        (Some(mac.as_str()), &Value::Null),
+        "{r}"
+    );
+    let o = cli.output(&["status", "--agent", AGENT]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(69), "{table}");
+    assert!(table.contains("agent: UNREACHABLE"), "{table}");
+    assert!(table.contains(&VIP4.to_string()), "{table}");
+    // Without --agent, an absent agent is reported but not an error (static use).
+    let table = cli.ok(&["status"]);
+    assert!(table.contains("agent: UNREACHABLE"), "{table}");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
