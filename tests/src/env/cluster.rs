@@ -10,7 +10,7 @@ use std::{
     collections::BTreeMap,
     net::{IpAddr, TcpListener},
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -33,6 +33,7 @@ use announcer::election::{NodeName, rendezvous};
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     cli::announcer_bin,
+    env::process::Guarded,
 };
 
 /// The agent namespace used by the testbed.
@@ -40,7 +41,7 @@ pub const NAMESPACE: &str = "announcer-system";
 
 /// One agent process.
 pub struct Agent {
-    child: Child,
+    child: Guarded,
     /// Its `/state` address.
     pub http: u16,
     /// Its heartbeat port.
@@ -316,14 +317,15 @@ impl Cluster {
             .append(true)
             .open(&log)
             .expect("log");
-        let child = Command::new(announcer_bin())
-            .args(&args)
-            .env("RUST_LOG", "info,announcer=debug")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(out)
-            .spawn()
-            .expect("spawn agent");
+        let child = Guarded::spawn(
+            Command::new(announcer_bin())
+                .args(&args)
+                .env("RUST_LOG", "info,announcer=debug")
+                .env("NO_COLOR", "1")
+                .stdout(Stdio::null())
+                .stderr(out),
+        )
+        .expect("spawn agent");
         self.agents.insert(
             node.into(),
             Agent {
@@ -344,16 +346,12 @@ impl Cluster {
 
     /// Sends `signal` (e.g. `libc::SIGTERM`) to `node`'s agent.
     pub fn signal(&self, node: &str, signal: i32) {
-        let pid = self.agents[node].child.id() as i32;
-        // SAFETY: kill(2) on a child we spawned and have not reaped.
-        unsafe { libc::kill(pid, signal) };
+        self.agents[node].child.signal(signal);
     }
 
     /// SIGKILLs `node`'s agent and reaps it.
     pub fn kill(&mut self, node: &str) {
-        let a = self.agents.get_mut(node).expect("known agent");
-        let _ = a.child.kill();
-        let _ = a.child.wait();
+        self.agents.get_mut(node).expect("known agent").child.kill();
     }
 
     /// Waits up to `timeout` for `node`'s agent to exit; its exit code.
@@ -590,10 +588,8 @@ pub fn rendezvous_owner(vip: &str, nodes: &[&str]) -> String {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for a in self.agents.values_mut() {
-            let _ = a.child.kill();
-            let _ = a.child.wait();
-        }
+        // Guarded children: dropping them SIGKILLs and reaps them.
+        self.agents.clear();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

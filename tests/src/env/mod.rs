@@ -7,8 +7,10 @@
 //!   by default).
 //! * [`lan`]: a multi-node L2 segment on a bridge, with the real XDP data plane on every node
 //!   (the `Testbed`).
+//! * [`process`]: the one guard every world runs its processes under.
 
 pub mod cluster;
 pub mod lan;
 pub mod netns;
 pub mod node;
+pub mod process;

@@ -10,7 +10,7 @@ use std::{
     io::{BufRead, BufReader},
     net::IpAddr,
     path::{Path, PathBuf},
-    process::{Child, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -19,27 +19,28 @@ use serde_json::json;
 use crate::{
     cli::announcer_bin,
     env::netns::{NODE_V4, Netns},
+    env::process::Guarded,
 };
 
-/// A process killed (and reaped) on drop, also when the test panics.
+/// A process killed (and reaped) on drop, also when the test panics, with its log.
 pub struct Proc {
     /// The process.
-    pub child: Child,
+    pub child: Guarded,
     /// Where its stderr goes.
     pub log: PathBuf,
 }
 
 impl Proc {
+    /// Spawns `cmd` under a [`Guarded`] child, its log at `log` (set `cmd`'s stderr to it).
+    pub fn spawn(cmd: &mut Command, log: PathBuf) -> Self {
+        let child =
+            Guarded::spawn(cmd).unwrap_or_else(|e| panic!("spawn {:?}: {e}", cmd.get_program()));
+        Self { child, log }
+    }
+
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
         log_tail(&self.log)
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -81,24 +82,21 @@ pub fn start_apiserver(ns: &Netns, dir: &Path) -> (Proc, String) {
     let seed_path = dir.join("seed.yaml");
     std::fs::write(&seed_path, seed()).expect("seed");
     let log = dir.join("apiserver.log");
-    let mut child = ns
-        .nsenter_cmd(
-            announcer_bin()
-                .with_file_name("apiserver")
-                .to_str()
-                .expect("utf-8"),
-        )
-        .args(["--listen", "127.0.0.1:0", "--tokens", "node-a"])
+    let mut cmd = ns.nsenter_cmd(
+        announcer_bin()
+            .with_file_name("apiserver")
+            .to_str()
+            .expect("utf-8"),
+    );
+    cmd.args(["--listen", "127.0.0.1:0", "--tokens", "node-a"])
         .arg("--kubeconfig-out")
         .arg(dir.join("kubeconfig"))
         .arg("--seed")
         .arg(&seed_path)
         .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn apiserver");
-    let stdout = child.stdout.take().expect("stdout");
-    let proc = Proc { child, log };
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut proc = Proc::spawn(&mut cmd, log);
+    let stdout = proc.child.stdout.take().expect("stdout");
     let mut line = String::new();
     BufReader::new(stdout)
         .read_line(&mut line)

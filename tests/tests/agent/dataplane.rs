@@ -79,10 +79,10 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
 
     let log = dir.join("agent.log");
-    let child = pair
+    let mut cmd = pair
         .node
-        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"))
-        .arg("--pin-root")
+        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"));
+    cmd.arg("--pin-root")
         .arg(cli.root())
         .args([
             "agent",
@@ -100,13 +100,8 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
         .env("RUST_LOG", "info,announcer=debug")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn agent");
-    let mut agent = Proc {
-        child,
-        log: log.clone(),
-    };
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut agent = Proc::spawn(&mut cmd, log.clone());
 
     let vips = [IpAddr::V4(VIP4), IpAddr::V6(VIP6)];
     wait("the agent to own both VIPs", T, &log, || {

@@ -67,10 +67,10 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
     let (_api, api_addr) = start_apiserver(&pair.node, &dir);
     set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
     let log = dir.join("agent.log");
-    let child = pair
+    let mut cmd = pair
         .node
-        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"))
-        .arg("--pin-root")
+        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"));
+    cmd.arg("--pin-root")
         .arg(cli.root())
         .args(["agent", "--node-name", "node-a"])
         .args(["--namespace", "announcer-system", "--kubeconfig"])
@@ -81,13 +81,8 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
         .arg(dir.join("state-node-a"))
         .env("RUST_LOG", "info,announcer=debug")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .spawn()
-        .expect("spawn agent");
-    let mut agent = Proc {
-        child,
-        log: log.clone(),
-    };
+        .stderr(std::fs::File::create(&log).expect("log"));
+    let mut agent = Proc::spawn(&mut cmd, log.clone());
     wait("the agent to own both VIPs", T, &log, || {
         pair.node.enter(|| state_at(HTTP)).is_some_and(|s| {
             let owned = owned_vips(&s);

@@ -12,19 +12,23 @@ use std::{
     io::Write,
     os::{fd::AsRawFd, unix::process::CommandExt},
     path::PathBuf,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use super::{NAMESPACE, Testbed};
-use crate::{apiserver::kubeconfig_yaml, cli::announcer_bin};
+use crate::{
+    apiserver::kubeconfig_yaml,
+    cli::announcer_bin,
+    env::process::{Guarded, exit_code},
+};
 
 /// The agents' `/state` port inside their namespaces.
 pub const AGENT_HTTP_PORT: u16 = 9746;
 
 /// One running (or exited) agent.
 pub(super) struct Agent {
-    child: Child,
+    child: Guarded,
     /// Arguments after the binary, to restart it identically.
     args: Vec<String>,
     log: PathBuf,
@@ -40,32 +44,8 @@ impl Agent {
     /// SIGKILL and reap (idempotent).
     pub fn kill(&mut self) {
         if self.exited.is_none() {
-            let _ = self.child.kill();
-            let status = self.child.wait().ok();
-            self.exited = Some(status.map_or(-1, exit_code));
+            self.exited = Some(self.child.kill().map_or(-1, exit_code));
         }
-    }
-}
-
-/// The exit code, or 128 + the signal number if a signal ended the process (as shells do).
-fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}
-
-/// Makes the child die with its parent (the spawning thread; see the module docs of
-/// [`super`]).
-fn die_with_parent(cmd: &mut Command) {
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 
@@ -164,10 +144,8 @@ impl Testbed {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(out);
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn the agent of {node}: {e}"));
+        let child =
+            Guarded::spawn(&mut cmd).unwrap_or_else(|e| panic!("spawn the agent of {node}: {e}"));
         self.agents.insert(
             node.into(),
             Agent {
@@ -276,9 +254,7 @@ impl Testbed {
                 Ok(())
             });
         }
-        die_with_parent(&mut cmd);
-        let child = cmd
-            .spawn()
+        let child = Guarded::spawn(&mut cmd)
             .unwrap_or_else(|e| panic!("spawn {:?} in {node}: {e}", cmd.get_program()));
         self.spawned.entry(node.into()).or_default().push(child);
     }

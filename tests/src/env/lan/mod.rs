@@ -70,7 +70,6 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     path::PathBuf,
-    process::Child,
     sync::Mutex,
     sync::atomic::{AtomicBool, AtomicU32, Ordering},
     time::{Duration, Instant},
@@ -81,6 +80,7 @@ use serde_json::Value;
 use crate::{
     apiserver::{ApiServerHandle, Fault, OutageMode},
     env::netns::Netns,
+    env::process::Guarded,
 };
 
 pub use agents::AGENT_HTTP_PORT;
@@ -240,7 +240,7 @@ pub struct Testbed {
     /// `/sys/fs/bpf/anntest-<pid>-tb<n>`: one pin root per node below it.
     pin_root: PathBuf,
     agents: BTreeMap<String, agents::Agent>,
-    spawned: BTreeMap<String, Vec<Child>>,
+    spawned: BTreeMap<String, Vec<Guarded>>,
     partitions: Mutex<BTreeSet<(String, String)>>,
     /// Per-node wall-clock offsets for the agents (libfaketime `FAKETIME` values).
     clock_offsets: BTreeMap<String, String>,
@@ -506,10 +506,8 @@ impl Testbed {
         if self.agents.contains_key(node) {
             self.kill_agent(node);
         }
-        for mut c in self.spawned.remove(node).unwrap_or_default() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        // Dropping a guarded child SIGKILLs and reaps it.
+        drop(self.spawned.remove(node));
     }
 }
 
@@ -518,10 +516,7 @@ impl Drop for Testbed {
         for a in self.agents.values_mut() {
             a.kill();
         }
-        for c in self.spawned.values_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.spawned.clear();
         self.echo.stop();
         drop(self.api.take());
         if let Some(rt) = self.rt.take() {
