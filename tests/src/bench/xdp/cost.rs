@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use announcer::dataplane::{Dataplane, Lifetime, Vip, loader::OBJECT};
 use announcer_ebpf::{
     maps::{Outcome, PROGRAM, REFLECTOR},
-    wire::{EthernetRepr, MacAddr, NdiscRepr, frame, solicited_node},
+    wire::{MacAddr, frame},
 };
 use anyhow::{Context, Result, bail, ensure};
 use aya::{
@@ -162,22 +162,7 @@ fn arp_request(i: u32, target: Ipv4Addr, buf: &mut [u8]) -> usize {
 fn ns_request(i: u32, target: Ipv6Addr, buf: &mut [u8]) -> usize {
     let mac = sender_mac(i);
     let src = Ipv6Addr::new(0xfd00, 0xc1, 0, 0, 0, 0, (i >> 16) as u16, i as u16 | 1);
-    let dst = Ipv6Addr::from(solicited_node(&target.octets()));
-    frame::ndisc(
-        buf,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::from_ipv6_multicast(&dst.octets()),
-            vlan: None,
-            ethertype: 0,
-        },
-        src,
-        dst,
-        &NdiscRepr::NeighborSolicit {
-            target,
-            lladdr: Some(mac),
-        },
-    )
+    crate::frames::write_ns_multicast(buf, mac, src, target, Some(mac))
 }
 
 /// Builds the `i`-th request of `kind` into `buf`; returns its length and, for answers, the
