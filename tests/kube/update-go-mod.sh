@@ -17,6 +17,9 @@ KUBE_VERSION=${1:-v1.37.2}
 # The programs to pin, one package each; every one becomes a `tool` line of go.mod. Keep in step
 # with KUBE_PROGRAMS in xtask/src/setup.rs, which says what to build and under what name.
 TOOLS=(
+  k8s.io/kubernetes/cmd/kube-apiserver
+  k8s.io/kubernetes/cmd/kube-controller-manager
+  k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
 )
 

@@ -155,24 +155,58 @@ fn kubernetes_validate() -> Result<()> {
     .context("pip install kubernetes-validate (is PyPI reachable?)")
 }
 
-/// An upstream program built from the Go module `tests/kube/`, into `target/kube/bin/NAME`.
+/// An upstream program built from a Go module under `tests/kube/`, into
+/// `target/kube/bin/NAME`.
 struct GoProgram {
     /// The binary's name under `target/kube/bin/`.
     name: &'static str,
-    /// Its main package; a `tool` line of `tests/kube/go.mod` (see `update-go-mod.sh`).
+    /// Its main package; a `tool` line of the module's go.mod (see its `update-go-mod.sh`).
     package: &'static str,
-    /// The module whose version (as `tests/kube/go.mod` requires it) the binary reports.
+    /// The module whose version (as the go.mod requires it) the binary reports.
     module: &'static str,
+    /// The Go module that pins it, relative to the workspace.
+    dir: &'static str,
 }
 
+const KUBERNETES: &str = "tests/kube";
+const ETCD: &str = "tests/kube/etcd";
+
 /// What `cargo xtask setup` builds from `tests/kube/`. To add a program, list its package in
-/// `tests/kube/update-go-mod.sh`, run that, and list it here; programs of one module share
-/// the Go build cache, so each more costs little beyond its own packages and a link.
-const KUBE_PROGRAMS: &[GoProgram] = &[GoProgram {
-    name: "kubectl",
-    package: "k8s.io/kubernetes/cmd/kubectl",
-    module: "k8s.io/kubernetes",
-}];
+/// the module's `update-go-mod.sh`, run that, and list it here; programs of one module share
+/// the Go build cache, so each more costs little beyond its own packages and a link. etcd has a
+/// module of its own, so its dependencies never move Kubernetes' (or the reverse).
+const KUBE_PROGRAMS: &[GoProgram] = &[
+    GoProgram {
+        name: "kubectl",
+        package: "k8s.io/kubernetes/cmd/kubectl",
+        module: "k8s.io/kubernetes",
+        dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "kube-apiserver",
+        package: "k8s.io/kubernetes/cmd/kube-apiserver",
+        module: "k8s.io/kubernetes",
+        dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "kube-controller-manager",
+        package: "k8s.io/kubernetes/cmd/kube-controller-manager",
+        module: "k8s.io/kubernetes",
+        dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "kube-scheduler",
+        package: "k8s.io/kubernetes/cmd/kube-scheduler",
+        module: "k8s.io/kubernetes",
+        dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "etcd",
+        package: "go.etcd.io/etcd/server/v3",
+        module: "go.etcd.io/etcd/server/v3",
+        dir: ETCD,
+    },
+];
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -208,6 +242,8 @@ fn version_ldflags(module: &str, version: &str) -> Result<String> {
                 "-s -w -X {v}.gitVersion={version} -X {v}.gitMajor={major} -X {v}.gitMinor={minor}"
             ))
         }
+        // etcd's version is a constant of its source (`etcd --version`); strip as upstream.
+        "go.etcd.io/etcd/server/v3" => Ok("-s -w".into()),
         other => bail!("no version stamp known for {other}"),
     }
 }
@@ -230,14 +266,16 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
 /// $HOME, which later builds (other programs, other checkouts) reuse.
 fn kube_programs() -> Result<()> {
     let root = workspace_root();
-    let module_dir = root.join("tests/kube");
-    let go_mod = std::fs::read_to_string(module_dir.join("go.mod")).context("tests/kube/go.mod")?;
-    let go_sum = std::fs::read_to_string(module_dir.join("go.sum")).context("tests/kube/go.sum")?;
     let bin_dir = root.join("target/kube/bin");
     let stamp_dir = root.join("target/kube/stamps");
     for p in KUBE_PROGRAMS {
+        let module_dir = root.join(p.dir);
+        let go_mod = std::fs::read_to_string(module_dir.join("go.mod"))
+            .with_context(|| format!("{}/go.mod", p.dir))?;
+        let go_sum = std::fs::read_to_string(module_dir.join("go.sum"))
+            .with_context(|| format!("{}/go.sum", p.dir))?;
         let version = required_version(&go_mod, p.module)
-            .with_context(|| format!("tests/kube/go.mod does not require {}", p.module))?;
+            .with_context(|| format!("{}/go.mod does not require {}", p.dir, p.module))?;
         let ldflags = version_ldflags(p.module, version)?;
         let inputs = fnv1a(&[
             go_mod.as_bytes(),
@@ -258,9 +296,10 @@ fn kube_programs() -> Result<()> {
             .output()
             .context("running `go` (Go 1.26 or newer is needed to build the test tools)")?;
         eprintln!(
-            "xtask: building {} {version} from tests/kube/ with {} (the first build takes \
+            "xtask: building {} {version} from {}/ with {} (the first build takes \
              minutes; later ones reuse Go's module and build caches)",
             p.name,
+            p.dir,
             String::from_utf8_lossy(&go_version.stdout).trim()
         );
         let started = Instant::now();
@@ -298,19 +337,35 @@ mod tests {
     /// `go mod tidy` keeps what it needs), and its version stamp can be made.
     #[test]
     fn kube_programs_are_tools_of_the_go_module() {
-        let go_mod = std::fs::read_to_string(workspace_root().join("tests/kube/go.mod")).unwrap();
         for p in KUBE_PROGRAMS {
+            let go_mod =
+                std::fs::read_to_string(workspace_root().join(p.dir).join("go.mod")).unwrap();
             assert!(
-                go_mod
-                    .lines()
-                    .any(|l| l.trim() == format!("tool {}", p.package)),
-                "{} is not a tool of tests/kube/go.mod: add it to update-go-mod.sh and run that",
-                p.package
+                tools(&go_mod).contains(&p.package),
+                "{} is not a tool of {}/go.mod: add it to update-go-mod.sh and run that",
+                p.package,
+                p.dir
             );
             let version = required_version(&go_mod, p.module).unwrap();
             assert!(version.starts_with('v') && !version.starts_with("v0.0.0"));
             version_ldflags(p.module, version).unwrap();
         }
+    }
+
+    /// The `tool` lines of a go.mod, on their own or in a `tool ( ... )` block.
+    fn tools(go_mod: &str) -> Vec<&str> {
+        let mut block = false;
+        let mut out = Vec::new();
+        for l in go_mod.lines().map(str::trim) {
+            match (block, l) {
+                (false, "tool (") => block = true,
+                (true, ")") => block = false,
+                (true, t) if !t.is_empty() => out.push(t),
+                (false, t) => out.extend(t.strip_prefix("tool ")),
+                _ => {}
+            }
+        }
+        out
     }
 
     #[test]

@@ -13,9 +13,11 @@ use std::{
 };
 
 use anyhow::{Context, Result};
+use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use announcer_tests::{
+    env::ApiKind,
     env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
     env::netns::{fmt_mac, require_root},
     timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
@@ -56,8 +58,19 @@ fn out_dir() -> PathBuf {
     target.join("demo")
 }
 
+/// `cargo xtask demo [--apiserver kube]`.
+#[derive(Parser)]
+struct Args {
+    /// The API server: `in-repo` (embedded, starts at once) or `kube` (a real kube-apiserver,
+    /// etcd, kube-controller-manager and kube-scheduler from `cargo xtask setup`, with
+    /// `deploy/` applied; about 10 s more to start).
+    #[arg(long, default_value = "in-repo")]
+    apiserver: ApiKind,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
+    let args = Args::parse();
     require_root();
     install_ctrlc_cleanup();
     let total = 6;
@@ -68,11 +81,18 @@ async fn main() -> Result<()> {
         total,
         "a LAN in network namespaces: a bridge, 3 nodes, a client, the API server",
     );
-    let pb = spinner("creating namespaces, veths, the API server");
+    let pb = spinner(match args.apiserver {
+        ApiKind::InRepo => "creating namespaces, veths, the API server",
+        ApiKind::Kube => {
+            "creating namespaces, veths, and a real control plane (etcd, kube-apiserver, \
+             kube-controller-manager, kube-scheduler; kubectl apply -k deploy/)"
+        }
+    });
     let mut tb = Testbed::start(TestbedConfig {
         nodes,
         native_xdp: false,
         tag: "demo".into(),
+        api: args.apiserver,
     })
     .await;
     pb.finish_and_clear();
@@ -86,6 +106,12 @@ async fn main() -> Result<()> {
     println!(
         "    client: eth0 10.78.0.250, probes the VIPs; API server on the bridge, 10.78.0.254"
     );
+    if let Some(cp) = tb.kube_control_plane() {
+        println!(
+            "    API server: kube-apiserver (real), admin kubeconfig {}",
+            cp.kubeconfig().display()
+        );
+    }
 
     step(
         2,

@@ -1,4 +1,7 @@
-//! A control-plane testbed: the in-repo API server plus real `announcer agent` processes.
+//! A control-plane testbed: an API server plus real `announcer agent` processes. The API
+//! server is the in-repo one ([`Cluster::start`]: fault hooks and request counts) or a real
+//! kube-apiserver with its controllers ([`Cluster::start_on`] with [`ApiKind::Kube`]:
+//! `deploy/` applied, each agent authenticated by a token bound to its node's DaemonSet Pod).
 //!
 //! Why processes and not tasks: SIGTERM handover, SIGKILL and restarts are what the tests are
 //! about, and they only mean something for a process. Agents run with `--no-dataplane` by
@@ -33,7 +36,11 @@ use announcer::election::{NodeName, rendezvous};
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     cli::announcer_bin,
-    env::process::Guarded,
+    env::{
+        ApiKind,
+        kube::{KubeControlPlane, KubeOptions},
+        process::Guarded,
+    },
 };
 
 /// The agent namespace used by the testbed.
@@ -51,11 +58,18 @@ pub struct Agent {
     args: Vec<String>,
 }
 
+/// The API server a world runs against.
+pub enum Backend {
+    /// The in-repo API server.
+    InRepo(ApiServerHandle),
+    /// A real control plane.
+    Kube(Box<KubeControlPlane>),
+}
+
 /// The API server and the agents.
 pub struct Cluster {
-    /// The API server.
-    pub api: ApiServerHandle,
-    /// An admin client (token `admin`).
+    backend: Backend,
+    /// An admin client.
     pub client: Client,
     dir: PathBuf,
     agents: BTreeMap<String, Agent>,
@@ -80,27 +94,99 @@ pub fn free_port() -> u16 {
 }
 
 impl Cluster {
-    /// Starts the API server (1 s bookmarks).
+    /// Starts the in-repo API server (1 s bookmarks).
     pub async fn start(name: &str) -> Cluster {
-        let api = ApiServer::builder()
-            .bookmark_interval(Duration::from_secs(1))
-            .start()
-            .await
-            .expect("API server starts");
-        let client = api.client("admin").await.expect("client");
+        Self::start_on(ApiKind::InRepo, name).await
+    }
+
+    /// Starts the API server of `kind`: the in-repo one (1 s bookmarks), or a real control
+    /// plane with `deploy/` applied.
+    pub async fn start_on(kind: ApiKind, name: &str) -> Cluster {
+        let (backend, client) = match kind {
+            ApiKind::InRepo => {
+                let api = ApiServer::builder()
+                    .bookmark_interval(Duration::from_secs(1))
+                    .start()
+                    .await
+                    .expect("API server starts");
+                let client = api.client("admin").await.expect("client");
+                (Backend::InRepo(api), client)
+            }
+            ApiKind::Kube => {
+                let cp = KubeControlPlane::start(KubeOptions {
+                    tag: name.into(),
+                    apply_deploy: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+                let client = cp.client();
+                (Backend::Kube(Box::new(cp)), client)
+            }
+        };
         let dir = std::env::temp_dir().join(format!("anncluster-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         Cluster {
-            api,
+            backend,
             client,
             dir,
             agents: BTreeMap::new(),
         }
     }
 
-    /// Creates (or replaces) Node `name` with InternalIP 127.0.0.1.
+    /// Which API server this is.
+    pub fn kind(&self) -> ApiKind {
+        match self.backend {
+            Backend::InRepo(_) => ApiKind::InRepo,
+            Backend::Kube(_) => ApiKind::Kube,
+        }
+    }
+
+    /// The in-repo API server (fault hooks, request counts). Panics on a real one: a test
+    /// that needs these runs on the in-repo server only.
+    pub fn api(&self) -> &ApiServerHandle {
+        match &self.backend {
+            Backend::InRepo(api) => api,
+            Backend::Kube(_) => panic!("fault hooks and request counts are the in-repo server's"),
+        }
+    }
+
+    /// The real control plane, if this runs on one.
+    pub fn kube(&self) -> Option<&KubeControlPlane> {
+        match &self.backend {
+            Backend::Kube(cp) => Some(cp),
+            Backend::InRepo(_) => None,
+        }
+    }
+
+    /// The real control plane, mutably (to restart kube-apiserver), if this runs on one.
+    pub fn kube_mut(&mut self) -> Option<&mut KubeControlPlane> {
+        match &mut self.backend {
+            Backend::Kube(cp) => Some(cp),
+            Backend::InRepo(_) => None,
+        }
+    }
+
+    /// Creates (or replaces) Node `name` with InternalIP 127.0.0.1. On a real control plane
+    /// a stand-in kubelet registers it and renews its node Lease.
     pub async fn add_node(&self, name: &str, labels: &[(&str, &str)], ready: bool) {
+        if let Some(cp) = self.kube() {
+            let api = Api::<Node>::all(self.client.clone());
+            if api.get_opt(name).await.expect("get node").is_some() {
+                api.delete(name, &DeleteParams::default())
+                    .await
+                    .expect("delete node");
+            }
+            cp.kubelets()
+                .register(name, IpAddr::from([127, 0, 0, 1]), labels)
+                .await
+                .expect("register the node");
+            if !ready {
+                self.set_node_ready(name, false).await;
+            }
+            return;
+        }
         let node = Node {
             metadata: ObjectMeta {
                 name: Some(name.into()),
@@ -140,6 +226,13 @@ impl Cluster {
 
     /// Sets the Node's Ready condition (through the status subresource, as the kubelet does).
     pub async fn set_node_ready(&self, name: &str, ready: bool) {
+        if let Some(cp) = self.kube() {
+            cp.kubelets()
+                .set_ready(name, ready)
+                .await
+                .expect("node status");
+            return;
+        }
         let status = NodeStatus {
             conditions: Some(vec![NodeCondition {
                 type_: "Ready".into(),
@@ -269,9 +362,18 @@ impl Cluster {
     pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
         let state = self.dir.join(format!("state-{node}"));
-        self.api
-            .write_kubeconfig(&kubeconfig, node)
-            .expect("kubeconfig");
+        match &self.backend {
+            Backend::InRepo(api) => api.write_kubeconfig(&kubeconfig, node).expect("kubeconfig"),
+            // A token bound to the node's DaemonSet Pod, as the kubelet would project it.
+            Backend::Kube(cp) => tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(cp.write_agent_kubeconfig(
+                    node,
+                    &cp.url(),
+                    &kubeconfig,
+                ))
+            })
+            .unwrap_or_else(|e| panic!("a kubeconfig for the agent of {node}: {e}")),
+        }
         let (http, heartbeat) = match self.agents.get(node) {
             Some(a) => (a.http, a.heartbeat),
             None => (free_port(), free_port()),

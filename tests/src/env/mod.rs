@@ -7,10 +7,45 @@
 //!   by default).
 //! * [`lan`]: a multi-node L2 segment on a bridge, with the real XDP data plane on every node
 //!   (the `Testbed`).
+//! * [`kube`]: a real control plane (etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler) built from the Go module proxy, with stand-in kubelets.
 //! * [`process`]: the one guard every world runs its processes under.
 
 pub mod cluster;
+pub mod kube;
 pub mod lan;
 pub mod netns;
 pub mod node;
 pub mod process;
+
+/// Which API server a world runs against.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApiKind {
+    /// The in-repo API server (`crate::apiserver`): starts at once, has fault hooks and
+    /// request counts.
+    #[default]
+    InRepo,
+    /// A real control plane ([`kube::KubeControlPlane`]): kube-apiserver, etcd,
+    /// kube-controller-manager, kube-scheduler.
+    Kube,
+}
+
+impl std::fmt::Display for ApiKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ApiKind::InRepo => "in-repo",
+            ApiKind::Kube => "kube",
+        })
+    }
+}
+
+impl std::str::FromStr for ApiKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "in-repo" | "embedded" => Ok(ApiKind::InRepo),
+            "kube" | "kube-apiserver" => Ok(ApiKind::Kube),
+            other => Err(format!("unknown API server {other:?}: in-repo or kube")),
+        }
+    }
+}

@@ -83,7 +83,7 @@ async fn outage_for_all_agents_changes_no_ownership() {
     let vips = ["10.0.20.1", "10.0.20.2", "10.0.20.3", "fd00::20:4"];
     let c = cluster("outage", &vips).await;
 
-    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
     c.hold("ownership unchanged during the outage", OUTAGE, |c| {
         settled(c, &vips, &NODES)
     })
@@ -98,7 +98,7 @@ async fn outage_for_all_agents_changes_no_ownership() {
     )
     .await;
 
-    c.api.clear_faults();
+    c.api().clear_faults();
     // Past a Lease duration (2 s): nothing expires when the API comes back. (Until the agent's
     // watch-health bug is fixed, see `api_ok_returns_after_an_outage_without_changes`, the
     // agents keep distrusting the API here, so this does not yet cover trust returning.)
@@ -116,7 +116,7 @@ async fn owner_crash_during_outage_still_fails_over() {
     let mut c = cluster("outage-crash", &[VIP]).await;
     let top = rendezvous_owner(VIP, &NODES);
 
-    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
     c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
         .await;
     c.kill(&top);
@@ -129,7 +129,7 @@ async fn owner_crash_during_outage_still_fails_over() {
     )
     .await;
 
-    c.api.clear_faults();
+    c.api().clear_faults();
     c.hold(
         &format!("{next} keeps it once the API is back"),
         Duration::from_secs(3),
@@ -153,14 +153,14 @@ async fn api_ok_returns_after_an_outage_without_changes() {
         .await;
     c.wait_for("the agent trusts the API", T, |c| api_ok(c, true))
         .await;
-    c.api.set_faults(vec![Fault::outage(OutageMode::Refuse)]);
+    c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
     c.wait_for("the agent reports the API down", T, |c| api_ok(c, false))
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    c.api.clear_faults();
+    c.api().clear_faults();
     // The watches re-open within kube's watcher backoff (at most 30 s).
     c.wait_for("open watches for the agent again", RECOVERY, |c| {
-        c.api
+        c.api()
             .open_watches()
             .iter()
             .filter(|w| w.client == "node-a")
@@ -184,6 +184,7 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
         nodes: 3,
         native_xdp: false,
         tag: "outage".into(),
+        ..Default::default()
     })
     .await;
     let vips: Vec<IpAddr> = (70..72)

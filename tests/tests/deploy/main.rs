@@ -21,6 +21,7 @@
 //!
 //! The RBAC scenario is in [`rbac`].
 
+mod applied;
 mod rbac;
 
 use std::{

@@ -52,7 +52,7 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
 
 /// What the agents (tokens = node names) sent.
 fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
-    c.api
+    c.api()
         .counts()
         .entries
         .into_iter()

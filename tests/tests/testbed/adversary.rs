@@ -33,6 +33,7 @@ async fn testbed(tag: &str, nodes: usize) -> Testbed {
         nodes,
         native_xdp: false,
         tag: tag.into(),
+        ..Default::default()
     })
     .await
 }

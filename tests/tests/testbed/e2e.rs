@@ -37,6 +37,7 @@ async fn testbed(tag: &str, nodes: usize) -> Testbed {
         nodes,
         native_xdp: false,
         tag: tag.into(),
+        ..Default::default()
     })
     .await
 }
@@ -566,6 +567,7 @@ async fn native_xdp_answers_too() {
         nodes: 2,
         native_xdp: true,
         tag: "native".into(),
+        ..Default::default()
     })
     .await;
     let (v4, v6) = (IpAddr::V4(vip4(5)), IpAddr::V6(vip6(5)));

@@ -415,10 +415,10 @@ pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Meas
 
     let cpu_before = cpu::Snapshot::take().ok();
     let agents_before = fixture::agents_cpu_s();
-    c.api.reset_counts();
+    c.api().reset_counts();
     let window_start = Instant::now();
     tokio::time::sleep(s.window).await;
-    let counts = c.api.counts();
+    let counts = c.api().counts();
     let window_s = window_start.elapsed().as_secs_f64();
     let agents_cpu = fixture::agents_cpu_s() - agents_before;
     let used = cpu_before.and_then(|b| b.since().ok()).unwrap_or_default();

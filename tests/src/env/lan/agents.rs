@@ -70,11 +70,21 @@ impl Testbed {
             );
         }
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
-        std::fs::write(
-            &kubeconfig,
-            kubeconfig_yaml(&super::services::agent_url(), &[node]),
-        )
-        .expect("write kubeconfig");
+        match &self.kube {
+            None => std::fs::write(&kubeconfig, kubeconfig_yaml(&self.agent_url, &[node]))
+                .expect("write kubeconfig"),
+            // A token bound to the node's DaemonSet Pod, as the kubelet would project it.
+            Some(cp) => {
+                let (client, ca) = (cp.client(), cp.ca_cert().to_owned());
+                let (node_name, url, path) =
+                    (node.to_string(), self.agent_url.clone(), kubeconfig.clone());
+                self.block_on(async move {
+                    crate::env::kube::write_agent_kubeconfig(client, &ca, &node_name, &url, &path)
+                        .await
+                })
+                .unwrap_or_else(|e| panic!("a kubeconfig for the agent of {node}: {e}"));
+            }
+        }
         let pins = self.pin_root.join(node);
         let ip = self.node_ip4(node).to_string();
         let mode = if self.cfg.native_xdp {

@@ -81,6 +81,7 @@ use crate::{
     apiserver::{ApiServerHandle, Fault, OutageMode},
     env::netns::Netns,
     env::process::Guarded,
+    env::{ApiKind, kube::KubeControlPlane},
 };
 
 pub use agents::AGENT_HTTP_PORT;
@@ -209,6 +210,9 @@ pub struct TestbedConfig {
     /// Makes namespace names and the log directory readable (uniqueness comes from the pid and
     /// a counter): use the test's name.
     pub tag: String,
+    /// The API server: the in-repo one (default; fault hooks) or a real control plane
+    /// (`deploy/` applied; each agent with a token bound to its node's DaemonSet Pod).
+    pub api: ApiKind,
 }
 
 impl Default for TestbedConfig {
@@ -217,6 +221,7 @@ impl Default for TestbedConfig {
             nodes: 3,
             native_xdp: false,
             tag: "tb".into(),
+            api: ApiKind::InRepo,
         }
     }
 }
@@ -249,6 +254,10 @@ pub struct Testbed {
     echo: echo::EchoServers,
     admin: kube::Client,
     api: Option<ApiServerHandle>,
+    /// The real control plane ([`TestbedConfig::api`]), started on `rt`.
+    kube: Option<KubeControlPlane>,
+    /// The API server's URL as the agents reach it.
+    agent_url: String,
     rt: Option<tokio::runtime::Runtime>,
     /// The hostile host ([`Self::add_hostile_host`]).
     hostile: Option<Netns>,
@@ -284,8 +293,19 @@ impl Testbed {
             .enable_all()
             .build()
             .expect("API server runtime");
-        let api = services::start_api(&rt, &topo.bridge, &topo.nodes).await;
-        let admin = api.client("admin").await.expect("admin client");
+        let (api, kube, admin, agent_url) = match cfg.api {
+            ApiKind::InRepo => {
+                let api = services::start_api(&rt, &topo.bridge, &topo.nodes).await;
+                let admin = api.client("admin").await.expect("admin client");
+                (Some(api), None, admin, services::agent_url())
+            }
+            ApiKind::Kube => {
+                let (cp, url) =
+                    services::start_kube(&rt, &topo.bridge, &topo.nodes, &cfg.tag).await;
+                let admin = cp.client();
+                (None, Some(cp), admin, url)
+            }
+        };
         let tb = Testbed {
             cfg,
             dir,
@@ -297,7 +317,9 @@ impl Testbed {
             second_nic: false,
             echo,
             admin,
-            api: Some(api),
+            api,
+            kube,
+            agent_url,
             rt: Some(rt),
             hostile: None,
             nodes: topo.nodes,
@@ -384,9 +406,33 @@ impl Testbed {
         &self.bridge
     }
 
-    /// The in-process API server.
+    /// The in-process API server (fault hooks, request counts). Panics on a real control
+    /// plane: a test that needs these runs on the in-repo server only.
     pub fn api(&self) -> &ApiServerHandle {
-        self.api.as_ref().expect("API server runs until drop")
+        self.api
+            .as_ref()
+            .expect("fault hooks and request counts are the in-repo API server's")
+    }
+
+    /// The real control plane, if the testbed runs on one.
+    pub fn kube_control_plane(&self) -> Option<&KubeControlPlane> {
+        self.kube.as_ref()
+    }
+
+    /// The real control plane, mutably (to restart kube-apiserver), if the testbed runs on
+    /// one.
+    pub fn kube_control_plane_mut(&mut self) -> Option<&mut KubeControlPlane> {
+        self.kube.as_mut()
+    }
+
+    /// Runs `f` on the testbed's runtime (where the real control plane's clients live) and
+    /// waits for it; callable from sync code and from inside another runtime.
+    pub fn block_on<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let handle = self.rt.as_ref().expect("runtime until drop").spawn(f);
+        futures::executor::block_on(handle).expect("testbed task")
     }
 
     /// An admin `kube::Client` (token `admin`, on 127.0.0.1 of the test process).
@@ -519,6 +565,12 @@ impl Drop for Testbed {
         self.spawned.clear();
         self.echo.stop();
         drop(self.api.take());
+        if let Some(mut kube) = self.kube.take() {
+            if std::thread::panicking() {
+                kube.keep_dir();
+                eprintln!("control plane logs kept in {}", kube.dir().display());
+            }
+        }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
         }

@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 use super::{API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT};
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
-    env::netns::Netns,
+    env::{
+        kube::{KubeControlPlane, KubeError, KubeOptions},
+        netns::Netns,
+    },
 };
 
 fn seed(nodes: &[Node]) -> Vec<Value> {
@@ -59,6 +62,42 @@ pub(super) async fn start_api(
         .await
         .expect("API server start task")
         .expect("API server starts")
+}
+
+/// Starts a real control plane on `rt` (its certificate also naming [`BRIDGE_V4`]), applies
+/// `deploy/`, registers the nodes with their InternalIPs (stand-in kubelets), and relays
+/// [`BRIDGE_V4`]:[`API_PORT`] in the bridge namespace to it. Returns it and the agents' URL.
+pub(super) async fn start_kube(
+    rt: &tokio::runtime::Runtime,
+    bridge: &Netns,
+    nodes: &[Node],
+    tag: &str,
+) -> (KubeControlPlane, String) {
+    let names: Vec<(String, IpAddr)> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.v4.into()))
+        .collect();
+    let tag = tag.to_string();
+    let mut cp = rt
+        .spawn(async move {
+            let cp = KubeControlPlane::start(KubeOptions {
+                tag,
+                extra_server_ips: vec![BRIDGE_V4.into()],
+                apply_deploy: true,
+            })
+            .await?;
+            for (name, ip) in &names {
+                cp.kubelets().register(name, *ip, &[]).await?;
+            }
+            Ok::<_, KubeError>(cp)
+        })
+        .await
+        .expect("control plane start task")
+        .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+    let url = cp
+        .serve_in(bridge, SocketAddr::from((BRIDGE_V4, API_PORT)))
+        .expect("relay the API server into the bridge namespace");
+    (cp, url)
 }
 
 /// The URL agents use.
