@@ -23,3 +23,33 @@ pub mod sim;
 pub mod testrun;
 pub mod timeline_plot;
 pub mod tools;
+
+/// A test that runs on both API servers: `on_both_api_servers! { async fn NAME(api) { .. } }`
+/// defines module `NAME` with the tests `NAME::in_repo` and `NAME::kube`, each running the
+/// body with `api` set to [`env::ApiKind::InRepo`] or [`env::ApiKind::Kube`]. Doc comments
+/// and attributes go on the module. Filter with `::kube` / `::in_repo`.
+///
+/// Why a module per test: the test keeps its name (the behaviour), and the server it ran on
+/// is the last path segment, so a failure says which one differed.
+#[macro_export]
+macro_rules! on_both_api_servers {
+    ($(#[$meta:meta])* async fn $name:ident($api:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($api: $crate::env::ApiKind) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn in_repo() {
+                body($crate::env::ApiKind::InRepo).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn kube() {
+                body($crate::env::ApiKind::Kube).await
+            }
+        }
+    };
+}

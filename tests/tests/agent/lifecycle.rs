@@ -9,7 +9,13 @@
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
-use announcer_tests::env::cluster::{Cluster, owned_vips, rendezvous_owner, state_at};
+use announcer_tests::{
+    env::{
+        ApiKind,
+        cluster::{Cluster, owned_vips, rendezvous_owner, state_at},
+    },
+    on_both_api_servers,
+};
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::Api;
 
@@ -18,8 +24,8 @@ const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 const T: Duration = Duration::from_secs(15);
 const HOLD: Duration = Duration::from_millis(1500);
 
-async fn three_nodes(name: &str) -> Cluster {
-    let c = Cluster::start(name).await;
+async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
+    let c = Cluster::start_on(api, name).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -67,10 +73,10 @@ async fn wait_restarted(c: &Cluster, node: &str, old: u64) {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_survivor_takes_over_and_its_event_names_it() {
+on_both_api_servers! {
+async fn sigkill_survivor_takes_over_and_its_event_names_it(api) {
     const VIP: &str = "10.0.10.5";
-    let mut c = three_nodes("sigkill").await;
+    let mut c = three_nodes(api, "sigkill").await;
     c.add_service("default", "web", &[VIP, "fd00::10:5"], false)
         .await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
@@ -119,11 +125,12 @@ async fn sigkill_survivor_takes_over_and_its_event_names_it() {
         Some("announcer.dev/agent")
     );
 }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_of_a_non_owner_changes_nothing() {
     const VIP: &str = "10.0.11.5";
-    let mut c = three_nodes("restart-nonowner").await;
+    let mut c = three_nodes(ApiKind::InRepo, "restart-nonowner").await;
     c.add_service("default", "web", &[VIP], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
     // Lenient death detection (1 s): a loaded test host must not fake a dead owner here.
@@ -175,7 +182,7 @@ async fn restart_of_a_non_owner_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_owner_converges_and_claims_only_its_vips() {
-    let mut c = three_nodes("restart-owner").await;
+    let mut c = three_nodes(ApiKind::InRepo, "restart-owner").await;
     let all: Vec<String> = (1..=6).map(|i| format!("10.0.12.{i}")).collect();
     let vips: Vec<&str> = all.iter().map(String::as_str).collect();
     let victim = rendezvous_owner(vips[0], &NODES);
@@ -241,7 +248,7 @@ async fn restarted_owner_converges_and_claims_only_its_vips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_hands_over_every_vip_without_a_gap() {
-    let mut c = three_nodes("handover").await;
+    let mut c = three_nodes(ApiKind::InRepo, "handover").await;
     let services = [
         ("web", ["10.0.13.1", "fd00::13:1"]),
         ("api", ["10.0.13.2", "fd00::13:2"]),
