@@ -4,6 +4,7 @@
 //! toolchain exists, and its first job is to install that toolchain (see `setup`). Everything
 //! else runs the workspace's own binaries and tests.
 
+mod kube_env;
 mod setup;
 mod test_summary;
 
@@ -68,7 +69,19 @@ enum Cmd {
     },
     /// The demo: 3 nodes and a client on a namespace LAN; the busiest node crashes and the
     /// client's traffic moves, with the timeline printed and plotted.
-    Demo,
+    Demo {
+        /// `in-repo` (the embedded API server: starts at once) or `kube` (a real
+        /// kube-apiserver, etcd, kube-controller-manager and kube-scheduler, `deploy/`
+        /// applied; about 10 s more).
+        #[arg(long, default_value = "in-repo")]
+        apiserver: String,
+    },
+    /// A real control plane (`deploy/` applied) plus the 3-node testbed with agents, left
+    /// running for kubectl (`up` prints the kubeconfig and kubectl paths); `down` removes it.
+    Kube {
+        /// `up`, `down` or `status`.
+        action: kube_env::Action,
+    },
     /// Run the election simulator over many more seeds than the test suite (arguments go to
     /// the `soak` binary, e.g. `cargo xtask soak -- --seeds 100000`).
     Soak {
@@ -157,7 +170,30 @@ fn main() -> Result<()> {
             run_tests_bin(&root, bin, json, &args)
         }
         Cmd::Soak { json, args } => run_tests_bin(&root, "soak", json, &args),
-        Cmd::Demo => {
+        Cmd::Kube { action } => {
+            require_root("the testbed creates network namespaces and attaches XDP")?;
+            if action == kube_env::Action::Up {
+                setup::ensure()?;
+                cargo(
+                    &root,
+                    &[
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "-p",
+                        "announcer",
+                        "-p",
+                        "announcer-tests",
+                        "--bin",
+                        "announcer",
+                        "--bin",
+                        "kube-env",
+                    ],
+                )?;
+            }
+            kube_env::run(&root, action)
+        }
+        Cmd::Demo { apiserver } => {
             require_root("the demo creates network namespaces and attaches XDP")?;
             setup::ensure()?;
             cargo(
@@ -176,7 +212,7 @@ fn main() -> Result<()> {
                     "demo",
                 ],
             )?;
-            run(&mut Command::new(root.join("target/release/demo")))
+            run(Command::new(root.join("target/release/demo")).args(["--apiserver", &apiserver]))
         }
     }
 }

@@ -263,6 +263,9 @@ pub struct Core {
     own_rv: Option<String>,
     own_seen: bool,
     write_in_flight: bool,
+    /// When the write in flight was asked for: one that takes longer than a renewal period
+    /// counts as failed for trust ([`Core::write_hung`]).
+    write_started: Option<Instant>,
     /// The write in flight says `standby` (so its success publishes our stepping back).
     write_says_standby: bool,
     next_write: Instant,
@@ -325,6 +328,7 @@ impl Core {
             own_rv: None,
             own_seen: false,
             write_in_flight: false,
+            write_started: None,
             write_says_standby: false,
             next_write: now,
             last_write_ok: None,
@@ -546,6 +550,9 @@ impl Core {
             Timer::OwnLease => {
                 if let Some(ok) = self.last_write_ok {
                     at(ok + self.config.lease_duration);
+                }
+                if let (true, Some(s)) = (self.write_in_flight, self.write_started) {
+                    at(s + self.config.lease_renew);
                 }
             }
             Timer::Probe => {
@@ -783,6 +790,7 @@ impl Core {
 
     fn lease_written(&mut self, now: Instant, result: LeaseWriteResult) {
         self.write_in_flight = false;
+        self.write_started = None;
         match result {
             LeaseWriteResult::Written { resource_version } => {
                 self.own_rv = Some(resource_version);
@@ -1097,10 +1105,32 @@ impl Core {
         }
     }
 
+    /// A Lease write has been in flight for a renewal period: the API server hangs (stopped,
+    /// overloaded, or its packets dropped) rather than refuses. Nothing fails then, and the
+    /// watches stay open but silent, so without this the nodes would stop trusting the API
+    /// only as their last writes aged, one by one, up to a renewal period apart, and the first
+    /// to lapse would see its peers still trusting the API and fence itself. Counting a hung
+    /// write as failed makes every node distrust the API within two renewal periods of the
+    /// hang, before any Lease (written at most a renewal period before it) lapses, as long as
+    /// the Lease lasts more than three renewal periods (the defaults: 10 s and 3 s).
+    fn write_hung(&self, now: Instant) -> bool {
+        self.write_in_flight
+            && self
+                .write_started
+                .is_some_and(|s| now >= s + self.config.lease_renew)
+    }
+
+    /// Whether this node trusts the API: its watches are healthy and its Lease writes succeed
+    /// (what heartbeats say as `api_ok`).
+    pub fn trusts_api(&self) -> bool {
+        self.trusted_since.is_some()
+    }
+
     fn update_trust(&mut self, now: Instant) {
         let own_ok = self
             .last_write_ok
-            .is_some_and(|t| now < t + self.config.lease_duration);
+            .is_some_and(|t| now < t + self.config.lease_duration)
+            && !self.write_hung(now);
         let trusted = self.watch_ok && own_ok;
         match (trusted, self.trusted_since) {
             (true, None) => self.trusted_since = Some(now),
@@ -1119,6 +1149,7 @@ impl Core {
             return;
         }
         self.write_in_flight = true;
+        self.write_started = Some(now);
         self.write_says_standby = self.says_standby();
         self.stats.lease_writes += 1;
         self.out.push_back(Output::WriteLease {

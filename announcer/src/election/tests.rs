@@ -20,6 +20,9 @@ struct World {
     cut: BTreeSet<(usize, usize)>,
     /// Probe answers still to lose.
     lose_answers: u32,
+    /// The API server hangs (SIGSTOPped, or its packets blackholed): Lease writes never
+    /// complete and the watches stay open but silent, so nothing fails.
+    api_hung: bool,
 }
 
 struct Node {
@@ -60,6 +63,7 @@ impl World {
             vip,
             cut: BTreeSet::new(),
             lose_answers: 0,
+            api_hung: false,
         };
         let eligible: BTreeSet<NodeName> = (0..n)
             .map(|i| NodeName::from(format!("node-{i}")))
@@ -99,6 +103,7 @@ impl World {
         while let Some(o) = self.nodes[i].core.poll_output() {
             self.nodes[i].outputs.push(o.clone());
             match o {
+                Output::WriteLease { .. } if self.api_hung => {}
                 Output::WriteLease {
                     release,
                     standby,

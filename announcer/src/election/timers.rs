@@ -36,7 +36,8 @@ pub enum Timer {
     PeerPatience,
     /// A peer alive only by its Lease renewals stops counting so unless renewed again.
     PeerAliveByApi,
-    /// Our own Lease expires unless a write succeeds (we stop trusting the API).
+    /// Our own Lease expires unless a write succeeds, or the write in flight has hung for a
+    /// renewal period (either way we stop trusting the API).
     OwnLease,
     /// A probe of a suspect's data plane times out.
     Probe,

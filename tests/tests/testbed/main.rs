@@ -4,3 +4,4 @@
 
 mod adversary;
 mod e2e;
+mod node_lifecycle;

@@ -317,6 +317,32 @@ fn an_owner_whose_watches_fail_while_its_writes_succeed_is_fenced() {
     assert_eq!(node_events(&w, x, NodeEventKind::Fenced), 1);
 }
 
+/// Seen on a real kube-apiserver under SIGSTOP: nothing fails, every renewal just hangs, so
+/// the nodes stop trusting the API one by one as their last writes age, and the first to lapse
+/// saw its peers still trusting it and fenced itself (its VIPs went dark or moved).
+#[test]
+fn an_api_server_that_hangs_fences_nobody_and_moves_nothing() {
+    let mut w = World::new(3);
+    w.run_for(5 * SEC);
+    let before = w.answering();
+    assert_eq!(before.len(), 1);
+    w.api_hung = true;
+    // Three Lease durations.
+    let end = w.t + 30 * SEC;
+    while w.t < end {
+        w.run_for(10 * MS);
+        assert_eq!(
+            w.answering(),
+            before,
+            "moved at {:?} with the API hung",
+            w.t - w.origin
+        );
+    }
+    for i in 0..3 {
+        assert_eq!(node_events(&w, i, NodeEventKind::Fenced), 0, "node-{i} fenced");
+    }
+}
+
 #[test]
 fn the_old_owner_keeps_the_vip_until_a_lagging_successor_has_it() {
     let mut w = World::new(2);

@@ -153,24 +153,39 @@ impl Kubelets {
 
     /// The node is back: renews its Lease at once and reports Ready again.
     pub async fn start_node(&self, name: &str) -> Result<(), KubeError> {
-        renew(&self.admin, name).await?;
-        self.set_ready(name, true).await?;
+        report_back(self.admin.clone(), name).await?;
+        self.resume(name);
+        Ok(())
+    }
+
+    /// Renews `name`'s Lease from now on again (after [`report_back`]).
+    pub fn resume(&self, name: &str) {
         if let Some(s) = self.nodes.lock().expect("kubelets").get_mut(name) {
             s.alive = true;
             s.renewed = Some(Instant::now());
         }
-        Ok(())
     }
 
     /// Reports `name`'s Ready condition as `ready` (the kubelet's status update).
     pub async fn set_ready(&self, name: &str, ready: bool) -> Result<(), KubeError> {
-        let patch = json!({"status": {"conditions": [ready_condition(ready)]}});
-        Api::<Node>::all(self.admin.clone())
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-            .map_err(api_err(format!("Node {name} Ready={ready}")))?;
-        Ok(())
+        set_ready(self.admin.clone(), name, ready).await
     }
+}
+
+/// What a restarted kubelet does first: renews its node Lease and reports Ready (owned client,
+/// for any runtime).
+pub async fn report_back(client: Client, name: &str) -> Result<(), KubeError> {
+    renew(&client, name).await?;
+    set_ready(client, name, true).await
+}
+
+async fn set_ready(client: Client, name: &str, ready: bool) -> Result<(), KubeError> {
+    let patch = json!({"status": {"conditions": [ready_condition(ready)]}});
+    Api::<Node>::all(client)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .map_err(api_err(format!("Node {name} Ready={ready}")))?;
+    Ok(())
 }
 
 fn ready_condition(ready: bool) -> serde_json::Value {

@@ -274,6 +274,7 @@ impl KubeControlPlane {
 
         // kube-apiserver.
         let api_port = free_port();
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
         let apiserver_args = apiserver_args(&dir, &pki, &etcd_url, api_port);
         let api_log = dir.join("kube-apiserver.log");
         let apiserver = spawn_logged(&apiserver_bin, &apiserver_args, &api_log)?;
@@ -590,6 +591,21 @@ impl KubeControlPlane {
             })
     }
 
+    /// Deletes `key` in etcd directly (e.g. `/registry/services/specs/NS/NAME`), behind the API
+    /// server's back: what a watch can only learn by relisting once the history is compacted.
+    pub fn etcd_delete(&self, key: &str) -> Result<(), KubeError> {
+        use base64::Engine;
+        let key = base64::engine::general_purpose::STANDARD.encode(key);
+        let v = etcd_post(&self.etcd_url, "/v3/kv/deleterange", &json!({"key": key}))?;
+        match v["deleted"].as_str() {
+            Some("1") => Ok(()),
+            _ => Err(KubeError::Etcd {
+                what: "delete",
+                detail: format!("nothing deleted: {v}"),
+            }),
+        }
+    }
+
     /// Compacts etcd at its current revision (physically): every older resourceVersion is
     /// gone, so a watch or list from one gets 410 Gone once the watch cache cannot serve it.
     pub fn compact_etcd(&self) -> Result<i64, KubeError> {
@@ -600,6 +616,23 @@ impl KubeControlPlane {
             &json!({"revision": rev.to_string(), "physical": true}),
         )?;
         Ok(rev)
+    }
+
+    /// Every request recorded so far in kube-apiserver's audit log (one record per request: a
+    /// watch is recorded when it starts, everything else when it completes).
+    pub fn audit(&self) -> Result<Vec<AuditRecord>, KubeError> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log"))?;
+        Ok(text
+            .lines()
+            .filter_map(parse_audit_line)
+            .filter(|r| match (r.verb.as_str(), r.stage.as_str()) {
+                // A watch that starts streaming is recorded again when it ends; one refused
+                // (403) never starts.
+                ("watch", "ResponseStarted") => true,
+                ("watch", _) => r.code >= 400,
+                (_, stage) => stage == "ResponseComplete",
+            })
+            .collect())
     }
 
     /// The log file of `component` (`etcd`, `kube-apiserver`, ...).
@@ -734,6 +767,64 @@ pub async fn write_agent_kubeconfig(
     Ok(())
 }
 
+/// Metadata for every request, once (when the response is complete, or for a watch when it
+/// starts), so a request is one line.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+";
+
+/// One request as kube-apiserver's audit log records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The user (`system:serviceaccount:NS:SA` for an agent).
+    pub user: String,
+    /// The node claim of a Pod-bound ServiceAccount token.
+    pub node: Option<String>,
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
+    pub verb: String,
+    /// API group (`""` for core).
+    pub group: String,
+    /// Resource (`leases`), with `/subresource` if any.
+    pub resource: String,
+    /// Namespace, if namespaced.
+    pub namespace: Option<String>,
+    /// Object name, if one.
+    pub name: Option<String>,
+    /// HTTP status.
+    pub code: u16,
+    /// The RBAC decision (`allow`, `forbid`), if it was recorded.
+    pub decision: Option<String>,
+    /// `ResponseStarted` (a watch) or `ResponseComplete`.
+    pub stage: String,
+}
+
+fn parse_audit_line(line: &str) -> Option<AuditRecord> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let o = &v["objectRef"];
+    let str_of = |x: &Value| x.as_str().map(str::to_owned);
+    let mut resource = str_of(&o["resource"]).unwrap_or_default();
+    if let Some(sub) = o["subresource"].as_str() {
+        resource = format!("{resource}/{sub}");
+    }
+    Some(AuditRecord {
+        user: str_of(&v["user"]["username"])?,
+        node: v["user"]["extra"]["authentication.kubernetes.io/node-name"][0]
+            .as_str()
+            .map(str::to_owned),
+        verb: str_of(&v["verb"])?,
+        group: str_of(&o["apiGroup"]).unwrap_or_default(),
+        resource,
+        namespace: str_of(&o["namespace"]),
+        name: str_of(&o["name"]),
+        code: v["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+        decision: str_of(&v["annotations"]["authorization.k8s.io/decision"]),
+        stage: str_of(&v["stage"]).unwrap_or_default(),
+    })
+}
+
 fn next_id() -> u32 {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -759,6 +850,12 @@ fn apiserver_args(dir: &Path, pki: &certs::Pki, etcd_url: &str, port: u16) -> Ve
         format!("--service-account-key-file={}", p(&pki.sa_pub)),
         format!("--service-account-signing-key-file={}", p(&pki.sa_key)),
         "--service-cluster-ip-range=10.96.0.0/16".into(),
+        // Every request at Metadata level (who, verb, object, status, RBAC decision): the real
+        // server's request accounting (`KubeControlPlane::audit`).
+        format!("--audit-policy-file={}", dir.join("audit-policy.yaml").display()),
+        format!("--audit-log-path={}", dir.join("audit.log").display()),
+        "--audit-log-format=json".into(),
+        "--audit-log-mode=blocking".into(),
         "--allow-privileged=true".into(),
         // Nothing here uses the aggregation layer or cloud providers; keep the log to what
         // matters.

@@ -548,12 +548,32 @@ impl Testbed {
     /// [`Self::spawn_in_node`], e.g. keepalived) is SIGKILLed. Pins and XDP stay, as after a
     /// power loss the node would simply be gone from the LAN.
     pub fn crash(&mut self, node: &str) {
+        // On a real control plane the kubelet dies too: its node Lease stops, and the node
+        // lifecycle controller marks the node NotReady after its grace period.
+        if let Some(cp) = &self.kube {
+            cp.kubelets().stop_node(node);
+        }
         self.link_down(node);
         if self.agents.contains_key(node) {
             self.kill_agent(node);
         }
         // Dropping a guarded child SIGKILLs and reaps it.
         drop(self.spawned.remove(node));
+    }
+
+    /// The crashed node boots again: its link comes up and (on a real control plane) its
+    /// kubelet renews its node Lease and reports Ready. Its agent is not started: that is
+    /// [`Self::start_agent`], as the DaemonSet's Pod would start after the kubelet.
+    pub fn revive(&self, node: &str) {
+        self.link_up(node);
+        if let Some(cp) = &self.kube {
+            let (client, name) = (cp.client(), node.to_string());
+            self.block_on(async move {
+                crate::env::kube::kubelet::report_back(client, &name).await
+            })
+            .unwrap_or_else(|e| panic!("the kubelet of {node} comes back: {e}"));
+            cp.kubelets().resume(node);
+        }
     }
 }
 

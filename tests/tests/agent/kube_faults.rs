@@ -1,0 +1,187 @@
+//! Agents on a real control plane through real faults (the in-repo server's injected ones are
+//! in `outage`): kube-apiserver SIGSTOPped (every connection hangs, nothing is refused),
+//! SIGKILLed and started again (a new watch cache), and a Service removed from etcd behind
+//! the agents' watches while the history they would resume from is compacted away (so their
+//! watches resume with 410 Gone and must relist to learn of it).
+//!
+//! The agents run with a 2 s Lease so that the outages outlast it, and lenient death detection
+//! (1 s) so that a loaded host does not fake a dead peer, as in `outage`.
+
+use std::time::Duration;
+
+use announcer_tests::env::{
+    ApiKind,
+    cluster::{Cluster, rendezvous_owner},
+};
+
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+/// Generous: convergence takes about a second, a real control plane adds its latency, and the
+/// host may be loaded.
+const T: Duration = Duration::from_secs(20);
+/// kube's watcher backoff tops out at 30 s.
+const RECOVERY: Duration = Duration::from_secs(60);
+/// Longer than the Lease duration below.
+const OUTAGE: Duration = Duration::from_secs(6);
+const ARGS: [&str; 6] = [
+    "--lease-duration",
+    "2s",
+    "--lease-renew",
+    "1s",
+    "--heartbeat-misses",
+    "10",
+];
+
+async fn cluster(name: &str, vips: &[&str]) -> Cluster {
+    let mut c = Cluster::start_on(ApiKind::Kube, name).await;
+    for n in NODES {
+        c.add_node(n, &[], true).await;
+    }
+    c.add_service("default", "web", vips, false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    for n in NODES {
+        c.start_agent(n, &ARGS);
+    }
+    c.wait_for("every VIP on its rendezvous owner", T, |c| {
+        settled(c, vips, &NODES)
+    })
+    .await;
+    c.wait_for("every agent trusts the API", T, |c| api_ok(c, true))
+        .await;
+    c
+}
+
+fn settled(c: &Cluster, vips: &[&str], nodes: &[&str]) -> bool {
+    c.owners_of(vips)
+        .iter()
+        .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
+}
+
+/// Every agent answers `/state` with `api_ok == ok`.
+fn api_ok(c: &Cluster, ok: bool) -> bool {
+    c.nodes()
+        .iter()
+        .all(|n| c.state(n).is_some_and(|s| s["api_ok"] == ok))
+}
+
+fn kube(c: &Cluster) -> &announcer_tests::env::kube::KubeControlPlane {
+    c.kube().expect("a real control plane")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_kube_apiserver_changes_no_ownership() {
+    let vips = ["10.0.30.1", "10.0.30.2", "10.0.30.3", "fd00::30:4"];
+    let c = cluster("sigstop", &vips).await;
+
+    kube(&c).pause_apiserver();
+    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    c.hold("ownership unchanged while it is stopped", OUTAGE, |c| {
+        settled(c, &vips, &NODES)
+    })
+    .await;
+    kube(&c).resume_apiserver();
+    c.wait_for("every agent trusts the API again", RECOVERY, |c| {
+        api_ok(c, true)
+    })
+    .await;
+    c.hold(
+        "ownership unchanged after it continued",
+        Duration::from_secs(3),
+        |c| settled(c, &vips, &NODES),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
+    const VIP: &str = "10.0.31.1";
+    let mut c = cluster("sigstop-crash", &[VIP]).await;
+    let top = rendezvous_owner(VIP, &NODES);
+
+    kube(&c).pause_apiserver();
+    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    c.kill(&top);
+    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
+    let next = rendezvous_owner(VIP, &rest);
+    c.wait_for(
+        &format!("{next} takes over from the crashed {top} with the API stopped"),
+        T,
+        |c| c.owners(VIP) == [next.as_str()],
+    )
+    .await;
+    kube(&c).resume_apiserver();
+    c.hold(
+        &format!("{next} keeps it once the API is back"),
+        Duration::from_secs(3),
+        |c| c.owners(VIP) == [next.as_str()],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
+    let vips = ["10.0.32.1", "10.0.32.2"];
+    let mut c = cluster("restart", &vips).await;
+
+    c.kube_mut().expect("real").kill_apiserver();
+    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+        .await;
+    c.kube_mut()
+        .expect("real")
+        .start_apiserver()
+        .await
+        .unwrap_or_else(|e| panic!("kube-apiserver restarts: {e}"));
+    c.wait_for("every agent trusts the API again", RECOVERY, |c| {
+        api_ok(c, true)
+    })
+    .await;
+    assert!(settled(&c, &vips, &NODES), "ownership moved: {:?}", c.ownership());
+
+    const NEW: &str = "10.0.32.9";
+    c.add_service("default", "new", &[NEW], false).await;
+    let owner = rendezvous_owner(NEW, &NODES);
+    c.wait_for(
+        &format!("{owner} announces a Service created after the restart"),
+        T,
+        |c| c.owners(NEW) == [owner.as_str()],
+    )
+    .await;
+}
+
+/// The Service's object is deleted in etcd while kube-apiserver is down, and etcd is compacted
+/// past the agents' last resourceVersion: their watches resume with 410 Gone (the new watch
+/// cache starts after it), so only a relist can tell them the Service is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_deleted_behind_compacted_watches_is_released_after_the_relist() {
+    const GONE: &str = "10.0.33.1";
+    const KEPT: &str = "10.0.33.2";
+    let mut c = cluster("compaction", &[GONE]).await;
+    c.add_service("default", "kept", &[KEPT], false).await;
+    let kept_owner = rendezvous_owner(KEPT, &NODES);
+    c.wait_for("the second Service announced", T, |c| {
+        c.owners(KEPT) == [kept_owner.as_str()]
+    })
+    .await;
+
+    let cp = c.kube_mut().expect("real");
+    cp.kill_apiserver();
+    cp.etcd_delete("/registry/services/specs/default/web")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let compacted = cp.compact_etcd().unwrap_or_else(|e| panic!("{e}"));
+    cp.start_apiserver()
+        .await
+        .unwrap_or_else(|e| panic!("kube-apiserver restarts: {e}"));
+
+    c.wait_for(
+        &format!("nobody announces {GONE} once the watches relisted (etcd compacted at {compacted})"),
+        RECOVERY,
+        |c| c.owners(GONE).is_empty(),
+    )
+    .await;
+    assert_eq!(
+        c.owners(KEPT),
+        [kept_owner.as_str()],
+        "the other Service keeps its owner through the relist"
+    );
+}
