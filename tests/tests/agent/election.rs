@@ -27,7 +27,8 @@ on_both_api_servers! {
 /// owner records an `Announcing` Event for the VIP on the Service, naming itself, that did not
 /// exist before the SIGTERM (the old owner's Event from start-up does not count).
 async fn sigterm_handover_is_recorded_by_the_new_owners_announcing_event(api) {
-    let mut c = Cluster::start_on(api, "sigterm").await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("sigterm-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }

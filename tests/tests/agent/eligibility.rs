@@ -27,7 +27,8 @@ const HOLD: Duration = Duration::from_secs(1);
 const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
 async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    let c = Cluster::start_on(api, name).await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -188,7 +189,8 @@ fn zone_vips(candidates: &[String]) -> Vec<&str> {
 }
 
 async fn zones(api: ApiKind, name: &str) -> Cluster {
-    let c = Cluster::start_on(api, name).await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     c.add_node("node-a", &[("zone", "a")], true).await;
     c.add_node("node-b", &[("zone", "a")], true).await;
     c.add_node("node-c", &[("zone", "b")], true).await;

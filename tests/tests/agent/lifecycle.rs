@@ -33,7 +33,8 @@ const T: Duration = Duration::from_secs(15);
 const HOLD: Duration = Duration::from_millis(1500);
 
 async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    let c = Cluster::start_on(api, name).await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -364,7 +365,8 @@ on_both_api_servers! {
 /// exiting.
 async fn an_agent_started_before_its_node_has_an_internal_ip_waits_for_it(api) {
     const VIP: &str = "10.0.31.1";
-    let mut c = Cluster::start_on(api, "no-internal-ip").await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("no-internal-ip-{api}")).await;
     c.add_node_without_status("node-a").await;
     // Capacity but no addresses yet (as with an external cloud provider, which fills them in):
     // on a real control plane the scheduler binds the agent's DaemonSet Pod only to a Node

@@ -41,7 +41,8 @@ fn metrics_of(c: &Cluster, node: &str) -> String {
 }
 
 async fn cluster(api: ApiKind, name: &str, extra: &[&str]) -> Cluster {
-    let mut c = Cluster::start_on(api, name).await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -136,7 +137,8 @@ async fn metrics_count_owned_vips_and_a_takeover_after_sigkill(api) {
 
 on_both_api_servers! {
 async fn logs_are_text_by_default_and_json_with_the_flag(api) {
-    let mut c = Cluster::start_on(api, "logs").await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("logs-{api}")).await;
     c.add_node("node-a", &[], true).await;
     c.add_node("node-b", &[], true).await;
     c.add_service("default", "web", &VIPS[..1], false).await;

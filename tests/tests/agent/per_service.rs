@@ -34,7 +34,8 @@ fn sole_owner(c: &Cluster, vips: &[&str]) -> Option<String> {
 
 on_both_api_servers! {
 async fn one_owner_per_service_and_sigterm_hands_over(api) {
-    let mut c = Cluster::start_on(api, "per-service").await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("per-service-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
