@@ -22,6 +22,13 @@ fn scrape(http: u16) -> Option<(String, String)> {
     Some((ct, r.into_string().ok()?))
 }
 
+/// The value of the sample `series` (name and labels, exactly as exposed).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("number"))
+}
+
 /// The sum of every sample of `name` (any labels); `None` if there is none.
 fn total(text: &str, name: &str) -> Option<f64> {
     let mut found = None;
@@ -132,6 +139,14 @@ async fn metrics_count_owned_vips_and_a_takeover_after_sigkill(api) {
         .sum();
     assert!(timed >= 1.0, "no takeover timed:\n{}", after.join("\n"));
     assert_eq!(owned(&c, &survivors), VIPS.len() as f64);
+
+    // A healthy API server: no request of the survivors failed and none of their Events was
+    // lost (what a real kube-apiserver rejects, and the in-repo one accepts, shows here).
+    for (n, t) in survivors.iter().zip(&after) {
+        assert_eq!(total(t, "announcer_api_errors_total"), Some(0.0), "{n}:\n{t}");
+        let failed = "announcer_events_total{outcome=\"failed\"}";
+        assert_eq!(sample(t, failed), Some(0.0), "{n}:\n{t}");
+    }
 }
 }
 
