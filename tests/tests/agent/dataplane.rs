@@ -12,12 +12,20 @@ use std::{
 
 use announcer_tests::{
     cli::{Cli, announcer_bin},
+    env::ApiKind,
     env::cluster::{owned_vips, state_at},
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Netns, Pair, fmt_mac, require_root},
+    env::kube::{KubeControlPlane, KubeOptions},
+    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     env::node::{Proc, set_ingress, start_apiserver, wait},
+    on_both_api_servers,
     tools::{arping, ndisc6, neigh_flush},
 };
-use serde_json::Value;
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
 
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
@@ -48,6 +56,85 @@ fn neighbour_is_node(client: &Netns, ip: IpAddr) -> bool {
     })
 }
 
+/// The API server of a one-node world (this file's and `status.rs`'s), with the objects of
+/// [`announcer_tests::env::node::seed`]: Node `node-a` (InternalIP [`NODE_V4`], Ready),
+/// Service `default/web` with a ready endpoint on node-a and `vips` as its ingress. The agent's
+/// kubeconfig is `dir/kubeconfig.node-a`, for a server it reaches on the namespace's loopback.
+#[expect(dead_code, reason = "held, never read: dropping it stops the server")]
+pub(crate) enum NodeApi {
+    /// The in-repo `apiserver` binary inside the node namespace.
+    InRepo(Proc),
+    /// A real control plane beside the test, reached through a relay in the node namespace;
+    /// the agent's token is bound to its DaemonSet Pod on node-a.
+    Kube(Box<KubeControlPlane>),
+}
+
+/// Starts the API server of `api` for the node namespace `ns`; see [`NodeApi`].
+pub(crate) async fn start_node_api(
+    api: ApiKind,
+    tag: &str,
+    ns: &Netns,
+    dir: &std::path::Path,
+    vips: &[IpAddr],
+) -> NodeApi {
+    if api == ApiKind::InRepo {
+        let (proc, addr) = start_apiserver(ns, dir);
+        set_ingress(ns, &addr, vips);
+        return NodeApi::InRepo(proc);
+    }
+    let mut cp = KubeControlPlane::start(KubeOptions {
+        tag: tag.into(),
+        apply_deploy: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+    let url = cp
+        .serve_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], 6443)))
+        .expect("the API server reachable in the node namespace");
+    cp.kubelets()
+        .register("node-a", IpAddr::V4(NODE_V4), &[])
+        .await
+        .expect("register node-a");
+    let client = cp.client();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}],
+                 "externalTrafficPolicy": "Cluster"},
+    }))
+    .expect("a Service");
+    let services = Api::<Service>::namespaced(client.clone(), "default");
+    services
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create web");
+    let ingress: Vec<Value> = vips.iter().map(|v| json!({"ip": v.to_string()})).collect();
+    services
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+        )
+        .await
+        .expect("web's ingress");
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-slice", "namespace": "default",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.244.0.1"], "nodeName": "node-a",
+                       "conditions": {"ready": true}}],
+    }))
+    .expect("an EndpointSlice");
+    Api::<EndpointSlice>::namespaced(client, "default")
+        .create(&PostParams::default(), &slice)
+        .await
+        .expect("create web's EndpointSlice");
+    cp.write_agent_kubeconfig("node-a", &url, &dir.join("kubeconfig.node-a"))
+        .await
+        .unwrap_or_else(|e| panic!("the agent's kubeconfig: {e}"));
+    NodeApi::Kube(Box::new(cp))
+}
+
 /// `vip list --json` rows for our VIPs.
 fn listed(cli: &Cli) -> Vec<Value> {
     let list: Value = serde_json::from_str(&cli.ok(&["vip", "list", "--json"])).expect("json");
@@ -59,8 +146,8 @@ fn listed(cli: &Cli) -> Vec<Value> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm() {
+on_both_api_servers! {
+async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(api) {
     require_root();
     let pair = Pair::new("agent-dp");
     // A LAN neighbour that learns from gratuitous ARP and unsolicited NA. Linux only creates
@@ -72,11 +159,10 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
         sysctl(&format!("net.ipv6.conf.{conf}.forwarding"));
         sysctl(&format!("net.ipv6.conf.{conf}.accept_untracked_na"));
     }
-    let dir = std::env::temp_dir().join(format!("anndp-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("anndp-{}-{api}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
-    let (_api, api_addr) = start_apiserver(&pair.node, &dir);
-    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
+    let _api = start_node_api(api, "agent-dp", &pair.node, &dir, &[VIP4.into(), VIP6.into()]).await;
 
     let log = dir.join("agent.log");
     let mut cmd = pair
@@ -179,4 +265,5 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
         "the data plane answers the control VIP {CONTROL6}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
 }

@@ -1,9 +1,9 @@
-//! Agents against the in-repo API server: ownership, eligibility and handover, as an operator
-//! would check them (`/state`, Events).
+//! Agents against the in-repo API server and a real kube-apiserver (`on_both_api_servers!`):
+//! ownership, eligibility and handover, as an operator would check them (`/state`, Events).
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::env::cluster::Cluster;
+use announcer_tests::{env::cluster::Cluster, on_both_api_servers};
 use k8s_openapi::api::events::v1::Event;
 
 const VIP: &str = "10.0.0.5";
@@ -22,12 +22,13 @@ fn seen(events: &[Event]) -> BTreeSet<(String, i32)> {
         .collect()
 }
 
+on_both_api_servers! {
 /// The handover must be visible where operators look: after the owner's SIGTERM, the new
 /// owner records an `Announcing` Event for the VIP on the Service, naming itself, that did not
 /// exist before the SIGTERM (the old owner's Event from start-up does not count).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_handover_is_recorded_by_the_new_owners_announcing_event() {
-    let mut c = Cluster::start("sigterm").await;
+async fn sigterm_handover_is_recorded_by_the_new_owners_announcing_event(api) {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("sigterm-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -82,4 +83,5 @@ async fn sigterm_handover_is_recorded_by_the_new_owners_announcing_event() {
         Some("web"),
         "{e:?}"
     );
+}
 }

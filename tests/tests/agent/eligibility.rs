@@ -1,5 +1,6 @@
-//! Agents against the in-repo API server: which nodes may announce a VIP, checked the way an
-//! operator would (`/state` of every agent, Events on the Service).
+//! Agents against the in-repo API server and a real kube-apiserver (`on_both_api_servers!`):
+//! which nodes may announce a VIP, checked the way an operator would (`/state` of every agent,
+//! Events on the Service).
 //!
 //! The rules (see `announcer::agent::eligibility`): `externalTrafficPolicy: Local` restricts a
 //! VIP to nodes hosting a ready endpoint; the `exclude-from-external-load-balancers` label, a
@@ -9,7 +10,13 @@
 
 use std::time::Duration;
 
-use announcer_tests::env::cluster::{Cluster, rendezvous_owner};
+use announcer_tests::{
+    env::{
+        ApiKind,
+        cluster::{Cluster, rendezvous_owner},
+    },
+    on_both_api_servers,
+};
 use k8s_openapi::api::events::v1::Event;
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -19,8 +26,9 @@ const T: Duration = Duration::from_secs(15);
 const HOLD: Duration = Duration::from_secs(1);
 const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 
-async fn three_nodes(name: &str) -> Cluster {
-    let c = Cluster::start(name).await;
+async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -62,10 +70,10 @@ fn warning(svc: &'static str, reason: &'static str) -> impl Fn(&Event) -> bool {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_vip_follows_its_ready_endpoint() {
+on_both_api_servers! {
+async fn etp_local_vip_follows_its_ready_endpoint(api) {
     const VIP: &str = "10.0.1.5";
-    let mut c = three_nodes("etp-local").await;
+    let mut c = three_nodes(api, "etp-local").await;
     // Endpoints on nodes that are NOT the rendezvous top among all three, so that an owner
     // there can only come from the Local rule.
     let top = rendezvous_owner(VIP, &NODES);
@@ -89,11 +97,12 @@ async fn etp_local_vip_follows_its_ready_endpoint() {
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warning_says_why() {
+on_both_api_servers! {
+async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warning_says_why(api) {
     const VIP: &str = "10.0.1.6";
-    let mut c = three_nodes("etp-local-none").await;
+    let mut c = three_nodes(api, "etp-local-none").await;
     c.add_service("default", "web", &[VIP], true).await;
     c.set_endpoints("default", "web", &[("node-b", true)]).await;
     add_control(&c).await;
@@ -127,11 +136,12 @@ async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warn
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exclusion_label_moves_the_vip_and_back() {
+on_both_api_servers! {
+async fn exclusion_label_moves_the_vip_and_back(api) {
     const VIP: &str = "10.0.2.5";
-    let mut c = three_nodes("exclude").await;
+    let mut c = three_nodes(api, "exclude").await;
     c.add_service("default", "web", &[VIP], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
     start_all(&mut c, &[]);
@@ -157,6 +167,7 @@ async fn exclusion_label_moves_the_vip_and_back() {
     })
     .await;
 }
+}
 
 /// VIPs some of which node-c would own without a selector: two of its, two of the others'.
 fn zone_vips(candidates: &[String]) -> Vec<&str> {
@@ -177,17 +188,18 @@ fn zone_vips(candidates: &[String]) -> Vec<&str> {
     vips
 }
 
-async fn zones(name: &str) -> Cluster {
-    let c = Cluster::start(name).await;
+async fn zones(api: ApiKind, name: &str) -> Cluster {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     c.add_node("node-a", &[("zone", "a")], true).await;
     c.add_node("node-b", &[("zone", "a")], true).await;
     c.add_node("node-c", &[("zone", "b")], true).await;
     c
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_selector_leaves_unselected_nodes_announcing_nothing() {
-    let mut c = zones("selector").await;
+on_both_api_servers! {
+async fn node_selector_leaves_unselected_nodes_announcing_nothing(api) {
+    let mut c = zones(api, "selector").await;
     let candidates: Vec<String> = (1..=40).map(|i| format!("10.0.3.{i}")).collect();
     let vips = zone_vips(&candidates);
     c.add_service("default", "web", &vips, false).await;
@@ -211,10 +223,11 @@ async fn node_selector_leaves_unselected_nodes_announcing_nothing() {
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_that_is_not_ready_announces_nothing() {
-    let mut c = zones("readiness").await;
+on_both_api_servers! {
+async fn a_node_that_is_not_ready_announces_nothing(api) {
+    let mut c = zones(api, "readiness").await;
     let candidates: Vec<String> = (1..=40).map(|i| format!("10.0.7.{i}")).collect();
     let vips = zone_vips(&candidates);
     c.add_service("default", "web", &vips, false).await;
@@ -237,12 +250,13 @@ async fn a_node_that_is_not_ready_announces_nothing() {
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody() {
+on_both_api_servers! {
+async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody(api) {
     const UNREADY: &str = "10.0.4.2";
     const NO_SLICE: &str = "10.0.4.3";
-    let mut c = three_nodes("no-endpoints").await;
+    let mut c = three_nodes(api, "no-endpoints").await;
     add_control(&c).await;
     c.add_service("default", "unready", &[UNREADY], false).await;
     c.set_endpoints(
@@ -281,11 +295,12 @@ async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody() {
     )
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner() {
+on_both_api_servers! {
+async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner(api) {
     const UNREADY: &str = "10.0.4.4";
-    let mut c = three_nodes("endpoint-ready").await;
+    let mut c = three_nodes(api, "endpoint-ready").await;
     c.add_service("default", "unready", &[UNREADY], false).await;
     c.set_endpoints(
         "default",
@@ -309,11 +324,12 @@ async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_of_another_class_is_not_announced_and_gets_no_events() {
+on_both_api_servers! {
+async fn a_service_of_another_class_is_not_announced_and_gets_no_events(api) {
     const FOREIGN: &str = "10.0.5.2";
-    let mut c = three_nodes("foreign").await;
+    let mut c = three_nodes(api, "foreign").await;
     add_control(&c).await;
     c.create_service(
         "default",
@@ -351,12 +367,13 @@ async fn a_service_of_another_class_is_not_announced_and_gets_no_events() {
         "a Service of another class gets no Events from us: {events:?}"
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is_announced() {
+on_both_api_servers! {
+async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is_announced(api) {
     const BAD: &str = "224.0.0.1";
     const GOOD: &str = "10.0.5.3";
-    let mut c = three_nodes("bad-ip").await;
+    let mut c = three_nodes(api, "bad-ip").await;
     c.add_service("default", "mixed", &[BAD, GOOD], false).await;
     c.set_endpoints("default", "mixed", &[("node-a", true)])
         .await;
@@ -382,11 +399,12 @@ async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is
     })
     .await;
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_services_vip_is_announced_by_nobody() {
+on_both_api_servers! {
+async fn a_deleted_services_vip_is_announced_by_nobody(api) {
     const WEB: &str = "10.0.5.1";
-    let mut c = three_nodes("deleted").await;
+    let mut c = three_nodes(api, "deleted").await;
     add_control(&c).await;
     c.add_service("default", "web", &[WEB], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
@@ -410,15 +428,16 @@ async fn a_deleted_services_vip_is_announced_by_nobody() {
     c.hold("the deleted Service stays unannounced", HOLD, gone)
         .await;
 }
+}
 
+on_both_api_servers! {
 /// A Service without ready endpoints must be explained by one Warning that says so, not also
 /// by a `NoEligibleNode` Warning blaming the nodes ("none Ready, matching the node selector…")
 /// while every node is Ready and selected: `kubectl describe service` would contradict itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_ready_endpoints_is_not_blamed_on_nodes() {
+async fn no_ready_endpoints_is_not_blamed_on_nodes(api) {
     const OK: &str = "10.0.6.1";
     const UNREADY: &str = "10.0.6.2";
-    let mut c = three_nodes("no-ep-blame").await;
+    let mut c = three_nodes(api, "no-ep-blame").await;
     c.add_service("default", "ok", &[OK], false).await;
     c.set_endpoints("default", "ok", &[("node-a", true)]).await;
     c.add_service("default", "unready", &[UNREADY], false).await;
@@ -455,4 +474,5 @@ async fn no_ready_endpoints_is_not_blamed_on_nodes() {
         "no ready endpoints, yet a Warning blames the nodes: {:?}",
         blamed.iter().map(|e| &e.note).collect::<Vec<_>>()
     );
+}
 }

@@ -1,5 +1,6 @@
-//! Agents against the in-repo API server: what happens to ownership when an agent dies, is
-//! restarted or is told to stop, checked as an operator would (`/state`, Events).
+//! Agents against the in-repo API server and a real kube-apiserver (`on_both_api_servers!`):
+//! what happens to ownership when an agent dies, is restarted or is told to stop, checked as an
+//! operator would (`/state`, Events).
 //!
 //! The agents run with `--no-dataplane`, so there is no data plane to answer the probe peers
 //! send to a silent owner: peers take over from a dead agent after its heartbeats stop (~0.4 s),
@@ -16,8 +17,15 @@ use announcer_tests::{
     },
     on_both_api_servers,
 };
-use k8s_openapi::api::{core::v1::Service, events::v1::Event};
-use kube::Api;
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    events::v1::Event,
+};
+use kube::{
+    Api,
+    api::{Patch, PatchParams},
+};
+use serde_json::{Value, json};
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
@@ -25,7 +33,8 @@ const T: Duration = Duration::from_secs(15);
 const HOLD: Duration = Duration::from_millis(1500);
 
 async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    let c = Cluster::start_on(api, name).await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -127,10 +136,10 @@ async fn sigkill_survivor_takes_over_and_its_event_names_it(api) {
 }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_of_a_non_owner_changes_nothing() {
+on_both_api_servers! {
+async fn restart_of_a_non_owner_changes_nothing(api) {
     const VIP: &str = "10.0.11.5";
-    let mut c = three_nodes(ApiKind::InRepo, "restart-nonowner").await;
+    let mut c = three_nodes(api, "restart-nonowner").await;
     c.add_service("default", "web", &[VIP], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
     // Lenient death detection (1 s): a loaded test host must not fake a dead owner here.
@@ -179,10 +188,11 @@ async fn restart_of_a_non_owner_changes_nothing() {
     let after = announcing(&c.event_objects("default").await);
     assert_eq!(before, after, "no new Announcing Event");
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restarted_owner_converges_and_claims_only_its_vips() {
-    let mut c = three_nodes(ApiKind::InRepo, "restart-owner").await;
+on_both_api_servers! {
+async fn restarted_owner_converges_and_claims_only_its_vips(api) {
+    let mut c = three_nodes(api, "restart-owner").await;
     let all: Vec<String> = (1..=6).map(|i| format!("10.0.12.{i}")).collect();
     let vips: Vec<&str> = all.iter().map(String::as_str).collect();
     let victim = rendezvous_owner(vips[0], &NODES);
@@ -245,10 +255,11 @@ async fn restarted_owner_converges_and_claims_only_its_vips() {
         );
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_hands_over_every_vip_without_a_gap() {
-    let mut c = three_nodes(ApiKind::InRepo, "handover").await;
+on_both_api_servers! {
+async fn sigterm_hands_over_every_vip_without_a_gap(api) {
+    let mut c = three_nodes(api, "handover").await;
     let services = [
         ("web", ["10.0.13.1", "fd00::13:1"]),
         ("api", ["10.0.13.2", "fd00::13:2"]),
@@ -329,23 +340,55 @@ async fn sigterm_hands_over_every_vip_without_a_gap() {
     );
     wait_rendezvous(&c, &vips, &rest).await;
 }
+}
 
+/// What the stand-in kubelets report: enough for the scheduler to bind a DaemonSet Pod.
+fn capacity() -> Value {
+    json!({"cpu": "2", "memory": "4Gi", "pods": "110"})
+}
+
+/// Merges `status` into the Node's status (the status subresource, as a kubelet writes it).
+async fn node_status(c: &Cluster, node: &str, status: Value) {
+    Api::<Node>::all(c.client.clone())
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .await
+        .expect("node status");
+}
+
+on_both_api_servers! {
 /// The kubelet registers the Node and fills in its addresses a moment later: an agent started
 /// in between waits for the InternalIP to send heartbeats from, as its log says, instead of
 /// exiting.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_started_before_its_node_has_an_internal_ip_waits_for_it() {
+async fn an_agent_started_before_its_node_has_an_internal_ip_waits_for_it(api) {
     const VIP: &str = "10.0.31.1";
-    let mut c = Cluster::start("no-internal-ip").await;
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("no-internal-ip-{api}")).await;
     c.add_node_without_status("node-a").await;
+    // Capacity but no addresses yet (as with an external cloud provider, which fills them in):
+    // on a real control plane the scheduler binds the agent's DaemonSet Pod only to a Node
+    // with capacity, and the agent's token is bound to that Pod.
+    node_status(&c, "node-a", json!({"capacity": capacity(), "allocatable": capacity()})).await;
     c.add_service("default", "web", &[VIP], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
     c.start_agent("node-a", &["--no-heartbeat-address"]);
     // Longer than the agent needs to start and list everything.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    c.set_node_ready("node-a", true).await;
+    node_status(
+        &c,
+        "node-a",
+        json!({
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }),
+    )
+    .await;
     c.wait_for("node-a owns it once its Node has an InternalIP", T, |c| {
         c.owners(VIP) == ["node-a"]
     })
     .await;
+}
 }

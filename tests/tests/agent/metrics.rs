@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use announcer_tests::env::cluster::Cluster;
+use announcer_tests::{
+    env::{ApiKind, cluster::Cluster},
+    on_both_api_servers,
+};
 
 const VIPS: [&str; 3] = ["10.0.0.5", "10.0.0.6", "fd00::7"];
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -17,6 +20,13 @@ fn scrape(http: u16) -> Option<(String, String)> {
         .ok()?;
     let ct = r.content_type().to_owned();
     Some((ct, r.into_string().ok()?))
+}
+
+/// The value of the sample `series` (name and labels, exactly as exposed).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(|v| v.trim().parse().expect("number"))
 }
 
 /// The sum of every sample of `name` (any labels); `None` if there is none.
@@ -37,8 +47,9 @@ fn metrics_of(c: &Cluster, node: &str) -> String {
     scrape(http).expect("/metrics answers").1
 }
 
-async fn cluster(name: &str, extra: &[&str]) -> Cluster {
-    let mut c = Cluster::start(name).await;
+async fn cluster(api: ApiKind, name: &str, extra: &[&str]) -> Cluster {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("{name}-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -58,9 +69,9 @@ async fn cluster(name: &str, extra: &[&str]) -> Cluster {
     c
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_count_owned_vips_and_a_takeover_after_sigkill() {
-    let mut c = cluster("metrics", &[]).await;
+on_both_api_servers! {
+async fn metrics_count_owned_vips_and_a_takeover_after_sigkill(api) {
+    let mut c = cluster(api, "metrics", &[]).await;
 
     let (ct, text) = scrape(c.agent("node-a").unwrap().http).expect("/metrics answers");
     assert!(ct.starts_with("application/openmetrics-text"), "{ct}");
@@ -128,11 +139,21 @@ async fn metrics_count_owned_vips_and_a_takeover_after_sigkill() {
         .sum();
     assert!(timed >= 1.0, "no takeover timed:\n{}", after.join("\n"));
     assert_eq!(owned(&c, &survivors), VIPS.len() as f64);
+
+    // A healthy API server: no request of the survivors failed and none of their Events was
+    // lost (what a real kube-apiserver rejects, and the in-repo one accepts, shows here).
+    for (n, t) in survivors.iter().zip(&after) {
+        assert_eq!(total(t, "announcer_api_errors_total"), Some(0.0), "{n}:\n{t}");
+        let failed = "announcer_events_total{outcome=\"failed\"}";
+        assert_eq!(sample(t, failed), Some(0.0), "{n}:\n{t}");
+    }
+}
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn logs_are_text_by_default_and_json_with_the_flag() {
-    let mut c = Cluster::start("logs").await;
+on_both_api_servers! {
+async fn logs_are_text_by_default_and_json_with_the_flag(api) {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("logs-{api}")).await;
     c.add_node("node-a", &[], true).await;
     c.add_node("node-b", &[], true).await;
     c.add_service("default", "web", &VIPS[..1], false).await;
@@ -169,4 +190,5 @@ async fn logs_are_text_by_default_and_json_with_the_flag() {
         .find(|l| l["fields"]["message"] == "agent started")
         .unwrap_or_else(|| panic!("no start line: {json}"));
     assert_eq!(started["fields"]["node"], "node-b", "{started}");
+}
 }

@@ -4,7 +4,10 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::env::cluster::{Cluster, NAMESPACE};
+use announcer_tests::{
+    env::cluster::{Cluster, NAMESPACE},
+    on_both_api_servers,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::ListParams};
 
@@ -29,9 +32,10 @@ fn sole_owner(c: &Cluster, vips: &[&str]) -> Option<String> {
     (all_owned && owners.len() == 1).then(|| owners.into_iter().next().expect("one"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_owner_per_service_and_sigterm_hands_over() {
-    let mut c = Cluster::start("per-service").await;
+on_both_api_servers! {
+async fn one_owner_per_service_and_sigterm_hands_over(api) {
+    // The server in the name: both variants run at once, and the scratch directory is named by it.
+    let mut c = Cluster::start_on(api, &format!("per-service-{api}")).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -91,4 +95,5 @@ async fn one_owner_per_service_and_sigterm_hands_over() {
         sole_owner(c, api).is_some_and(|o| o != owner)
     })
     .await;
+}
 }

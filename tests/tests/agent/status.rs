@@ -14,7 +14,8 @@ use announcer_tests::{
     cli::{Cli, announcer_bin},
     env::cluster::{owned_vips, state_at},
     env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
-    env::node::{Proc, set_ingress, start_apiserver, wait},
+    env::node::{Proc, wait},
+    on_both_api_servers,
     tools::{arping, neigh_flush},
 };
 use serde_json::Value;
@@ -57,15 +58,21 @@ fn sample(text: &str, series: &str) -> Option<f64> {
         .map(|v| v.trim().parse().expect("number"))
 }
 
-#[test]
-fn status_shows_what_the_node_answers_and_who_owns_it() {
+on_both_api_servers! {
+async fn status_shows_what_the_node_answers_and_who_owns_it(api) {
     require_root();
     let pair = Pair::new("status");
-    let dir = std::env::temp_dir().join(format!("annstatus-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("annstatus-{}-{api}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
-    let (_api, api_addr) = start_apiserver(&pair.node, &dir);
-    set_ingress(&pair.node, &api_addr, &[VIP4.into(), VIP6.into()]);
+    let _api = crate::dataplane::start_node_api(
+        api,
+        "status",
+        &pair.node,
+        &dir,
+        &[VIP4.into(), VIP6.into()],
+    )
+    .await;
     let log = dir.join("agent.log");
     let mut cmd = pair
         .node
@@ -171,4 +178,5 @@ fn status_shows_what_the_node_answers_and_who_owns_it() {
     assert!(table.contains("agent: UNREACHABLE"), "{table}");
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
+}
 }
