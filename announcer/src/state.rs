@@ -58,7 +58,8 @@ pub struct AgentState {
     pub peers: Vec<PeerState>,
     /// Election counters.
     pub stats: ElectionStats,
-    /// Watches healthy.
+    /// The API is trusted: watches healthy and (node-lease mode) this node's Lease writes
+    /// succeed, none hung for a renewal period.
     pub api_ok: bool,
     /// Stepped back: this node exchanges heartbeats with no peer (see the `Isolated` Event).
     #[serde(default)]

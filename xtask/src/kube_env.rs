@@ -65,7 +65,11 @@ fn print_state(root: &Path) -> Result<()> {
         s("kubectl"),
         s("kubeconfig")
     );
-    println!("  logs:       {} and {}", s("control_plane_dir"), s("testbed_dir"));
+    println!(
+        "  logs:       {} and {}",
+        s("control_plane_dir"),
+        s("testbed_dir")
+    );
     println!("  remove:     cargo xtask kube down");
     Ok(())
 }

@@ -510,7 +510,9 @@ fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> Age
             })
             .collect(),
         stats: core.stats(),
-        api_ok: *ctx.kube.watches.healthy.borrow(),
+        // What heartbeats say too: watches healthy and Lease writes succeeding (a hung API
+        // server keeps its watches open and silent, so watch health alone says "ok").
+        api_ok: *ctx.kube.watches.healthy.borrow() && core.trusts_api(),
         standby: core.is_standby(),
     }
 }

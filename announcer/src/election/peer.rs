@@ -137,20 +137,24 @@ impl Peer {
         true
     }
 
-    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed since
-    /// its heartbeats stopped arriving here, at least `settled` after the last one (so its count
-    /// no longer includes peers it heard just before a cut: a node whose link died silently
-    /// counts none by then), that renewal says other peers hear it (`connected > 0`), and it is
-    /// recent (within `fresh`). Then heartbeats are lost only between it and us (a one-way or
-    /// pairwise link fault), the rest of the cluster ranks it, and so must we: its VIPs taken
-    /// meanwhile are handed back (an overlap, counted).
+    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed twice
+    /// since its heartbeats stopped arriving here, the last time at least `settled` after the
+    /// last heartbeat (so its count no longer includes peers it heard just before a cut: a node
+    /// whose link died silently counts none by then), that renewal says other peers hear it
+    /// (`connected > 0`), and it is recent (within `fresh`). Then heartbeats are lost only
+    /// between it and us (a one-way or pairwise link fault), the rest of the cluster ranks it,
+    /// and so must we: its VIPs taken meanwhile are handed back (an overlap, counted).
+    ///
+    /// Twice, not once: a slow or stopped API server may complete a renewal its writer sent
+    /// before it died, and we see that renewal only after its heartbeats stopped. One late
+    /// write is no proof of life; a node that is alive renews again a renewal period later.
     pub fn alive_by_api(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
         let (Some(l), Some(beat)) = (&self.lease, self.last_beat) else {
             return false;
         };
         self.connected.is_some_and(|c| c > 0)
             && !self.standby
-            && self.renewals_while_silent >= 1
+            && self.renewals_while_silent >= 2
             && l.changed_at >= beat + settled
             && now < l.changed_at + fresh
     }

@@ -23,6 +23,8 @@ struct World {
     /// The API server hangs (SIGSTOPped, or its packets blackholed): Lease writes never
     /// complete and the watches stay open but silent, so nothing fails.
     api_hung: bool,
+    /// Lease writes the hung API server holds: (writer, what it wrote).
+    held_writes: Vec<(usize, LeaseView)>,
 }
 
 struct Node {
@@ -64,6 +66,7 @@ impl World {
             cut: BTreeSet::new(),
             lose_answers: 0,
             api_hung: false,
+            held_writes: Vec::new(),
         };
         let eligible: BTreeSet<NodeName> = (0..n)
             .map(|i| NodeName::from(format!("node-{i}")))
@@ -103,7 +106,6 @@ impl World {
         while let Some(o) = self.nodes[i].core.poll_output() {
             self.nodes[i].outputs.push(o.clone());
             match o {
-                Output::WriteLease { .. } if self.api_hung => {}
                 Output::WriteLease {
                     release,
                     standby,
@@ -121,6 +123,10 @@ impl World {
                         connected,
                         links: self.nodes[i].links.clone(),
                     };
+                    if self.api_hung {
+                        self.held_writes.push((i, view));
+                        continue;
+                    }
                     let t = self.t;
                     self.nodes[i].core.handle(
                         t,
@@ -167,6 +173,30 @@ impl World {
                     }
                 }
                 _ => {}
+            }
+        }
+    }
+
+    /// The hung API server continues: it completes the writes it held (also those of agents
+    /// that died meanwhile) and every watch delivers them.
+    fn api_continues(&mut self) {
+        self.api_hung = false;
+        for (i, view) in std::mem::take(&mut self.held_writes) {
+            let t = self.t;
+            let rv = view.resource_version.clone();
+            if self.nodes[i].up && self.nodes[i].agent {
+                self.nodes[i].core.handle(
+                    t,
+                    Input::LeaseWrite(LeaseWriteResult::Written {
+                        resource_version: rv,
+                    }),
+                );
+                self.drain(i);
+            }
+            for j in 0..self.nodes.len() {
+                if j != i {
+                    self.input(j, Input::LeaseSeen(view.clone()));
+                }
             }
         }
     }

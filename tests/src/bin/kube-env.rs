@@ -56,10 +56,7 @@ async fn main() -> Result<()> {
         .all(|v| tb.owners(*v).len() == 1)
     {
         if started.elapsed() > Duration::from_secs(60) {
-            bail!(
-                "the agents did not converge in 60 s:\n{}",
-                tb.log_tails()
-            );
+            bail!("the agents did not converge in 60 s:\n{}", tb.log_tails());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

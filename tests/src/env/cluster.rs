@@ -124,7 +124,8 @@ impl Cluster {
                 (Backend::Kube(Box::new(cp)), client)
             }
         };
-        let dir = std::env::temp_dir().join(format!("anncluster-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("anncluster-{}-{name}-{kind}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         Cluster {

@@ -4,8 +4,12 @@
 //! the agents' watches while the history they would resume from is compacted away (so their
 //! watches resume with 410 Gone and must relist to learn of it).
 //!
-//! The agents run with a 2 s Lease so that the outages outlast it, and lenient death detection
-//! (1 s) so that a loaded host does not fake a dead peer, as in `outage`.
+//! The agents run with lenient death detection (1 s) so that a loaded host does not fake a
+//! dead peer, as in `outage`. With kube-apiserver SIGKILLed every request is refused at once,
+//! so a 2 s Lease (and a shorter test) will do; a SIGSTOPped one fails nothing, it only hangs,
+//! so those tests keep the default Lease (10 s, renewed every 3 s: a hung renewal counts as
+//! failed after a renewal period, and the Lease must outlast three of them) and stop it for
+//! longer than that.
 
 use std::time::Duration;
 
@@ -20,8 +24,11 @@ const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 const T: Duration = Duration::from_secs(20);
 /// kube's watcher backoff tops out at 30 s.
 const RECOVERY: Duration = Duration::from_secs(60);
-/// Longer than the Lease duration below.
-const OUTAGE: Duration = Duration::from_secs(6);
+/// Longer than the default Lease duration (10 s).
+const STOPPED: Duration = Duration::from_secs(12);
+/// Default Lease; lenient death detection.
+const DEFAULT_LEASE: [&str; 2] = ["--heartbeat-misses", "10"];
+/// A 2 s Lease; lenient death detection.
 const ARGS: [&str; 6] = [
     "--lease-duration",
     "2s",
@@ -31,7 +38,7 @@ const ARGS: [&str; 6] = [
     "10",
 ];
 
-async fn cluster(name: &str, vips: &[&str]) -> Cluster {
+async fn cluster(name: &str, vips: &[&str], args: &[&str]) -> Cluster {
     let mut c = Cluster::start_on(ApiKind::Kube, name).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
@@ -39,7 +46,7 @@ async fn cluster(name: &str, vips: &[&str]) -> Cluster {
     c.add_service("default", "web", vips, false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
     for n in NODES {
-        c.start_agent(n, &ARGS);
+        c.start_agent(n, args);
     }
     c.wait_for("every VIP on its rendezvous owner", T, |c| {
         settled(c, vips, &NODES)
@@ -70,12 +77,12 @@ fn kube(c: &Cluster) -> &announcer_tests::env::kube::KubeControlPlane {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_kube_apiserver_changes_no_ownership() {
     let vips = ["10.0.30.1", "10.0.30.2", "10.0.30.3", "fd00::30:4"];
-    let c = cluster("sigstop", &vips).await;
+    let c = cluster("sigstop", &vips, &DEFAULT_LEASE).await;
 
     kube(&c).pause_apiserver();
     c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
         .await;
-    c.hold("ownership unchanged while it is stopped", OUTAGE, |c| {
+    c.hold("ownership unchanged while it is stopped", STOPPED, |c| {
         settled(c, &vips, &NODES)
     })
     .await;
@@ -95,7 +102,7 @@ async fn a_stopped_kube_apiserver_changes_no_ownership() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
     const VIP: &str = "10.0.31.1";
-    let mut c = cluster("sigstop-crash", &[VIP]).await;
+    let mut c = cluster("sigstop-crash", &[VIP], &DEFAULT_LEASE).await;
     let top = rendezvous_owner(VIP, &NODES);
 
     kube(&c).pause_apiserver();
@@ -122,7 +129,7 @@ async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
     let vips = ["10.0.32.1", "10.0.32.2"];
-    let mut c = cluster("restart", &vips).await;
+    let mut c = cluster("restart", &vips, &ARGS).await;
 
     c.kube_mut().expect("real").kill_apiserver();
     c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
@@ -136,10 +143,15 @@ async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
         api_ok(c, true)
     })
     .await;
-    assert!(settled(&c, &vips, &NODES), "ownership moved: {:?}", c.ownership());
+    assert!(
+        settled(&c, &vips, &NODES),
+        "ownership moved: {:?}",
+        c.ownership()
+    );
 
     const NEW: &str = "10.0.32.9";
     c.add_service("default", "new", &[NEW], false).await;
+    c.set_endpoints("default", "new", &[("node-b", true)]).await;
     let owner = rendezvous_owner(NEW, &NODES);
     c.wait_for(
         &format!("{owner} announces a Service created after the restart"),
@@ -156,8 +168,10 @@ async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
 async fn a_service_deleted_behind_compacted_watches_is_released_after_the_relist() {
     const GONE: &str = "10.0.33.1";
     const KEPT: &str = "10.0.33.2";
-    let mut c = cluster("compaction", &[GONE]).await;
+    let mut c = cluster("compaction", &[GONE], &ARGS).await;
     c.add_service("default", "kept", &[KEPT], false).await;
+    c.set_endpoints("default", "kept", &[("node-b", true)])
+        .await;
     let kept_owner = rendezvous_owner(KEPT, &NODES);
     c.wait_for("the second Service announced", T, |c| {
         c.owners(KEPT) == [kept_owner.as_str()]
@@ -174,7 +188,9 @@ async fn a_service_deleted_behind_compacted_watches_is_released_after_the_relist
         .unwrap_or_else(|e| panic!("kube-apiserver restarts: {e}"));
 
     c.wait_for(
-        &format!("nobody announces {GONE} once the watches relisted (etcd compacted at {compacted})"),
+        &format!(
+            "nobody announces {GONE} once the watches relisted (etcd compacted at {compacted})"
+        ),
         RECOVERY,
         |c| c.owners(GONE).is_empty(),
     )

@@ -72,7 +72,8 @@ async fn a_crashed_node_going_not_ready_later_moves_no_vip_again_and_its_return_
     tb.add_service("local", &local, true, &all[..2]).await;
     let vips: Vec<IpAddr> = web.iter().chain(&local).copied().collect();
     tb.start_agents(&[]);
-    let before: BTreeMap<IpAddr, String> = vips.iter().map(|v| (*v, tb.wait_owner(*v, T))).collect();
+    let before: BTreeMap<IpAddr, String> =
+        vips.iter().map(|v| (*v, tb.wait_owner(*v, T))).collect();
     // The node that owns the Local VIP (one of the two with its endpoints) crashes.
     let victim = before[&local[0]].clone();
 
@@ -102,8 +103,7 @@ async fn a_crashed_node_going_not_ready_later_moves_no_vip_again_and_its_return_
                 crashed_at.elapsed().as_secs_f64()
             );
         }
-        if saw_not_ready.is_none() && node_ready(&tb, &victim).await.as_deref() == Some("Unknown")
-        {
+        if saw_not_ready.is_none() && node_ready(&tb, &victim).await.as_deref() == Some("Unknown") {
             saw_not_ready = Some(crashed_at.elapsed());
         }
         if saw_endpoints.is_none() && endpoints_not_ready(&tb, "local", &victim).await {

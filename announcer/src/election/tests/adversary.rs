@@ -339,7 +339,44 @@ fn an_api_server_that_hangs_fences_nobody_and_moves_nothing() {
         );
     }
     for i in 0..3 {
-        assert_eq!(node_events(&w, i, NodeEventKind::Fenced), 0, "node-{i} fenced");
+        assert_eq!(
+            node_events(&w, i, NodeEventKind::Fenced),
+            0,
+            "node-{i} fenced"
+        );
+    }
+}
+
+/// Seen on a real kube-apiserver: the owner's renewal hung in a SIGSTOPped API server, the
+/// owner crashed, its successor took over on heartbeats; then the API server continued and
+/// completed the dead owner's renewal. That one late renewal made the dead node look alive by
+/// the API, the successor handed the VIP back to it (an "Overlap"), and the VIP was dark until
+/// the renewal expired.
+#[test]
+fn a_renewal_landing_after_its_writer_died_does_not_take_the_vip_back() {
+    let mut w = World::new(3);
+    w.run_for(5 * SEC);
+    let x = w.owner();
+    w.api_hung = true;
+    // Every node has a renewal held by the hung API server.
+    w.run_for(4 * SEC);
+    assert!(w.held_writes.iter().any(|(i, _)| *i == x));
+    w.nodes[x].up = false;
+    w.nodes[x].agent = false;
+    w.run_for(2 * SEC);
+    let successor = w.answering();
+    assert_eq!(successor.len(), 1, "taken over");
+    assert_ne!(successor[0], x);
+    w.api_continues();
+    let end = w.t + 15 * SEC;
+    while w.t < end {
+        w.run_for(10 * MS);
+        assert_eq!(
+            w.answering(),
+            successor,
+            "{:?} after the late renewal",
+            w.t - w.origin
+        );
     }
 }
 

@@ -852,7 +852,10 @@ fn apiserver_args(dir: &Path, pki: &certs::Pki, etcd_url: &str, port: u16) -> Ve
         "--service-cluster-ip-range=10.96.0.0/16".into(),
         // Every request at Metadata level (who, verb, object, status, RBAC decision): the real
         // server's request accounting (`KubeControlPlane::audit`).
-        format!("--audit-policy-file={}", dir.join("audit-policy.yaml").display()),
+        format!(
+            "--audit-policy-file={}",
+            dir.join("audit-policy.yaml").display()
+        ),
         format!("--audit-log-path={}", dir.join("audit.log").display()),
         "--audit-log-format=json".into(),
         "--audit-log-mode=blocking".into(),

@@ -568,9 +568,9 @@ impl Testbed {
         self.link_up(node);
         if let Some(cp) = &self.kube {
             let (client, name) = (cp.client(), node.to_string());
-            self.block_on(async move {
-                crate::env::kube::kubelet::report_back(client, &name).await
-            })
+            self.block_on(
+                async move { crate::env::kube::kubelet::report_back(client, &name).await },
+            )
             .unwrap_or_else(|e| panic!("the kubelet of {node} comes back: {e}"));
             cp.kubelets().resume(node);
         }
@@ -585,11 +585,11 @@ impl Drop for Testbed {
         self.spawned.clear();
         self.echo.stop();
         drop(self.api.take());
-        if let Some(mut kube) = self.kube.take() {
-            if std::thread::panicking() {
-                kube.keep_dir();
-                eprintln!("control plane logs kept in {}", kube.dir().display());
-            }
+        if let Some(mut kube) = self.kube.take()
+            && std::thread::panicking()
+        {
+            kube.keep_dir();
+            eprintln!("control plane logs kept in {}", kube.dir().display());
         }
         if let Some(rt) = self.rt.take() {
             rt.shutdown_background();
