@@ -1,5 +1,8 @@
 //! End to end, as a user on the LAN sees it: a multi-node testbed (real agents, real XDP data
-//! plane, in-repo API server) and a client that asks ARP/NDP and sends traffic to the VIPs.
+//! plane) and a client that asks ARP/NDP and sends traffic to the VIPs. Each test runs on both
+//! API servers (`NAME::in_repo`, `NAME::kube`: see `on_both_api_servers!`); on the real control
+//! plane the Services' endpoints are Pods and the endpointslice controller writes the slices.
+//! `native_xdp_answers_too` is about the data plane only, so it runs in-repo only.
 //!
 //! Each test builds its own testbed (own namespaces, bridge and API server), so they run in
 //! parallel. Correctness only: every wait is a generous bound, never a speed assertion (speed
@@ -12,8 +15,10 @@ use std::{
 };
 
 use announcer_tests::{
+    env::ApiKind,
     env::cluster::{owned_vips, rendezvous_owner},
     env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+    on_both_api_servers,
 };
 
 /// Generous bound for anything the agents have to do.
@@ -32,12 +37,12 @@ const OVERLAPS: &str = "announcer_partition_overlaps_total";
 /// VIPs a node took over.
 const TAKEOVERS: &str = "announcer_takeovers_total";
 
-async fn testbed(tag: &str, nodes: usize) -> Testbed {
+async fn testbed(api: ApiKind, tag: &str, nodes: usize) -> Testbed {
     Testbed::start(TestbedConfig {
         nodes,
         native_xdp: false,
         tag: tag.into(),
-        ..Default::default()
+        api,
     })
     .await
 }
@@ -120,9 +125,9 @@ async fn add_control_service(tb: &Testbed, k: u32) -> [IpAddr; 2] {
     vips
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_vip_is_answered_by_its_rendezvous_owner_alone() {
-    let mut tb = testbed("one", 3).await;
+on_both_api_servers! {
+async fn each_vip_is_answered_by_its_rendezvous_owner_alone(api) {
+    let mut tb = testbed(api, "one", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(0)), IpAddr::V6(vip6(0)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -158,10 +163,11 @@ async fn each_vip_is_answered_by_its_rendezvous_owner_alone() {
         );
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_stay_answered() {
-    let mut tb = testbed("delete", 3).await;
+on_both_api_servers! {
+async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_stay_answered(api) {
+    let mut tb = testbed(api, "delete", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(7)), IpAddr::V6(vip6(7)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     let control = add_control_service(&tb, 8).await;
@@ -183,16 +189,17 @@ async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_sta
         nobody_answers_but_the_control(&tb, gone, *c, o);
     }
 }
+}
 
+on_both_api_servers! {
 /// The documented restart behaviour (`announcer::election::core`, "Restarts"; README: "if it
 /// restarts within [the grace], clients notice nothing"): the pinned entries keep answering
 /// while the agent is down, peers probe them, get answers and wait, and the restarted agent
 /// picks them up. So the client loses no probe, every answer and every ARP/NDP answer comes
 /// from the owner alone, and no other agent ever claims the VIP (a takeover and handback
 /// would show in all three, a dark spell in the ARP/NDP answers).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_restarted_within_its_grace_keeps_its_vips_without_losing_a_probe() {
-    let mut tb = testbed("restart", 3).await;
+async fn an_agent_restarted_within_its_grace_keeps_its_vips_without_losing_a_probe(api) {
+    let mut tb = testbed(api, "restart", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(1)), IpAddr::V6(vip6(1)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -282,10 +289,11 @@ async fn an_agent_restarted_within_its_grace_keeps_its_vips_without_losing_a_pro
         );
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_nodes_vips_move_to_their_rendezvous_successors() {
-    let mut tb = testbed("crash", 3).await;
+on_both_api_servers! {
+async fn a_crashed_nodes_vips_move_to_their_rendezvous_successors(api) {
+    let mut tb = testbed(api, "crash", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(9)), IpAddr::V6(vip6(9)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -309,10 +317,11 @@ async fn a_crashed_nodes_vips_move_to_their_rendezvous_successors() {
         client_sees(&tb, vip, &o);
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_hands_over_to_the_successor_without_losing_a_probe() {
-    let mut tb = testbed("term", 3).await;
+on_both_api_servers! {
+async fn sigterm_hands_over_to_the_successor_without_losing_a_probe(api) {
+    let mut tb = testbed(api, "term", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(2)), IpAddr::V6(vip6(2)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -360,10 +369,11 @@ async fn sigterm_hands_over_to_the_successor_without_losing_a_probe() {
         assert_eq!(outage.after.as_ref(), Some(want), "{vip}: {outage:?}");
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_vips_follow_their_endpoint() {
-    let mut tb = testbed("etp", 3).await;
+on_both_api_servers! {
+async fn etp_local_vips_follow_their_endpoint(api) {
+    let mut tb = testbed(api, "etp", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(3)), IpAddr::V6(vip6(3)));
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -385,10 +395,11 @@ async fn etp_local_vips_follow_their_endpoint() {
         client_sees(&tb, vip, "node-c");
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody() {
-    let mut tb = testbed("etp-none", 3).await;
+on_both_api_servers! {
+async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody(api) {
+    let mut tb = testbed(api, "etp-none", 3).await;
     let (v4, v6) = (IpAddr::V4(vip4(10)), IpAddr::V6(vip6(10)));
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
     let control = add_control_service(&tb, 11).await;
@@ -414,10 +425,11 @@ async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody() {
         nobody_answers_but_the_control(&tb, gone, *c, o);
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_heals_to_exactly_one_owner() {
-    let mut tb = testbed("part", 3).await;
+on_both_api_servers! {
+async fn a_partition_heals_to_exactly_one_owner(api) {
+    let mut tb = testbed(api, "part", 3).await;
     let v4 = IpAddr::V4(vip4(4));
     tb.add_service("web", &[v4], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -452,7 +464,9 @@ async fn a_partition_heals_to_exactly_one_owner() {
     );
     client_sees(&tb, v4, &o);
 }
+}
 
+on_both_api_servers! {
 /// `docs/safety.md`, "Heartbeats lost between two nodes only", and the core's partition rule:
 /// cut from the owner, its successor takes the VIP over (a silent owner whose probe goes
 /// unanswered) while the owner, still heard by the third node and the API, keeps it: both
@@ -460,9 +474,8 @@ async fn a_partition_heals_to_exactly_one_owner() {
 /// heartbeats resuming with the same incarnation after the heal), hands the VIP back and
 /// counts the overlap: `announcer_partition_overlaps_total` goes to 1 on the successor, and it
 /// raises an `Overlap` Warning. The owner and the third node took nothing, so count nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_between_the_owner_and_its_successor_is_counted_once_by_the_successor() {
-    let mut tb = testbed("overlap", 3).await;
+async fn a_partition_between_the_owner_and_its_successor_is_counted_once_by_the_successor(api) {
+    let mut tb = testbed(api, "overlap", 3).await;
     let v4 = IpAddr::V4(vip4(6));
     tb.add_service("web", &[v4], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
@@ -559,6 +572,7 @@ async fn a_partition_between_the_owner_and_its_successor_is_counted_once_by_the_
         .map(|e| (e.reporting_instance, e.note))
         .collect();
     assert_eq!(overlaps.len(), 1, "one Overlap Event: {overlaps:?}");
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,6 +29,7 @@
 pub mod certs;
 pub mod kubelet;
 mod relay;
+pub mod workloads;
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},

@@ -1,5 +1,6 @@
 //! The cluster objects: the API server with its seed (Nodes, heartbeat Secret) and the
-//! LoadBalancer Services with their EndpointSlices.
+//! LoadBalancer Services with their endpoints (in-repo: EndpointSlices written here; real
+//! control plane: Pods, whose slices the endpointslice controller writes).
 //!
 //! Why seeded Nodes: the kubelet would create them with their status; seeding does the same in
 //! one step, before any agent starts, so no agent ever sees a node without its InternalIP.
@@ -9,10 +10,13 @@
 
 use std::{net::IpAddr, net::SocketAddr, time::Duration};
 
-use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Pod, Service},
+    discovery::v1::EndpointSlice,
+};
 use kube::{
     Api,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use serde_json::{Value, json};
 
@@ -20,7 +24,7 @@ use super::{API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Te
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
     env::{
-        kube::{KubeControlPlane, KubeError, KubeOptions},
+        kube::{KubeControlPlane, KubeError, KubeOptions, workloads},
         netns::Netns,
     },
 };
@@ -121,11 +125,29 @@ fn endpoints(tb: &Testbed, on: &[&str]) -> Value {
         .collect()
 }
 
+/// The label that selects a Service's Pods on the real control plane.
+const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// How long the endpointslice controller may take to catch up with the Pods (or the garbage
+/// collector with a deleted Service).
+const ENDPOINTS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The name of Service `svc`'s Pod on `node`.
+fn pod_name(svc: &str, node: &str) -> String {
+    format!("{svc}-{node}")
+}
+
 impl Testbed {
     /// Creates LoadBalancer Service `default/<name>` (class `announcer.dev/l2`, UDP
     /// [`UDP_PORT`] and TCP [`TCP_PORT`], `externalTrafficPolicy: Local` if `etp_local`), sets
-    /// its `status.loadBalancer.ingress` to `vips`, and creates its EndpointSlice with one
-    /// ready endpoint per node in `endpoints_on`.
+    /// its `status.loadBalancer.ingress` to `vips`, and gives it one ready endpoint per node in
+    /// `endpoints_on`.
+    ///
+    /// The endpoints: on the in-repo server, one EndpointSlice written here. On the real
+    /// control plane, as a user's workload: the Service selects
+    /// `app.kubernetes.io/instance: <name>`, one running, ready Pod per node carries that label
+    /// ([`workloads::create_running_pod`]), and the endpointslice controller writes the
+    /// slices; this returns once they list exactly `endpoints_on`, so tests start from the
+    /// same state on both servers.
     pub async fn add_service(
         &self,
         name: &str,
@@ -133,17 +155,21 @@ impl Testbed {
         etp_local: bool,
         endpoints_on: &[&str],
     ) {
+        let mut spec = json!({
+            "type": "LoadBalancer",
+            "loadBalancerClass": LB_CLASS,
+            "externalTrafficPolicy": if etp_local { "Local" } else { "Cluster" },
+            "ports": [
+                {"name": "echo", "port": UDP_PORT, "protocol": "UDP"},
+                {"name": "accept", "port": TCP_PORT, "protocol": "TCP"},
+            ],
+        });
+        if self.kube.is_some() {
+            spec["selector"] = json!({INSTANCE_LABEL: name});
+        }
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": SERVICE_NAMESPACE},
-            "spec": {
-                "type": "LoadBalancer",
-                "loadBalancerClass": LB_CLASS,
-                "externalTrafficPolicy": if etp_local { "Local" } else { "Cluster" },
-                "ports": [
-                    {"name": "echo", "port": UDP_PORT, "protocol": "UDP"},
-                    {"name": "accept", "port": TCP_PORT, "protocol": "TCP"},
-                ],
-            },
+            "spec": spec,
         }))
         .expect("service");
         let services = Api::<Service>::namespaced(self.kube(), SERVICE_NAMESPACE);
@@ -163,6 +189,10 @@ impl Testbed {
             )
             .await
             .unwrap_or_else(|e| panic!("set the ingress of Service {name}: {e}"));
+        if self.kube.is_some() {
+            self.set_endpoints(name, endpoints_on).await;
+            return;
+        }
         let slice: EndpointSlice = serde_json::from_value(json!({
             "metadata": {
                 "name": slice_name(name),
@@ -179,9 +209,16 @@ impl Testbed {
             .unwrap_or_else(|e| panic!("create the EndpointSlice of {name}: {e}"));
     }
 
-    /// Replaces the endpoints of Service `name` (in one update of its EndpointSlice, so there
-    /// is never a moment without the slice).
+    /// Replaces the endpoints of Service `name` so that there is never a moment without the
+    /// ones that stay. In-repo: one update of its EndpointSlice. Real control plane: Pods are
+    /// created on the new nodes first, then deleted from the nodes left out (a surge first, as
+    /// a rolling update does), and this returns once the controller's slices list exactly
+    /// `endpoints_on`.
     pub async fn set_endpoints(&self, name: &str, endpoints_on: &[&str]) {
+        if self.kube.is_some() {
+            self.set_pods(name, endpoints_on).await;
+            return;
+        }
         Api::<EndpointSlice>::namespaced(self.kube(), SERVICE_NAMESPACE)
             .patch(
                 &slice_name(name),
@@ -192,15 +229,90 @@ impl Testbed {
             .unwrap_or_else(|e| panic!("update the EndpointSlice of {name}: {e}"));
     }
 
-    /// Deletes Service `name` and its EndpointSlice.
+    /// Deletes Service `name` and its endpoints: in-repo its EndpointSlice; on the real control
+    /// plane its Pods, then waits until the garbage collector has removed the controller's
+    /// slices (as the in-repo path leaves none).
     pub async fn delete_service(&self, name: &str) {
         Api::<Service>::namespaced(self.kube(), SERVICE_NAMESPACE)
             .delete(name, &DeleteParams::default())
             .await
             .unwrap_or_else(|e| panic!("delete Service {name}: {e}"));
+        if self.kube.is_some() {
+            for pod in self.service_pods(name).await {
+                workloads::delete_pod(self.kube(), SERVICE_NAMESPACE, &pod)
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            workloads::wait_no_endpoint_slices(
+                self.kube(),
+                SERVICE_NAMESPACE,
+                name,
+                ENDPOINTS_TIMEOUT,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.kube_log_tails()));
+            return;
+        }
         Api::<EndpointSlice>::namespaced(self.kube(), SERVICE_NAMESPACE)
             .delete(&slice_name(name), &DeleteParams::default())
             .await
             .unwrap_or_else(|e| panic!("delete the EndpointSlice of {name}: {e}"));
+    }
+
+    /// The names of Service `name`'s Pods (real control plane).
+    async fn service_pods(&self, name: &str) -> Vec<String> {
+        Api::<Pod>::namespaced(self.kube(), SERVICE_NAMESPACE)
+            .list(&ListParams::default().labels(&format!("{INSTANCE_LABEL}={name}")))
+            .await
+            .unwrap_or_else(|e| panic!("list the Pods of Service {name}: {e}"))
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    /// Makes Service `name`'s Pods exactly one per node of `nodes` (creating the missing ones
+    /// first, then deleting the others), then waits for the endpointslice controller.
+    async fn set_pods(&self, name: &str, nodes: &[&str]) {
+        let have = self.service_pods(name).await;
+        for node in nodes {
+            let pod = pod_name(name, node);
+            if have.contains(&pod) {
+                continue;
+            }
+            workloads::create_running_pod(
+                self.kube(),
+                SERVICE_NAMESPACE,
+                &pod,
+                &[(INSTANCE_LABEL, name)],
+                node,
+                self.node_ip4(node).into(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let keep: Vec<String> = nodes.iter().map(|n| pod_name(name, n)).collect();
+        for pod in have.iter().filter(|p| !keep.contains(p)) {
+            workloads::delete_pod(self.kube(), SERVICE_NAMESPACE, pod)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        workloads::wait_ready_endpoints(
+            self.kube(),
+            SERVICE_NAMESPACE,
+            name,
+            nodes,
+            ENDPOINTS_TIMEOUT,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", self.kube_log_tails()));
+    }
+
+    /// The control plane's log tails, if the testbed runs on one.
+    fn kube_log_tails(&self) -> String {
+        self.kube
+            .as_ref()
+            .map(KubeControlPlane::log_tails)
+            .unwrap_or_default()
     }
 }
