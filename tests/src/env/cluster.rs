@@ -293,11 +293,30 @@ impl Cluster {
             "spec": full,
         }))
         .expect("service");
+        self.ensure_namespace(ns).await;
         let api = Api::<Service>::namespaced(self.client.clone(), ns);
         api.create(&PostParams::default(), &svc)
             .await
             .expect("create service");
         self.set_ingress(ns, name, ips).await;
+    }
+
+    /// Creates namespace `ns` if it does not exist. kube-apiserver refuses objects in a
+    /// namespace that does not exist (NamespaceLifecycle admission); the in-repo server has no
+    /// Namespace objects and accepts any.
+    pub async fn ensure_namespace(&self, ns: &str) {
+        if self.kube().is_none() {
+            return;
+        }
+        let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone());
+        if api.get_opt(ns).await.expect("get namespace").is_none() {
+            let obj = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => panic!("create namespace {ns}: {e}"),
+            }
+        }
     }
 
     /// Replaces the Service's `status.loadBalancer.ingress` with these IPs.

@@ -283,3 +283,42 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
         );
     }
 }
+
+/// A watch that fails right after each list (seen on kube-apiserver with `watch` not granted:
+/// 403 on every watch, 200 on every list) must back off like any failing watch. It used to
+/// relist about four times a second forever, because every completed list reset the backoff,
+/// and the agent looked healthy most of the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_refused_after_every_list_backs_off_instead_of_relisting_at_once() {
+    use announcer_tests::apiserver::Verb;
+    const VIP: &str = "10.0.23.1";
+    let mut c = Cluster::start("outage-forbidden-watch").await;
+    c.add_node("node-a", &[], true).await;
+    c.add_service("default", "web", &[VIP], false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    c.start_agent("node-a", &ARGS);
+    c.wait_for("node-a owns", T, |c| c.owners(VIP) == ["node-a"])
+        .await;
+
+    c.api().set_faults(vec![
+        Fault::error(403, 1.0)
+            .for_client("node-a")
+            .for_verb(Verb::Watch)
+            .for_resource("nodes"),
+    ]);
+    c.api().drop_watches(Some("node-a"));
+    c.api().reset_counts();
+    // A counting window, not a wait for something: how often the agent lists meanwhile.
+    const WINDOW: Duration = Duration::from_secs(10);
+    tokio::time::sleep(WINDOW).await;
+    let lists = c
+        .api()
+        .counts()
+        .count(Some("node-a"), Some(Verb::List), Some("nodes"));
+    // Backing off (0.25 s doubling to 5 s, jittered) allows about 8 in 10 s.
+    assert!(
+        lists <= 10,
+        "{lists} lists of Nodes in {WINDOW:?} with every watch refused"
+    );
+    assert!(lists >= 2, "it retried ({lists} lists)");
+}

@@ -23,6 +23,7 @@
 
 mod applied;
 mod rbac;
+mod rbac_removed;
 
 use std::{
     path::{Path, PathBuf},

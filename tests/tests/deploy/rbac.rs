@@ -1,8 +1,15 @@
-//! The RBAC half of the deploy tests: real agents, both election modes, every request counted.
+//! The RBAC half of the deploy tests: real agents, both election modes, every request counted,
+//! on both API servers. The in-repo server counts requests per client token; kube-apiserver's
+//! audit log records them per user (the agents' ServiceAccount, with the node claim of their
+//! Pod-bound tokens) with the RBAC decision, so on the real server no agent request may have
+//! been forbidden either.
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::env::cluster::{Cluster, NAMESPACE};
+use announcer_tests::env::{
+    ApiKind,
+    cluster::{Cluster, NAMESPACE},
+};
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
 
@@ -50,14 +57,40 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
     out
 }
 
-/// What the agents (tokens = node names) sent.
+/// What the agents sent: on the in-repo server its counts for their tokens (= node names); on
+/// kube-apiserver its audit log for their ServiceAccount, where none may have been forbidden.
 fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
-    c.api()
-        .counts()
-        .entries
+    let Some(cp) = c.kube() else {
+        return c
+            .api()
+            .counts()
+            .entries
+            .into_iter()
+            .filter(|e| nodes.contains(&e.client.as_str()) && e.count > 0)
+            .map(|e| (e.group, e.resource, e.verb.to_string()))
+            .collect();
+    };
+    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    let records: Vec<_> = cp
+        .audit()
+        .expect("the audit log")
         .into_iter()
-        .filter(|e| nodes.contains(&e.client.as_str()) && e.count > 0)
-        .map(|e| (e.group, e.resource, e.verb.to_string()))
+        .filter(|r| r.user == agent)
+        .collect();
+    let forbidden: Vec<_> = records.iter().filter(|r| r.code == 403).collect();
+    assert!(
+        forbidden.is_empty(),
+        "deploy/rbac.yaml forbade requests the agents made: {forbidden:#?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r.node.as_deref().is_some_and(|n| nodes.contains(&n))),
+        "every agent request carries its node claim"
+    );
+    records
+        .into_iter()
+        .map(|r| (r.group, r.resource, r.verb))
         .collect()
 }
 
@@ -74,11 +107,11 @@ fn sole_owner(c: &Cluster, vip: &str) -> Option<String> {
 /// Every API call path the agent has in normal operation: start, a Service added, changed and
 /// deleted, an ineligible Service (Warning Event), a crash and takeover, a restart and a
 /// SIGTERM handover. Returns what the agents sent.
-async fn scenario(name: &str, mode_args: &[&str]) -> BTreeSet<Grant> {
+async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Grant> {
     const VIP1: &str = "10.0.70.1";
     const VIP2: &str = "fd00::70:2";
     const LONELY: &str = "10.0.70.3";
-    let mut c = Cluster::start(name).await;
+    let mut c = Cluster::start_on(api, name).await;
     for n in NODES {
         c.add_node(n, &[], true).await;
     }
@@ -144,8 +177,9 @@ async fn scenario(name: &str, mode_args: &[&str]) -> BTreeSet<Grant> {
     .await;
 
     // Namespace scope: Leases only in the agent namespace; Events where the Services are.
+    // (The agents' Leases, by their label: a real cluster has the kubelets' too.)
     let leases = Api::<Lease>::all(c.client.clone())
-        .list(&ListParams::default())
+        .list(&ListParams::default().labels("announcer.dev/lease"))
         .await
         .expect("leases");
     assert!(!leases.items.is_empty(), "the agents wrote Leases");
@@ -172,10 +206,11 @@ const RARE: [(&str, &str, &str, &str); 1] = [(
     "the Event recorder patches a series when the same Event recurs after the 60 s dedupe window",
 )];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rbac_grants_exactly_what_the_agents_use() {
-    let node_lease = scenario("rbac-node-lease", &[]).await;
+announcer_tests::on_both_api_servers! {
+async fn rbac_grants_exactly_what_the_agents_use(api) {
+    let node_lease = scenario(api, "rbac-node-lease", &[]).await;
     let per_service = scenario(
+        api,
         "rbac-per-service",
         &[
             "--election",
@@ -223,4 +258,5 @@ async fn rbac_grants_exactly_what_the_agents_use() {
         );
     }
     eprintln!("agents used: {used:?}");
+}
 }

@@ -439,6 +439,11 @@ async fn drive<K>(
     let mut retry = RetryBackoff::default();
     loop {
         let mut stream = pin!(watcher(api.clone(), cfg.clone()));
+        // When this watcher completed its list. A completed list alone does not reset the
+        // backoff: a watch refused right after every list (403 on watch, 200 on list) would
+        // then relist several times a second forever. The watch has to prove itself: an event
+        // after the list, or streaming for [`RETRY_MAX`].
+        let mut listed_at: Option<tokio::time::Instant> = None;
         loop {
             let next = tokio::select! {
                 biased;
@@ -473,6 +478,8 @@ async fn drive<K>(
                 shared.success(source, synced);
             }
             if synced {
+                listed_at = Some(tokio::time::Instant::now());
+            } else if changed && listed_at.is_some() {
                 retry.reset();
             }
             if changed {
@@ -487,6 +494,9 @@ async fn drive<K>(
                     s.send_modify(|g| *g = g.wrapping_add(1));
                 }
             }
+        }
+        if listed_at.is_some_and(|t| t.elapsed() >= RETRY_MAX) {
+            retry.reset();
         }
         let wait = retry.next_wait(&mut rand::rng());
         tokio::select! {

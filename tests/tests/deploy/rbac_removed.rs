@@ -1,0 +1,344 @@
+//! Every grant of deploy/rbac.yaml is needed: on a real kube-apiserver (whose RBAC is what
+//! authorises the agents), `deploy/` applied with one (API group, resource, verb) removed breaks
+//! a named behaviour a user would notice. One test per grant; [`every_grant_has_a_removal_test`]
+//! keeps the table complete.
+//!
+//! Each case starts three agents (2 s Lease renewed every 0.5 s, so a refused renewal shows
+//! within the window) with two Services: `web` (a ready endpoint on node-a) and `local`
+//! (externalTrafficPolicy Local, its endpoint on node-b), and watches for [`WINDOW`].
+
+use std::time::{Duration, Instant};
+
+use announcer_tests::env::{
+    ApiKind,
+    cluster::{Cluster, owned_vips},
+};
+use k8s_openapi::api::events::v1::Event;
+use serde_yaml::Value;
+
+use super::documents;
+
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+const WEB: &str = "10.0.71.1";
+const LOCAL: &str = "10.0.71.2";
+/// How long a case watches: several Lease durations, and long enough to start on a loaded host.
+const WINDOW: Duration = Duration::from_secs(15);
+/// The end of the window in which trust must hold throughout.
+const STEADY: Duration = Duration::from_secs(5);
+const LEASE_ARGS: [&str; 4] = ["--lease-duration", "2s", "--lease-renew", "500ms"];
+const PER_SERVICE_ARGS: [&str; 8] = [
+    "--election",
+    "lease-per-service",
+    "--service-lease-duration",
+    "3s",
+    "--service-lease-renew-deadline",
+    "2s",
+    "--service-lease-retry",
+    "1s",
+];
+
+/// What a user would notice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Behaviour {
+    /// `web`'s VIP is announced by exactly one node.
+    AnnouncesTheVip,
+    /// `local`'s VIP is announced, by node-b (where its endpoint is).
+    AnnouncesTheLocalVipWhereItsEndpointIs,
+    /// An `Announcing` Event is recorded on `web`.
+    RecordsAnAnnouncingEvent,
+    /// Every agent's `/state` says it trusts the API, all through the window's last
+    /// [`STEADY`].
+    TrustsTheApi,
+    /// Every agent's `/state` lists both peers with a valid Lease (at the end of the window).
+    SeesItsPeersLeases,
+}
+
+use Behaviour::*;
+
+const ALL: [Behaviour; 5] = [
+    AnnouncesTheVip,
+    AnnouncesTheLocalVipWhereItsEndpointIs,
+    RecordsAnAnnouncingEvent,
+    TrustsTheApi,
+    SeesItsPeersLeases,
+];
+
+/// Which election mode a case runs (`get` on Leases is only the per-Service mode's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    NodeLease,
+    PerService,
+}
+
+/// (group, resource, verb) removed, the mode, and the behaviour that must break.
+const CASES: [(&str, &str, &str, Mode, Behaviour); 12] = [
+    ("", "services", "list", Mode::NodeLease, AnnouncesTheVip),
+    ("", "services", "watch", Mode::NodeLease, TrustsTheApi),
+    ("", "nodes", "list", Mode::NodeLease, AnnouncesTheVip),
+    ("", "nodes", "watch", Mode::NodeLease, TrustsTheApi),
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        "list",
+        Mode::NodeLease,
+        AnnouncesTheVip,
+    ),
+    (
+        "discovery.k8s.io",
+        "endpointslices",
+        "watch",
+        Mode::NodeLease,
+        TrustsTheApi,
+    ),
+    (
+        "events.k8s.io",
+        "events",
+        "create",
+        Mode::NodeLease,
+        RecordsAnAnnouncingEvent,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        Mode::NodeLease,
+        SeesItsPeersLeases,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        Mode::NodeLease,
+        TrustsTheApi,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "list",
+        Mode::NodeLease,
+        SeesItsPeersLeases,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "watch",
+        Mode::NodeLease,
+        TrustsTheApi,
+    ),
+    (
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        Mode::PerService,
+        AnnouncesTheVip,
+    ),
+];
+
+/// Grants no short test can take away visibly, with the reason.
+const UNTESTABLE: [(&str, &str, &str, &str); 1] = [(
+    "events.k8s.io",
+    "events",
+    "patch",
+    "the Event recorder patches a series only when the same Event recurs after its 60 s \
+     dedupe window; without it a recurring Event is dropped (the agent logs the failure)",
+)];
+
+/// deploy/rbac.yaml with `verb` on `group`/`resource` removed from every rule that grants it.
+fn rbac_without(group: &str, resource: &str, verb: &str) -> String {
+    let mut docs = documents("rbac.yaml");
+    let mut removed = 0;
+    for d in &mut docs {
+        let Some(rules) = d.get_mut("rules").and_then(Value::as_sequence_mut) else {
+            continue;
+        };
+        for rule in rules.iter_mut() {
+            let has = |k: &str, v: &str| {
+                rule[k]
+                    .as_sequence()
+                    .is_some_and(|s| s.iter().any(|x| x.as_str() == Some(v)))
+            };
+            if !(has("apiGroups", group) && has("resources", resource) && has("verbs", verb)) {
+                continue;
+            }
+            assert_eq!(
+                rule["resources"].as_sequence().map(Vec::len),
+                Some(1),
+                "one resource per rule, so one verb can be removed alone"
+            );
+            let verbs = rule["verbs"].as_sequence_mut().expect("verbs");
+            verbs.retain(|v| v.as_str() != Some(verb));
+            removed += 1;
+        }
+    }
+    assert_eq!(removed, 1, "{group}/{resource} {verb} is granted once");
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).expect("yaml"))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// What happened in one case.
+#[derive(Debug, Default)]
+struct Seen {
+    announced: bool,
+    local_on_b: bool,
+    event: bool,
+    trusts: bool,
+    peers: bool,
+}
+
+impl Seen {
+    fn has(&self, b: Behaviour) -> bool {
+        match b {
+            AnnouncesTheVip => self.announced,
+            AnnouncesTheLocalVipWhereItsEndpointIs => self.local_on_b,
+            RecordsAnAnnouncingEvent => self.event,
+            TrustsTheApi => self.trusts,
+            SeesItsPeersLeases => self.peers,
+        }
+    }
+}
+
+async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
+    let tag = removed.map_or("all".to_string(), |(_, r, v)| format!("{r}-{v}"));
+    let mut c = Cluster::start_on(ApiKind::Kube, &format!("rbac-without-{tag}")).await;
+    let cp = c.kube().expect("real");
+    if let Some((g, r, v)) = removed {
+        let file = cp.dir().join("rbac-without.yaml");
+        std::fs::write(&file, rbac_without(g, r, v)).expect("write");
+        cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for n in NODES {
+        c.add_node(n, &[], true).await;
+    }
+    c.add_service("apps", "web", &[WEB], false).await;
+    c.set_endpoints("apps", "web", &[("node-a", true)]).await;
+    c.add_service("apps", "local", &[LOCAL], true).await;
+    c.set_endpoints("apps", "local", &[("node-b", true)]).await;
+    let mut args: Vec<&str> = LEASE_ARGS.to_vec();
+    if mode == Mode::PerService {
+        args.extend(PER_SERVICE_ARGS);
+    }
+    for n in NODES {
+        c.start_agent(n, &args);
+    }
+    let mut seen = Seen {
+        trusts: true,
+        ..Seen::default()
+    };
+    let end = Instant::now() + WINDOW;
+    while Instant::now() < end {
+        if Instant::now() + STEADY >= end {
+            seen.trusts &= NODES
+                .iter()
+                .all(|n| c.state(n).is_some_and(|s| s["api_ok"] == true));
+        }
+        seen.announced |= c.owners(WEB).len() == 1;
+        seen.local_on_b |= c.owners(LOCAL) == ["node-b"];
+        if !seen.event {
+            seen.event = c.event_objects("apps").await.iter().any(|e: &Event| {
+                e.reason.as_deref() == Some("Announcing")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web")
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let states: Vec<_> = NODES.iter().map(|n| c.state(n)).collect();
+    seen.peers = mode == Mode::PerService
+        || states.iter().all(|s| {
+            s.as_ref().is_some_and(|s| {
+                s["peers"]
+                    .as_array()
+                    .is_some_and(|p| p.len() == 2 && p.iter().all(|p| p["lease_valid"] == true))
+            })
+        });
+    eprintln!(
+        "without {removed:?} ({mode:?}): {seen:?}; owned: {:?}",
+        NODES
+            .iter()
+            .map(|n| c.state(n).map(|s| owned_vips(&s)))
+            .collect::<Vec<_>>()
+    );
+    seen
+}
+
+/// Runs case `i` of [`CASES`]: the named behaviour breaks.
+async fn case(i: usize) {
+    let (g, r, v, mode, breaks) = CASES[i];
+    let seen = run_case(Some((g, r, v)), mode).await;
+    assert!(
+        !seen.has(breaks),
+        "without {g}/{r} {v}, {breaks:?} still works: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_grant_every_behaviour_works() {
+    let seen = run_case(None, Mode::NodeLease).await;
+    for b in ALL {
+        assert!(
+            seen.has(b),
+            "{b:?} does not work with every grant: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn every_grant_has_a_removal_test() {
+    let mut granted = Vec::new();
+    for d in documents("rbac.yaml") {
+        for rule in d["rules"].as_sequence().into_iter().flatten() {
+            for g in rule["apiGroups"].as_sequence().into_iter().flatten() {
+                for r in rule["resources"].as_sequence().into_iter().flatten() {
+                    for v in rule["verbs"].as_sequence().into_iter().flatten() {
+                        granted.push((
+                            g.as_str().unwrap_or_default().to_string(),
+                            r.as_str().unwrap_or_default().to_string(),
+                            v.as_str().unwrap_or_default().to_string(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (g, r, v) in &granted {
+        let tested = CASES.iter().any(|c| (c.0, c.1, c.2) == (g, r, v));
+        let exempt = UNTESTABLE.iter().any(|c| (c.0, c.1, c.2) == (g, r, v));
+        assert!(
+            tested || exempt,
+            "{g}/{r} {v} is granted but no test shows what breaks without it"
+        );
+    }
+    assert_eq!(
+        CASES.len() + UNTESTABLE.len(),
+        granted.len(),
+        "a case for a grant that is not in deploy/rbac.yaml"
+    );
+}
+
+macro_rules! removal_tests {
+    ($($name:ident = $i:expr;)*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                case($i).await
+            }
+        )*
+    };
+}
+
+removal_tests! {
+    without_services_list_no_vip_is_announced = 0;
+    without_services_watch_the_agents_distrust_the_api = 1;
+    without_nodes_list_no_vip_is_announced = 2;
+    without_nodes_watch_the_agents_distrust_the_api = 3;
+    without_endpointslices_list_no_vip_is_announced = 4;
+    without_endpointslices_watch_the_agents_distrust_the_api = 5;
+    without_events_create_no_announcing_event_is_recorded = 6;
+    without_leases_create_no_agent_sees_its_peers = 7;
+    without_leases_update_the_agents_distrust_the_api = 8;
+    without_leases_list_no_agent_sees_its_peers = 9;
+    without_leases_watch_the_agents_distrust_the_api = 10;
+    without_leases_get_per_service_mode_announces_nothing = 11;
+}
