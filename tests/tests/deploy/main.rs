@@ -39,7 +39,7 @@ use serde_yaml::Value;
 
 /// The Kubernetes versions the manifests must validate against (oldest supported, newest the
 /// validator knows).
-const KUBE_VERSIONS: [&str; 2] = ["1.29.0", "1.37.0"];
+const KUBE_VERSIONS: [&str; 2] = ["1.31.0", "1.37.0"];
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")

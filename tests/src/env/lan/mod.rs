@@ -1,5 +1,6 @@
-//! A multi-node L2 testbed: N node namespaces and a client on one bridge, the in-process API
-//! server, and the real `announcer agent` with its real XDP data plane on every node.
+//! A multi-node L2 testbed: N node namespaces and a client on one bridge, an API server (the
+//! in-process one, or a real kube-apiserver with its controllers: [`TestbedConfig::api`]), and
+//! the real `announcer agent` with its real XDP data plane on every node.
 //!
 //! Why: failover is a property of the whole LAN — who answers ARP/NDP for a VIP, whether the
 //! client's packets reach a node that accepts them, how long that breaks when a node dies. Only
@@ -406,7 +407,7 @@ impl Testbed {
         &self.bridge
     }
 
-    /// The in-process API server (fault hooks, request counts). Panics on a real control
+    /// The in-repo API server (fault hooks, request counts). Panics on a real control
     /// plane: a test that needs these runs on the in-repo server only.
     pub fn api(&self) -> &ApiServerHandle {
         self.api
