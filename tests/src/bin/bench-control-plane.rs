@@ -7,6 +7,12 @@
 //! case that did not converge) makes the run exit non-zero after everything is printed. The
 //! heavy cases (lease-per-service demanding over 10,000 GETs/s: 50 agents × 1,000 Services)
 //! run only with `--include-heavy`.
+//!
+//! `--apiserver kube` runs the cases against a real control plane instead (etcd,
+//! kube-apiserver, controllers, `deploy/` applied; one per case; node-lease mode unless
+//! `--mode` says otherwise): requests from kube-apiserver's audit log, the agents' watch
+//! traffic from a counting TCP relay per agent. `--apiserver both` runs both and prints them
+//! side by side.
 
 use std::{path::PathBuf, time::Duration, time::Instant};
 
@@ -16,6 +22,7 @@ use announcer_tests::{
         verdict::{any_failed, failed_names},
     },
     cli::announcer_bin,
+    env::ApiKind,
 };
 use anyhow::{Context, Result, bail, ensure};
 use clap::Parser;
@@ -33,10 +40,15 @@ struct Args {
     #[arg(long, value_parser = humantime::parse_duration)]
     window: Option<Duration>,
     /// Most to wait per case for every agent ready and every VIP with exactly one owner;
-    /// after it the case is measured anyway and fails.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "60s")]
-    converge_timeout: Duration,
-    /// Election modes to run (default both).
+    /// after it the case is measured anyway and fails (default 60s on the in-repo server,
+    /// 120s on kube-apiserver).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    converge_timeout: Option<Duration>,
+    /// The API server: `in-repo` (in-process, counts every request), `kube` (a real
+    /// kube-apiserver per case: audit log and per-agent byte-counting relays) or `both`.
+    #[arg(long, default_value = "in-repo", value_parser = parse_apiservers)]
+    apiserver: Apiservers,
+    /// Election modes to run (default both on the in-repo server; node-lease on kube).
     #[arg(long = "mode", value_delimiter = ',', value_parser = parse_mode)]
     modes: Vec<Mode>,
     /// Agent counts (default 3,10,50; 3,10 with --quick).
@@ -66,6 +78,35 @@ struct Args {
     /// Where to write the plot (SVG).
     #[arg(long, default_value = "target/bench/control-plane.svg")]
     plot: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+struct Apiservers(Vec<ApiKind>);
+
+fn parse_apiservers(s: &str) -> Result<Apiservers, String> {
+    match s {
+        "both" => Ok(Apiservers(vec![ApiKind::InRepo, ApiKind::Kube])),
+        other => other
+            .parse::<ApiKind>()
+            .map(|k| Apiservers(vec![k]))
+            .map_err(|_| format!("unknown API server {s:?}: in-repo, kube or both")),
+    }
+}
+
+/// `target/bench/control-plane.svg` → `target/bench/control-plane-kube.svg`.
+fn plot_path_for(plot: &std::path::Path, api: ApiKind) -> PathBuf {
+    match api {
+        ApiKind::InRepo => plot.to_path_buf(),
+        ApiKind::Kube => {
+            let stem = plot
+                .file_stem()
+                .map_or("control-plane".into(), |s| s.to_string_lossy().into_owned());
+            let ext = plot
+                .extension()
+                .map_or("svg".into(), |e| e.to_string_lossy().into_owned());
+            plot.with_file_name(format!("{stem}-kube.{ext}"))
+        }
+    }
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -126,97 +167,137 @@ async fn main() -> Result<()> {
     progress(&format!("agents run {}", bin.display()));
     raise_nofile();
 
-    let modes = if args.modes.is_empty() {
-        Mode::ALL.to_vec()
-    } else {
-        args.modes.clone()
-    };
-    let m = control_plane::matrix(
-        &modes,
-        &agents,
-        &services,
-        args.max_agents,
-        args.max_services,
-        args.include_heavy,
+    let mut plans = Vec::new();
+    for &api in &args.apiserver.0 {
+        let modes = match (args.modes.is_empty(), api) {
+            (false, _) => args.modes.clone(),
+            (true, ApiKind::InRepo) => Mode::ALL.to_vec(),
+            (true, ApiKind::Kube) => vec![Mode::NodeLease],
+        };
+        let m = control_plane::matrix(
+            &modes,
+            &agents,
+            &services,
+            args.max_agents,
+            args.max_services,
+            args.include_heavy,
+        );
+        for (c, why) in &m.skipped {
+            progress(&format!("skipping {} on {api}: {why}", c.label()));
+        }
+        let converge_timeout = args.converge_timeout.unwrap_or(match api {
+            ApiKind::InRepo => Duration::from_secs(60),
+            ApiKind::Kube => Duration::from_secs(120),
+        });
+        plans.push((api, m, converge_timeout));
+    }
+    ensure!(
+        plans.iter().any(|(_, m, _)| !m.cases.is_empty()),
+        "every case was skipped"
     );
-    ensure!(!m.cases.is_empty(), "every case was skipped");
-    for (c, why) in &m.skipped {
-        progress(&format!("skipping {}: {why}", c.label()));
+    if !args.agent_args.is_empty() {
+        progress(&format!("extra agent flags: {}", args.agent_args.join(" ")));
     }
-    let settings = Settings {
-        window,
-        converge_timeout: args.converge_timeout,
-        create_concurrency: args.create_concurrency,
-        agent_args: args.agent_args.clone(),
-    };
-    if !settings.agent_args.is_empty() {
-        progress(&format!(
-            "extra agent flags: {}",
-            settings.agent_args.join(" ")
-        ));
-    }
+    let total_cases: usize = plans.iter().map(|(_, m, _)| m.cases.len()).sum();
     let started = Instant::now();
     let mut results = Vec::new();
-    for (i, case) in m.cases.iter().enumerate() {
-        progress(&format!(
-            "[{}/{}] {}: starting",
-            i + 1,
-            m.cases.len(),
-            case.label()
-        ));
-        let r = control_plane::run_case(*case, &settings, &progress).await;
-        progress(&format!(
-            "[{}/{}] {}: {:.1} reads/s, {:.2} writes/s ({:.3}/node), owners {}{} ({:.0} s elapsed)",
-            i + 1,
-            m.cases.len(),
-            case.label(),
-            r.reads_per_s(),
-            r.writes_per_s(),
-            r.writes_per_s_per_node(),
-            if r.end.single_owner() {
-                "ok"
-            } else {
-                "NOT one each"
-            },
-            if !r.converged() {
-                ", NOT CONVERGED"
-            } else if r.saturated() {
-                ", SATURATED"
-            } else {
-                ""
-            },
-            started.elapsed().as_secs_f64()
-        ));
-        results.push(r);
+    let mut i = 0;
+    for (api, m, converge_timeout) in &plans {
+        let settings = Settings {
+            window,
+            converge_timeout: *converge_timeout,
+            create_concurrency: args.create_concurrency,
+            agent_args: args.agent_args.clone(),
+        };
+        for case in &m.cases {
+            i += 1;
+            progress(&format!(
+                "[{i}/{total_cases}] {api}: {}: starting",
+                case.label()
+            ));
+            let r = control_plane::run_case(*case, *api, &settings, &progress).await;
+            progress(&format!(
+                "[{i}/{total_cases}] {api}: {}: {:.1} reads/s, {:.2} writes/s ({:.3}/node){}, owners {}{} ({:.0} s elapsed)",
+                case.label(),
+                r.reads_per_s(),
+                r.writes_per_s(),
+                r.writes_per_s_per_node(),
+                r.from_api_bytes_per_s_per_node()
+                    .map_or(String::new(), |b| format!(
+                        ", {b:.0} B/s from the API server per agent"
+                    )),
+                if r.end.single_owner() {
+                    "ok"
+                } else {
+                    "NOT one each"
+                },
+                if !r.converged() {
+                    ", NOT CONVERGED"
+                } else if r.saturated() {
+                    ", SATURATED"
+                } else {
+                    ""
+                },
+                started.elapsed().as_secs_f64()
+            ));
+            results.push(r);
+        }
     }
     let total_s = started.elapsed().as_secs_f64();
 
-    plot::write(&results, &args.plot)
-        .with_context(|| format!("writing {}", args.plot.display()))?;
-    let plot_path = std::fs::canonicalize(&args.plot)
-        .unwrap_or(args.plot.clone())
-        .display()
-        .to_string();
-    let verdicts = report::verdicts(&results);
-    print!(
-        "{}",
-        report::table(
-            &results,
-            &m.skipped,
-            &verdicts,
-            &plot_path,
-            window.as_secs_f64()
-        )
-    );
+    let mut all_verdicts = Vec::new();
+    let mut all_skipped = Vec::new();
+    let mut plots = Vec::new();
+    for (api, m, _) in &plans {
+        let rows: Vec<_> = results.iter().filter(|r| r.api == *api).cloned().collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let path = plot_path_for(&args.plot, *api);
+        plot::write(&rows, &path).with_context(|| format!("writing {}", path.display()))?;
+        let plot_path = std::fs::canonicalize(&path)
+            .unwrap_or(path.clone())
+            .display()
+            .to_string();
+        let verdicts = report::verdicts_on(*api, &rows);
+        let text = match api {
+            ApiKind::InRepo => report::table(
+                &rows,
+                &m.skipped,
+                &verdicts,
+                &plot_path,
+                window.as_secs_f64(),
+            ),
+            ApiKind::Kube => report::kube_table(
+                &rows,
+                &m.skipped,
+                &verdicts,
+                &plot_path,
+                window.as_secs_f64(),
+            ),
+        };
+        print!("{text}");
+        println!();
+        all_verdicts.extend(verdicts);
+        all_skipped.extend(m.skipped.iter().cloned());
+        plots.push(plot_path);
+    }
+    print!("{}", report::compare_table(&results));
     println!("total: {total_s:.0} s for {} cases", results.len());
     if args.json {
         println!(
             "{}",
-            report::json(&results, &m.skipped, &verdicts, &plot_path, total_s)
+            report::json(
+                &results,
+                &all_skipped,
+                &all_verdicts,
+                &plots.join(" "),
+                total_s
+            )
         );
     }
-    if any_failed(&verdicts) {
-        bail!("targets failed: {}", failed_names(&verdicts).join(", "));
+    if any_failed(&all_verdicts) {
+        bail!("targets failed: {}", failed_names(&all_verdicts).join(", "));
     }
     Ok(())
 }

@@ -43,6 +43,16 @@ use crate::{
     },
 };
 
+// The counting TCP relay of the real control plane's netns bridge, compiled here a second
+// time because `env::kube` keeps that module private; with `pub(crate) mod relay;` in
+// `env/kube/mod.rs` this becomes `use crate::env::kube::relay;`.
+#[path = "kube/relay.rs"]
+#[allow(
+    clippy::duplicate_mod,
+    reason = "env::kube keeps the relay module private; see the comment above"
+)]
+mod relay;
+
 /// The agent namespace used by the testbed.
 pub const NAMESPACE: &str = "announcer-system";
 
@@ -73,6 +83,18 @@ pub struct Cluster {
     pub client: Client,
     dir: PathBuf,
     agents: BTreeMap<String, Agent>,
+    /// Reach a real API server through a counting relay per agent ([`Cluster::relay_agents`]).
+    relayed: bool,
+    relays: BTreeMap<String, relay::Relay>,
+}
+
+/// Bytes through one agent's relay (TLS records, so headers and framing included).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RelayBytes {
+    /// From the agent to the API server.
+    pub to_api: u64,
+    /// From the API server to the agent.
+    pub from_api: u64,
 }
 
 /// A free TCP port on 127.0.0.1 (also used for UDP heartbeats), never one this process handed
@@ -133,7 +155,49 @@ impl Cluster {
             client,
             dir,
             agents: BTreeMap::new(),
+            relayed: false,
+            relays: BTreeMap::new(),
         }
+    }
+
+    /// On a real API server, whether each agent started from now on reaches it through a TCP
+    /// relay of its own on 127.0.0.1 that counts the bytes both ways ([`Cluster::relay_bytes`];
+    /// kept across restarts of the agent). The in-repo server counts requests itself: there
+    /// agents always connect directly.
+    pub fn relay_agents(&mut self, on: bool) {
+        self.relayed = on;
+    }
+
+    /// The bytes through `node`'s relay so far (see [`Cluster::relay_agents`]), if it has one.
+    pub fn relay_bytes(&self, node: &str) -> Option<RelayBytes> {
+        self.relays.get(node).map(|r| {
+            let b = r.bytes();
+            RelayBytes {
+                to_api: b.to_server,
+                from_api: b.from_server,
+            }
+        })
+    }
+
+    /// The URL `node`'s agent reaches the real API server at: its relay's (started on first
+    /// use) when relayed, else the server's own.
+    fn agent_server_url(&mut self, node: &str) -> String {
+        let Backend::Kube(cp) = &self.backend else {
+            unreachable!("only a real API server is relayed");
+        };
+        let url = cp.url();
+        if !self.relayed {
+            return url;
+        }
+        let relay = self.relays.entry(node.to_string()).or_insert_with(|| {
+            let api: std::net::SocketAddr = url
+                .trim_start_matches("https://")
+                .parse()
+                .expect("the API server's address");
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind a relay");
+            relay::Relay::start(listener, api).expect("start a relay")
+        });
+        format!("https://127.0.0.1:{}", relay.port())
     }
 
     /// Which API server this is.
@@ -382,13 +446,17 @@ impl Cluster {
     pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
         let state = self.dir.join(format!("state-{node}"));
+        let server = match self.kind() {
+            ApiKind::Kube => self.agent_server_url(node),
+            ApiKind::InRepo => String::new(),
+        };
         match &self.backend {
             Backend::InRepo(api) => api.write_kubeconfig(&kubeconfig, node).expect("kubeconfig"),
             // A token bound to the node's DaemonSet Pod, as the kubelet would project it.
             Backend::Kube(cp) => tokio::task::block_in_place(|| {
                 tokio::runtime::Handle::current().block_on(cp.write_agent_kubeconfig(
                     node,
-                    &cp.url(),
+                    &server,
                     &kubeconfig,
                 ))
             })
@@ -712,6 +780,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Guarded children: dropping them SIGKILLs and reaps them.
         self.agents.clear();
+        self.relays.clear();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

@@ -159,6 +159,12 @@ pub fn ownership(c: &Cluster, vips: &[Ipv4Addr]) -> Ownership {
 /// CPU seconds (user + system) used so far by this process's `announcer` children: the
 /// agents. Read from `/proc/<pid>/stat` (fields 4 `ppid`, 14 `utime`, 15 `stime`).
 pub fn agents_cpu_s() -> f64 {
+    children_cpu_s(&["announcer"])
+}
+
+/// CPU seconds (user + system) used so far by this process's children whose command name is
+/// one of `names` (e.g. `kube-apiserver`, `etcd`).
+pub fn children_cpu_s(names: &[&str]) -> f64 {
     let me = std::process::id().to_string();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0.0;
@@ -172,7 +178,7 @@ pub fn agents_cpu_s() -> f64 {
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
             continue;
         };
-        if &stat[open + 1..close] != "announcer" {
+        if !names.contains(&&stat[open + 1..close]) {
             continue;
         }
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();

@@ -31,7 +31,11 @@ use std::time::{Duration, Instant};
 use crate::{
     apiserver::{Counts, Verb},
     bench::cpu,
-    env::cluster::Cluster,
+    env::{
+        ApiKind,
+        cluster::{Cluster, NAMESPACE},
+        kube::AuditRecord,
+    },
 };
 
 /// The lease-per-service retry period used (Cilium's default): every eligible node GETs every
@@ -49,6 +53,12 @@ pub const SATURATION: f64 = 0.8;
 pub const HEAVY_READS_PER_S: f64 = 10_000.0;
 /// The client the benchmark itself uses (not counted as agent traffic).
 pub const ADMIN: &str = "admin";
+/// The agents' ServiceAccount on a real API server (audit records of other users — the
+/// benchmark, the controllers, the stand-in kubelets — are not agent traffic).
+pub const AGENT_SERVICE_ACCOUNT: &str = "announcer";
+/// Most to wait, on a real API server, for the DaemonSet Pods of a case's nodes (their tokens
+/// name them) before starting the agents.
+pub const AGENT_POD_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// An election mode, as `announcer agent --election` names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -227,6 +237,11 @@ pub struct Measurement {
     pub agents_cores: f64,
     /// Ownership at the end of the window.
     pub end: fixture::Ownership,
+    /// The API server counted at.
+    pub api: ApiKind,
+    /// Bytes through the agents' relays in the window, summed over the agents (real API
+    /// server only: the in-repo one is reached directly).
+    pub relay: Option<crate::env::cluster::RelayBytes>,
 }
 
 /// Agent requests counted in a window.
@@ -267,6 +282,37 @@ impl Requests {
                     match e.resource.as_str() {
                         "leases" => r.lease_writes += e.count,
                         "events" => r.event_writes += e.count,
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        r.max_node_writes = per_node.values().copied().max().unwrap_or(0);
+        r
+    }
+
+    /// Counts the audit records of the agents (their ServiceAccount, with a node claim),
+    /// one per request (a watch when it started).
+    pub fn from_audit(records: &[AuditRecord]) -> Requests {
+        let agent = format!("system:serviceaccount:{NAMESPACE}:{AGENT_SERVICE_ACCOUNT}");
+        let mut r = Requests::default();
+        let mut per_node = std::collections::BTreeMap::<&str, u64>::new();
+        for (rec, node) in records
+            .iter()
+            .filter(|rec| rec.user == agent)
+            .filter_map(|rec| Some((rec, rec.node.as_deref()?)))
+        {
+            match rec.verb.as_str() {
+                "get" => r.gets += 1,
+                "list" => r.lists += 1,
+                "watch" => r.watches += 1,
+                "create" | "update" | "patch" | "delete" | "deletecollection" => {
+                    r.writes += 1;
+                    *per_node.entry(node).or_default() += 1;
+                    match rec.resource.as_str() {
+                        "leases" => r.lease_writes += 1,
+                        "events" => r.event_writes += 1,
                         _ => {}
                     }
                 }
@@ -326,6 +372,19 @@ impl Measurement {
         self.reads_per_s() + self.watch_opens_per_s() + self.writes_per_s()
     }
 
+    /// Mean bytes per second from the API server to one agent in the window (TLS bytes at the
+    /// agent's relay; real API server only).
+    pub fn from_api_bytes_per_s_per_node(&self) -> Option<f64> {
+        self.relay
+            .map(|b| self.rate(b.from_api) / self.case.agents.max(1) as f64)
+    }
+
+    /// Mean bytes per second from one agent to the API server in the window.
+    pub fn to_api_bytes_per_s_per_node(&self) -> Option<f64> {
+        self.relay
+            .map(|b| self.rate(b.to_api) / self.case.agents.max(1) as f64)
+    }
+
     /// Every agent ready and every VIP with exactly one owner within the timeout.
     pub fn converged(&self) -> bool {
         self.converge_s.is_some()
@@ -365,24 +424,62 @@ pub fn node_names(agents: usize) -> Vec<String> {
     (0..agents).map(|i| format!("node-{i:02}")).collect()
 }
 
-/// Runs one case on a fresh [`Cluster`]; every agent is killed before this returns.
-pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Measurement {
+/// Runs one case on a fresh [`Cluster`] on `api`; every agent is killed (and on a real API
+/// server the control plane stopped) before this returns. On the in-repo server the requests
+/// are its own counts; on kube-apiserver they are the audit records of the agents'
+/// ServiceAccount written in the window, and each agent reaches the server through a
+/// counting relay of its own (bytes both ways).
+pub async fn run_case(
+    case: Case,
+    api: ApiKind,
+    s: &Settings,
+    progress: &dyn Fn(&str),
+) -> Measurement {
     let started = Instant::now();
-    let mut c = Cluster::start(&format!(
+    let name = format!(
         "bench-{}-{}x{}",
         case.mode.name(),
         case.agents,
         case.services
-    ))
-    .await;
+    );
+    let mut c = match api {
+        ApiKind::InRepo => Cluster::start(&name).await,
+        ApiKind::Kube => {
+            progress("  starting etcd, kube-apiserver, controllers (deploy/ applied)");
+            let mut c = Cluster::start_on(ApiKind::Kube, &name).await;
+            c.relay_agents(true);
+            progress(&format!(
+                "  control plane up in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+            c
+        }
+    };
     let nodes = node_names(case.agents);
     let vips = fixture::vips(case.services);
     fixture::create_nodes(&c, &nodes, s.create_concurrency).await;
     fixture::create_services(&c, &vips, &nodes[0], s.create_concurrency).await;
+    if let Some(cp) = c.kube() {
+        progress(&format!(
+            "  {} Nodes and {} Services created in {:.1} s; waiting for the {} agent Pods",
+            case.agents,
+            case.services,
+            started.elapsed().as_secs_f64(),
+            case.agents
+        ));
+        // The agents' tokens are bound to their DaemonSet Pods: wait for every Pod here, so
+        // the convergence time is the agents' and not the scheduler's.
+        let pods =
+            futures::future::join_all(nodes.iter().map(|n| cp.agent_pod(n, AGENT_POD_TIMEOUT)))
+                .await;
+        if let Some(e) = pods.into_iter().find_map(Result::err) {
+            progress(&format!("  an agent Pod did not come: {e}"));
+        }
+    }
     let setup_s = started.elapsed().as_secs_f64();
 
     let agents_started = Instant::now();
-    for n in &nodes {
+    for (i, n) in nodes.iter().enumerate() {
         let args: Vec<&str> = case
             .mode
             .agent_args()
@@ -391,7 +488,16 @@ pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Meas
             .chain(s.agent_args.iter().map(String::as_str))
             .collect();
         c.start_agent(n, &args);
+        if api == ApiKind::Kube && (i + 1) % 10 == 0 && i + 1 < nodes.len() {
+            progress(&format!(
+                "  {} of {} agents started ({:.1} s)",
+                i + 1,
+                nodes.len(),
+                agents_started.elapsed().as_secs_f64()
+            ));
+        }
     }
+    let mut last_report = Instant::now();
     let (converge_s, converge_state) = loop {
         let last = fixture::ownership(&c, &vips);
         if last.converged(case.agents) {
@@ -404,6 +510,13 @@ pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Meas
             ));
             break (None, last);
         }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            progress(&format!(
+                "  converging ({:.0} s): {last}",
+                agents_started.elapsed().as_secs_f64()
+            ));
+            last_report = Instant::now();
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     if let Some(t) = converge_s {
@@ -413,14 +526,58 @@ pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Meas
         ));
     }
 
+    let server_cpu = || match api {
+        ApiKind::InRepo => 0.0,
+        ApiKind::Kube => fixture::children_cpu_s(&["kube-apiserver", "etcd"]),
+    };
+    let relay_total = |c: &Cluster| {
+        nodes.iter().filter_map(|n| c.relay_bytes(n)).fold(
+            None,
+            |acc: Option<crate::env::cluster::RelayBytes>, b| {
+                let a = acc.unwrap_or_default();
+                Some(crate::env::cluster::RelayBytes {
+                    to_api: a.to_api + b.to_api,
+                    from_api: a.from_api + b.from_api,
+                })
+            },
+        )
+    };
+    let audit_len = |c: &Cluster| {
+        c.kube().map(|cp| {
+            cp.audit()
+                .unwrap_or_else(|e| panic!("reading the audit log: {e}"))
+                .len()
+        })
+    };
     let cpu_before = cpu::Snapshot::take().ok();
     let agents_before = fixture::agents_cpu_s();
-    c.api().reset_counts();
+    let server_before = server_cpu();
+    let audit_before = audit_len(&c);
+    let relay_before = relay_total(&c);
+    if api == ApiKind::InRepo {
+        c.api().reset_counts();
+    }
     let window_start = Instant::now();
     tokio::time::sleep(s.window).await;
-    let counts = c.api().counts();
+    let requests = match c.kube() {
+        None => Requests::from_counts(&c.api().counts()),
+        Some(cp) => {
+            let records = cp
+                .audit()
+                .unwrap_or_else(|e| panic!("reading the audit log: {e}"));
+            Requests::from_audit(&records[audit_before.unwrap_or(0).min(records.len())..])
+        }
+    };
+    let relay = relay_total(&c).map(|after| {
+        let before = relay_before.unwrap_or_default();
+        crate::env::cluster::RelayBytes {
+            to_api: after.to_api - before.to_api,
+            from_api: after.from_api - before.from_api,
+        }
+    });
     let window_s = window_start.elapsed().as_secs_f64();
     let agents_cpu = fixture::agents_cpu_s() - agents_before;
+    let server_used = server_cpu() - server_before;
     let used = cpu_before.and_then(|b| b.since().ok()).unwrap_or_default();
     let end = fixture::ownership(&c, &vips);
     drop(c);
@@ -438,11 +595,17 @@ pub async fn run_case(case: Case, s: &Settings, progress: &dyn Fn(&str)) -> Meas
         converge_timeout_s: s.converge_timeout.as_secs_f64(),
         converge_state,
         window_s,
-        requests: Requests::from_counts(&counts),
+        requests,
         busy_cores: per(used.machine_s),
-        apiserver_cores: per(used.process_s),
+        // The in-repo server runs in this process; kube-apiserver and etcd are children.
+        apiserver_cores: match api {
+            ApiKind::InRepo => per(used.process_s),
+            ApiKind::Kube => per(server_used),
+        },
         agents_cores: per(agents_cpu),
         end,
+        api,
+        relay,
     }
 }
 
@@ -545,6 +708,8 @@ mod tests {
             apiserver_cores: 0.0,
             agents_cores: 0.0,
             end: fixture::Ownership::default(),
+            api: ApiKind::InRepo,
+            relay: None,
         }
     }
 

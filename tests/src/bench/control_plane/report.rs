@@ -10,6 +10,7 @@ pub use crate::bench::verdict::Verdict;
 use super::{
     Case, MAX_NODE_LEASE_WRITES_PER_NODE, Measurement, Mode, NODE_LEASE_RENEW, SERVICE_LEASE_RETRY,
 };
+use crate::env::ApiKind;
 
 /// How far (writes/s per node) node-lease rows with the same agent count may differ across
 /// Service counts and still count as independent of them: one renewal more or less in a short
@@ -281,6 +282,23 @@ pub fn verdicts(ms: &[Measurement]) -> Vec<Verdict> {
     v
 }
 
+/// [`verdicts`] of the rows measured on `api`; on kube-apiserver the names start with `kube_`
+/// and the texts with `kube-apiserver: `, so both servers' verdicts fit in one document.
+pub fn verdicts_on(api: ApiKind, ms: &[Measurement]) -> Vec<Verdict> {
+    let mine: Vec<Measurement> = ms.iter().filter(|m| m.api == api).cloned().collect();
+    if mine.is_empty() {
+        return Vec::new();
+    }
+    let mut v = verdicts(&mine);
+    if api == ApiKind::Kube {
+        for x in &mut v {
+            x.name = format!("kube_{}", x.name);
+            x.text = format!("kube-apiserver: {}", x.text);
+        }
+    }
+    v
+}
+
 fn note(m: &Measurement) -> &'static str {
     if !m.converged() {
         "NOT CONVERGED"
@@ -395,8 +413,172 @@ pub fn table(
     s
 }
 
+/// The kube-apiserver table: requests from the audit log, bytes from the agents' relays, the
+/// skipped cases and the verdicts.
+pub fn kube_table(
+    ms: &[Measurement],
+    skipped: &[(Case, String)],
+    verdicts: &[Verdict],
+    plot: &str,
+    window_s: f64,
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "kube-apiserver: agent API requests and traffic per second in steady state (window {window_s:.0} s, from when every VIP had one owner or the wait timed out)"
+    );
+    let _ = writeln!(
+        s,
+        "{:<17} {:>6} {:>5} {:>8} {:>7} {:>8} {:>8} {:>9} {:>9} {:>11} {:>10} {:>9} {:>7} {:>5} {:>5} {:>5}  note",
+        "mode",
+        "agents",
+        "svcs",
+        "reads/s",
+        "watch/s",
+        "writes/s",
+        "w/s/node",
+        "lease_w/s",
+        "event_w/s",
+        "down_B/s/nd",
+        "up_B/s/nd",
+        "converge",
+        "owners",
+        "srv",
+        "agt",
+        "cpu"
+    );
+    for m in ms {
+        let converge = m
+            .converge_s
+            .map_or("timeout".to_string(), |t| format!("{t:.1}s"));
+        let bytes = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{b:.0}"));
+        let _ = writeln!(
+            s,
+            "{:<17} {:>6} {:>5} {:>8.2} {:>7.2} {:>8.2} {:>8.3} {:>9.2} {:>9.2} {:>11} {:>10} {:>9} {:>7} {:>5.2} {:>5.2} {:>5.2}  {}",
+            m.case.mode.name(),
+            m.case.agents,
+            m.case.services,
+            m.reads_per_s(),
+            m.watch_opens_per_s(),
+            m.writes_per_s(),
+            m.writes_per_s_per_node(),
+            m.lease_writes_per_s(),
+            m.event_writes_per_s(),
+            bytes(m.from_api_bytes_per_s_per_node()),
+            bytes(m.to_api_bytes_per_s_per_node()),
+            converge,
+            owners_cell(m),
+            m.apiserver_cores,
+            m.agents_cores,
+            m.busy_cores,
+            note(m)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "requests = kube-apiserver audit records of the agents' ServiceAccount (by node claim) in the window: reads = get+list,"
+    );
+    let _ = writeln!(
+        s,
+        "watch = watch requests started, writes = create+update+patch+delete; down_B/s/nd / up_B/s/nd = bytes per second per agent"
+    );
+    let _ = writeln!(
+        s,
+        "from / to kube-apiserver at each agent's own TCP relay (TLS bytes: records, HTTP/2 framing and keepalives included),"
+    );
+    let _ = writeln!(
+        s,
+        "averaged over the agents; srv / agt / cpu = cores used by kube-apiserver + etcd / all agents / the whole machine;"
+    );
+    let _ = writeln!(
+        s,
+        "owners and notes as in the in-repo table (NOT CONVERGED is a FAIL)."
+    );
+    for (c, why) in skipped {
+        let _ = writeln!(
+            s,
+            "skipped: {} {}×{}: {why}",
+            c.mode.name(),
+            c.agents,
+            c.services
+        );
+    }
+    let _ = writeln!(s, "plot: {plot}");
+    let _ = writeln!(s);
+    for v in verdicts {
+        let _ = writeln!(s, "{}: {}", v.mark(), v.text);
+    }
+    s
+}
+
+/// The cases measured on both servers, side by side: writes per node, reads and watch starts
+/// per second. Empty when no case ran on both.
+pub fn compare_table(ms: &[Measurement]) -> String {
+    let pairs: Vec<(&Measurement, &Measurement)> = ms
+        .iter()
+        .filter(|m| m.api == ApiKind::InRepo)
+        .filter_map(|a| {
+            let b = ms
+                .iter()
+                .find(|b| b.api == ApiKind::Kube && b.case == a.case)?;
+            Some((a, b))
+        })
+        .collect();
+    let mut s = String::new();
+    if pairs.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "in-repo server vs kube-apiserver, same cases (per second; writes per node)"
+    );
+    let _ = writeln!(
+        s,
+        "{:<17} {:>6} {:>5} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9}",
+        "mode",
+        "agents",
+        "svcs",
+        "w/s/nd in",
+        "w/s/nd kube",
+        "reads in",
+        "reads kube",
+        "watch in",
+        "watch kube"
+    );
+    for (a, b) in pairs {
+        let _ = writeln!(
+            s,
+            "{:<17} {:>6} {:>5} {:>10.3} {:>10.3} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            a.case.mode.name(),
+            a.case.agents,
+            a.case.services,
+            a.writes_per_s_per_node(),
+            b.writes_per_s_per_node(),
+            a.reads_per_s(),
+            b.reads_per_s(),
+            a.watch_opens_per_s(),
+            b.watch_opens_per_s()
+        );
+    }
+    s
+}
+
 fn row_json(m: &Measurement) -> Value {
+    let mut row = row_fields(m);
+    if let (Some(o), Some(down), Some(up)) = (
+        row.as_object_mut(),
+        m.from_api_bytes_per_s_per_node(),
+        m.to_api_bytes_per_s_per_node(),
+    ) {
+        o.insert("from_api_bytes_per_s_per_node".into(), json!(down));
+        o.insert("to_api_bytes_per_s_per_node".into(), json!(up));
+    }
+    row
+}
+
+fn row_fields(m: &Measurement) -> Value {
     json!({
+        "apiserver": m.api.to_string(),
         "mode": m.case.mode.name(),
         "agents": m.case.agents,
         "services": m.case.services,
@@ -495,7 +677,39 @@ mod tests {
                 single: services,
                 ..Ownership::default()
             },
+            api: ApiKind::InRepo,
+            relay: None,
         }
+    }
+
+    #[test]
+    fn kube_rows_are_judged_apart_and_show_their_bytes() {
+        let mut k = m(Mode::NodeLease, 3, 10, 20, 0);
+        k.api = ApiKind::Kube;
+        k.relay = Some(crate::env::cluster::RelayBytes {
+            to_api: 6_000,
+            from_api: 12_000,
+        });
+        let ms = vec![m(Mode::NodeLease, 3, 10, 20, 0), k];
+        let v = verdicts_on(ApiKind::Kube, &ms);
+        let get = |n: &str| v.iter().find(|x| x.name == n).expect(n).clone();
+        assert_eq!(get("kube_node_lease_writes_per_node").pass, Some(true));
+        assert!(v.iter().all(|x| x.text.starts_with("kube-apiserver: ")));
+        assert_eq!(ms[1].from_api_bytes_per_s_per_node(), Some(200.0));
+        let doc = json(&ms, &[], &v, "x.svg", 1.0);
+        assert_eq!(doc["rows"][1]["apiserver"], json!("kube"));
+        assert_eq!(
+            doc["rows"][1]["from_api_bytes_per_s_per_node"],
+            json!(200.0)
+        );
+        assert!(
+            doc["rows"][0]
+                .get("from_api_bytes_per_s_per_node")
+                .is_none()
+        );
+        let text = kube_table(&ms[1..], &[], &v, "x.svg", 20.0);
+        assert!(text.contains("TLS bytes"), "{text}");
+        assert!(compare_table(&ms).contains("in-repo server vs kube-apiserver"));
     }
 
     #[test]

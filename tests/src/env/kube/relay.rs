@@ -2,6 +2,10 @@
 //! namespace: how the node namespaces of the testbed reach the API server, which runs beside
 //! the test process. Bytes are copied as they are (TLS passes through), one thread per
 //! direction per connection; the API server's load here is a handful of connections.
+//!
+//! Every relay counts the bytes it copied each way ([`Relay::bytes`], readable while it
+//! runs): the control-plane benchmark puts one in front of each agent (on 127.0.0.1) to see
+//! the watch traffic that kube-apiserver's audit log cannot.
 
 use std::{
     io,
@@ -9,7 +13,7 @@ use std::{
     os::fd::AsRawFd,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
 };
@@ -18,8 +22,25 @@ use std::{
 pub(super) struct Relay {
     listener: Arc<TcpListener>,
     stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
+    conns: Arc<Mutex<Vec<Arc<TcpStream>>>>,
     accept: Option<JoinHandle<()>>,
+    counts: Arc<Counts>,
+}
+
+/// Bytes copied so far, over every connection of a relay.
+#[allow(dead_code, reason = "see Relay::bytes")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Bytes {
+    /// From the clients to the server.
+    pub(super) to_server: u64,
+    /// From the server to the clients.
+    pub(super) from_server: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    to_server: AtomicU64,
+    from_server: AtomicU64,
 }
 
 impl Relay {
@@ -27,9 +48,15 @@ impl Relay {
     pub(super) fn start(listener: TcpListener, to: SocketAddr) -> io::Result<Relay> {
         let listener = Arc::new(listener);
         let stop = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let conns: Arc<Mutex<Vec<Arc<TcpStream>>>> = Arc::default();
+        let counts: Arc<Counts> = Arc::default();
         let accept = {
-            let (listener, stop, conns) = (listener.clone(), stop.clone(), conns.clone());
+            let (listener, stop, conns, counts) = (
+                listener.clone(),
+                stop.clone(),
+                conns.clone(),
+                counts.clone(),
+            );
             std::thread::Builder::new()
                 .name("kube-relay".into())
                 .spawn(move || {
@@ -45,13 +72,17 @@ impl Relay {
                         };
                         let _ = inbound.set_nodelay(true);
                         let _ = outbound.set_nodelay(true);
-                        if let (Ok(a), Ok(b)) = (inbound.try_clone(), outbound.try_clone()) {
+                        // One descriptor per socket, shared by both directions and the list:
+                        // a busy agent opens a connection per request in flight.
+                        let (inbound, outbound) = (Arc::new(inbound), Arc::new(outbound));
+                        {
                             let mut list = conns.lock().expect("relay connections");
-                            list.retain(|c| c.peer_addr().is_ok());
-                            list.extend([a, b]);
+                            // Closed connections: only the list still holds them.
+                            list.retain(|c| Arc::strong_count(c) > 1);
+                            list.extend([inbound.clone(), outbound.clone()]);
                         }
-                        pipe(&inbound, &outbound);
-                        pipe(&outbound, &inbound);
+                        pipe(inbound.clone(), outbound.clone(), &counts, |c| &c.to_server);
+                        pipe(outbound, inbound, &counts, |c| &c.from_server);
                     }
                 })?
         };
@@ -60,19 +91,59 @@ impl Relay {
             stop,
             conns,
             accept: Some(accept),
+            counts,
         })
+    }
+
+    /// The port the relay listens on.
+    #[allow(
+        dead_code,
+        reason = "used by the per-agent relays of env::cluster; serve_in knows its address"
+    )]
+    pub(super) fn port(&self) -> u16 {
+        self.listener.local_addr().map_or(0, |a| a.port())
+    }
+
+    /// The bytes copied so far each way, over every connection (closed ones included).
+    #[allow(
+        dead_code,
+        reason = "read by the per-agent relays of env::cluster (which includes this file); \
+                  the control plane's own relays (serve_in) are never read"
+    )]
+    pub(super) fn bytes(&self) -> Bytes {
+        Bytes {
+            to_server: self.counts.to_server.load(Ordering::Relaxed),
+            from_server: self.counts.from_server.load(Ordering::Relaxed),
+        }
     }
 }
 
-/// Copies `from` into `to` on a thread of its own; half-closes `to` at EOF.
-fn pipe(from: &TcpStream, to: &TcpStream) {
-    let (Ok(mut from), Ok(mut to)) = (from.try_clone(), to.try_clone()) else {
-        return;
-    };
+/// Copies `from` into `to` on a thread of its own, adding what it copied to the counter
+/// `which` picks; half-closes `to` at EOF.
+fn pipe(
+    from: Arc<TcpStream>,
+    to: Arc<TcpStream>,
+    counts: &Arc<Counts>,
+    which: fn(&Counts) -> &AtomicU64,
+) {
+    let counts = counts.clone();
     let _ = std::thread::Builder::new()
         .name("kube-relay-pipe".into())
+        .stack_size(128 * 1024)
         .spawn(move || {
-            let _ = io::copy(&mut from, &mut to);
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match io::Read::read(&mut &*from, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                if io::Write::write_all(&mut &*to, &buf[..n]).is_err() {
+                    break;
+                }
+                which(&counts).fetch_add(n as u64, Ordering::Relaxed);
+            }
             let _ = to.shutdown(Shutdown::Write);
         });
 }
