@@ -43,15 +43,7 @@ use crate::{
     },
 };
 
-// The counting TCP relay of the real control plane's netns bridge, compiled here a second
-// time because `env::kube` keeps that module private; with `pub(crate) mod relay;` in
-// `env/kube/mod.rs` this becomes `use crate::env::kube::relay;`.
-#[path = "kube/relay.rs"]
-#[allow(
-    clippy::duplicate_mod,
-    reason = "env::kube keeps the relay module private; see the comment above"
-)]
-mod relay;
+use crate::env::kube::relay;
 
 /// The agent namespace used by the testbed.
 pub const NAMESPACE: &str = "announcer-system";

@@ -28,7 +28,7 @@
 
 pub mod certs;
 pub mod kubelet;
-mod relay;
+pub(crate) mod relay;
 pub mod workloads;
 
 use std::{

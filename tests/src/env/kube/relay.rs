@@ -19,7 +19,7 @@ use std::{
 };
 
 /// A running relay; dropping it closes the listener and every relayed connection.
-pub(super) struct Relay {
+pub(crate) struct Relay {
     listener: Arc<TcpListener>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<Arc<TcpStream>>>>,
@@ -28,13 +28,12 @@ pub(super) struct Relay {
 }
 
 /// Bytes copied so far, over every connection of a relay.
-#[allow(dead_code, reason = "see Relay::bytes")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Bytes {
+pub(crate) struct Bytes {
     /// From the clients to the server.
-    pub(super) to_server: u64,
+    pub(crate) to_server: u64,
     /// From the server to the clients.
-    pub(super) from_server: u64,
+    pub(crate) from_server: u64,
 }
 
 #[derive(Debug, Default)]
@@ -45,7 +44,7 @@ struct Counts {
 
 impl Relay {
     /// Relays every connection accepted on `listener` to `to`.
-    pub(super) fn start(listener: TcpListener, to: SocketAddr) -> io::Result<Relay> {
+    pub(crate) fn start(listener: TcpListener, to: SocketAddr) -> io::Result<Relay> {
         let listener = Arc::new(listener);
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<Arc<TcpStream>>>> = Arc::default();
@@ -96,21 +95,12 @@ impl Relay {
     }
 
     /// The port the relay listens on.
-    #[allow(
-        dead_code,
-        reason = "used by the per-agent relays of env::cluster; serve_in knows its address"
-    )]
-    pub(super) fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.listener.local_addr().map_or(0, |a| a.port())
     }
 
     /// The bytes copied so far each way, over every connection (closed ones included).
-    #[allow(
-        dead_code,
-        reason = "read by the per-agent relays of env::cluster (which includes this file); \
-                  the control plane's own relays (serve_in) are never read"
-    )]
-    pub(super) fn bytes(&self) -> Bytes {
+    pub(crate) fn bytes(&self) -> Bytes {
         Bytes {
             to_server: self.counts.to_server.load(Ordering::Relaxed),
             from_server: self.counts.from_server.load(Ordering::Relaxed),
