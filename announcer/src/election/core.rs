@@ -743,10 +743,17 @@ impl Core {
         p.links = view.links;
         let dead_after = self.config.dead_after();
         let silent = p.last_beat.is_some_and(|b| now >= b + dead_after);
+        // Trusted since before its last heartbeat: this renewal came in time.
+        let timely = self
+            .trusted_since
+            .is_some_and(|t| p.last_beat.is_some_and(|b| t <= b));
         match &mut p.lease {
             Some(o) => {
                 if o.update(view.resource_version, view.renew_time, view.duration, now) && silent {
                     p.renewals_while_silent += 1;
+                    if timely {
+                        p.timely_renewals_while_silent += 1;
+                    }
                 }
             }
             None => {

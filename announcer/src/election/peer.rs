@@ -47,6 +47,9 @@ pub(crate) struct Peer {
     pub incarnation_when_silent: Option<u64>,
     /// Lease renewals seen since its heartbeats stopped arriving here.
     pub renewals_while_silent: u32,
+    /// Of those, the ones seen while we had trusted the API since before its last heartbeat:
+    /// delivered in time, so written after the heartbeats stopped.
+    pub timely_renewals_while_silent: u32,
     /// When the first heartbeat of its current incarnation arrived.
     pub incarnation_since: Option<Instant>,
     /// Its last heartbeat said it hears ours: heartbeats flow both ways.
@@ -82,6 +85,7 @@ impl Peer {
             was_beating: false,
             incarnation_when_silent: None,
             renewals_while_silent: 0,
+            timely_renewals_while_silent: 0,
             incarnation_since: None,
             hears_us: false,
             config: 0,
@@ -119,6 +123,7 @@ impl Peer {
         }
         self.last_beat = Some(now);
         self.renewals_while_silent = 0;
+        self.timely_renewals_while_silent = 0;
         if beat.incarnation != self.incarnation || self.incarnation_since.is_none() {
             self.incarnation_since = Some(now);
         }
@@ -137,24 +142,26 @@ impl Peer {
         true
     }
 
-    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed twice
-    /// since its heartbeats stopped arriving here, the last time at least `settled` after the
-    /// last heartbeat (so its count no longer includes peers it heard just before a cut: a node
+    /// Alive by the API although its heartbeats do not reach us: its Lease was renewed since
+    /// its heartbeats stopped arriving here, the last time at least `settled` after the last
+    /// heartbeat (so its count no longer includes peers it heard just before a cut: a node
     /// whose link died silently counts none by then), that renewal says other peers hear it
     /// (`connected > 0`), and it is recent (within `fresh`). Then heartbeats are lost only
     /// between it and us (a one-way or pairwise link fault), the rest of the cluster ranks it,
     /// and so must we: its VIPs taken meanwhile are handed back (an overlap, counted).
     ///
-    /// Twice, not once: a slow or stopped API server may complete a renewal its writer sent
-    /// before it died, and we see that renewal only after its heartbeats stopped. One late
-    /// write is no proof of life; a node that is alive renews again a renewal period later.
+    /// One renewal suffices if we trusted the API throughout (it reached us in time, so it was
+    /// written after the heartbeats stopped); otherwise it takes two. A slow or stopped API
+    /// server may complete a renewal its writer sent before it died, and we see it only after
+    /// the heartbeats stopped (while we distrusted the API, since our own writes hung too):
+    /// one late write is no proof of life, a node that is alive renews again.
     pub fn alive_by_api(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
         let (Some(l), Some(beat)) = (&self.lease, self.last_beat) else {
             return false;
         };
         self.connected.is_some_and(|c| c > 0)
             && !self.standby
-            && self.renewals_while_silent >= 2
+            && (self.timely_renewals_while_silent >= 1 || self.renewals_while_silent >= 2)
             && l.changed_at >= beat + settled
             && now < l.changed_at + fresh
     }
