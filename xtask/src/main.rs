@@ -174,44 +174,14 @@ fn main() -> Result<()> {
             require_root("the testbed creates network namespaces and attaches XDP")?;
             if action == kube_env::Action::Up {
                 setup::ensure()?;
-                cargo(
-                    &root,
-                    &[
-                        "build",
-                        "--release",
-                        "--quiet",
-                        "-p",
-                        "announcer",
-                        "-p",
-                        "announcer-tests",
-                        "--bin",
-                        "announcer",
-                        "--bin",
-                        "kube-env",
-                    ],
-                )?;
+                build_with_agent(&root, "kube-env")?;
             }
             kube_env::run(&root, action)
         }
         Cmd::Demo { apiserver } => {
             require_root("the demo creates network namespaces and attaches XDP")?;
             setup::ensure()?;
-            cargo(
-                &root,
-                &[
-                    "build",
-                    "--release",
-                    "--quiet",
-                    "-p",
-                    "announcer",
-                    "-p",
-                    "announcer-tests",
-                    "--bin",
-                    "announcer",
-                    "--bin",
-                    "demo",
-                ],
-            )?;
+            build_with_agent(&root, "demo")?;
             run(Command::new(root.join("target/release/demo")).args(["--apiserver", &apiserver]))
         }
     }
@@ -283,6 +253,15 @@ fn test(root: &Path, args: &[String], smoke: bool) -> Result<()> {
 }
 
 fn failover_smoke(root: &Path) -> Result<()> {
+    build_with_agent(root, "bench-failover")?;
+    run(Command::new(root.join("target/release/bench-failover"))
+        .args(SMOKE_ARGS)
+        .current_dir(root))
+}
+
+/// Builds the agent and the `announcer-tests` binary `bin`, release profile (what a binary
+/// that starts agents needs).
+fn build_with_agent(root: &Path, bin: &str) -> Result<()> {
     cargo(
         root,
         &[
@@ -291,17 +270,14 @@ fn failover_smoke(root: &Path) -> Result<()> {
             "--quiet",
             "-p",
             "announcer",
-            "--bin",
-            "announcer",
             "-p",
             "announcer-tests",
             "--bin",
-            "bench-failover",
+            "announcer",
+            "--bin",
+            bin,
         ],
-    )?;
-    run(Command::new(root.join("target/release/bench-failover"))
-        .args(SMOKE_ARGS)
-        .current_dir(root))
+    )
 }
 
 /// Runs a binary of the `announcer-tests` crate in release, with `--json` if asked and then

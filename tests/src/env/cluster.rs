@@ -591,6 +591,21 @@ impl Cluster {
             .collect()
     }
 
+    /// Whether every VIP of `vips` is announced by exactly its rendezvous owner among `nodes`.
+    pub fn settled(&self, vips: &[&str], nodes: &[&str]) -> bool {
+        self.owners_of(vips)
+            .iter()
+            .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
+    }
+
+    /// Whether every agent answers `/state` and says `api_ok == ok` (an agent that does not
+    /// answer makes it false: silence must not pass for "the API is down").
+    pub fn api_ok(&self, ok: bool) -> bool {
+        self.nodes()
+            .iter()
+            .all(|n| self.state(n).is_some_and(|s| s["api_ok"] == ok))
+    }
+
     /// Waits until every started agent answers `/state` with `ready: true`.
     pub async fn wait_ready(&self, timeout: Duration) {
         self.wait_for("every agent ready", timeout, |c| c.all_ready())

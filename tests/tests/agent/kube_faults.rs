@@ -49,25 +49,12 @@ async fn cluster(name: &str, vips: &[&str], args: &[&str]) -> Cluster {
         c.start_agent(n, args);
     }
     c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        settled(c, vips, &NODES)
+        c.settled(vips, &NODES)
     })
     .await;
-    c.wait_for("every agent trusts the API", T, |c| api_ok(c, true))
+    c.wait_for("every agent trusts the API", T, |c| c.api_ok(true))
         .await;
     c
-}
-
-fn settled(c: &Cluster, vips: &[&str], nodes: &[&str]) -> bool {
-    c.owners_of(vips)
-        .iter()
-        .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
-}
-
-/// Every agent answers `/state` with `api_ok == ok`.
-fn api_ok(c: &Cluster, ok: bool) -> bool {
-    c.nodes()
-        .iter()
-        .all(|n| c.state(n).is_some_and(|s| s["api_ok"] == ok))
 }
 
 fn kube(c: &Cluster) -> &announcer_tests::env::kube::KubeControlPlane {
@@ -80,21 +67,21 @@ async fn a_stopped_kube_apiserver_changes_no_ownership() {
     let c = cluster("sigstop", &vips, &DEFAULT_LEASE).await;
 
     kube(&c).pause_apiserver();
-    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
         .await;
     c.hold("ownership unchanged while it is stopped", STOPPED, |c| {
-        settled(c, &vips, &NODES)
+        c.settled(&vips, &NODES)
     })
     .await;
     kube(&c).resume_apiserver();
     c.wait_for("every agent trusts the API again", RECOVERY, |c| {
-        api_ok(c, true)
+        c.api_ok(true)
     })
     .await;
     c.hold(
         "ownership unchanged after it continued",
         Duration::from_secs(3),
-        |c| settled(c, &vips, &NODES),
+        |c| c.settled(&vips, &NODES),
     )
     .await;
 }
@@ -106,7 +93,7 @@ async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
     let top = rendezvous_owner(VIP, &NODES);
 
     kube(&c).pause_apiserver();
-    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
         .await;
     c.kill(&top);
     let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
@@ -132,7 +119,7 @@ async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
     let mut c = cluster("restart", &vips, &ARGS).await;
 
     c.kube_mut().expect("real").kill_apiserver();
-    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
         .await;
     c.kube_mut()
         .expect("real")
@@ -140,11 +127,11 @@ async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
         .await
         .unwrap_or_else(|e| panic!("kube-apiserver restarts: {e}"));
     c.wait_for("every agent trusts the API again", RECOVERY, |c| {
-        api_ok(c, true)
+        c.api_ok(true)
     })
     .await;
     assert!(
-        settled(&c, &vips, &NODES),
+        c.settled(&vips, &NODES),
         "ownership moved: {:?}",
         c.ownership()
     );

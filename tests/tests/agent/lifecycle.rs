@@ -44,15 +44,9 @@ async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
 /// Waits until every VIP is announced by exactly its rendezvous owner among `nodes`.
 async fn wait_rendezvous(c: &Cluster, vips: &[&str], nodes: &[&str]) {
     c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        settled(c, vips, nodes)
+        c.settled(vips, nodes)
     })
     .await;
-}
-
-fn settled(c: &Cluster, vips: &[&str], nodes: &[&str]) -> bool {
-    c.owners_of(vips)
-        .iter()
-        .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
 }
 
 /// Announcing Events as (name, series count): a new takeover adds one or bumps a count.
@@ -221,7 +215,7 @@ async fn restarted_owner_converges_and_claims_only_its_vips(api) {
     wait_restarted(&c, &victim, old).await;
     wait_rendezvous(&c, &vips, &NODES).await;
     c.hold("ownership stays on the rendezvous owners", HOLD, |c| {
-        settled(c, &vips, &NODES)
+        c.settled(&vips, &NODES)
     })
     .await;
     let owned: BTreeSet<IpAddr> = owned_vips(&c.state(&victim).expect("state"))

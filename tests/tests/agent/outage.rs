@@ -56,26 +56,12 @@ async fn cluster(name: &str, vips: &[&str]) -> Cluster {
         c.start_agent(n, &ARGS);
     }
     c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        settled(c, vips, &NODES)
+        c.settled(vips, &NODES)
     })
     .await;
-    c.wait_for("every agent trusts the API", T, |c| api_ok(c, true))
+    c.wait_for("every agent trusts the API", T, |c| c.api_ok(true))
         .await;
     c
-}
-
-fn settled(c: &Cluster, vips: &[&str], nodes: &[&str]) -> bool {
-    c.owners_of(vips)
-        .iter()
-        .all(|(vip, o)| *o == [rendezvous_owner(&vip.to_string(), nodes)])
-}
-
-/// Whether every agent answers `/state` and says `api_ok == ok` (an agent that does not
-/// answer makes it false: silence must not pass for "the API is down").
-fn api_ok(c: &Cluster, ok: bool) -> bool {
-    c.nodes()
-        .iter()
-        .all(|n| c.state(n).is_some_and(|s| s["api_ok"] == ok))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,16 +71,16 @@ async fn outage_for_all_agents_changes_no_ownership() {
 
     c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
     c.hold("ownership unchanged during the outage", OUTAGE, |c| {
-        settled(c, &vips, &NODES)
+        c.settled(&vips, &NODES)
     })
     .await;
     // The agents did notice (otherwise the hold above proved nothing).
-    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
         .await;
     c.hold(
         "ownership unchanged during the outage",
         Duration::from_secs(1),
-        |c| settled(c, &vips, &NODES),
+        |c| c.settled(&vips, &NODES),
     )
     .await;
 
@@ -105,7 +91,7 @@ async fn outage_for_all_agents_changes_no_ownership() {
     c.hold(
         "ownership unchanged after the outage",
         Duration::from_secs(3),
-        |c| settled(c, &vips, &NODES),
+        |c| c.settled(&vips, &NODES),
     )
     .await;
 }
@@ -117,7 +103,7 @@ async fn owner_crash_during_outage_still_fails_over() {
     let top = rendezvous_owner(VIP, &NODES);
 
     c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
-    c.wait_for("every agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
         .await;
     c.kill(&top);
     let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
@@ -151,10 +137,10 @@ async fn api_ok_returns_after_an_outage_without_changes() {
     c.start_agent("node-a", &ARGS);
     c.wait_for("node-a owns", T, |c| c.owners(VIP) == ["node-a"])
         .await;
-    c.wait_for("the agent trusts the API", T, |c| api_ok(c, true))
+    c.wait_for("the agent trusts the API", T, |c| c.api_ok(true))
         .await;
     c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
-    c.wait_for("the agent reports the API down", T, |c| api_ok(c, false))
+    c.wait_for("the agent reports the API down", T, |c| c.api_ok(false))
         .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     c.api().clear_faults();
@@ -168,7 +154,7 @@ async fn api_ok_returns_after_an_outage_without_changes() {
             >= announcer::agent::kube::watch::Source::ALL.len()
     })
     .await;
-    c.wait_for("the agent trusts the API again", T, |c| api_ok(c, true))
+    c.wait_for("the agent trusts the API again", T, |c| c.api_ok(true))
         .await;
     assert_eq!(c.owners(VIP), ["node-a"]);
 }
