@@ -22,12 +22,13 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("dataplane", &["ebpf"]),
     ("election", &["ebpf"]),
     ("heartbeat", &["election", "ebpf"]),
+    ("ipam", &[]),
     ("state", &["election", "ebpf"]),
     (
         "agent",
-        &["dataplane", "election", "heartbeat", "state", "ebpf"],
+        &["dataplane", "election", "heartbeat", "ipam", "state", "ebpf"],
     ),
-    ("cli", &["dataplane", "state", "agent", "ebpf"]),
+    ("cli", &["dataplane", "ipam", "state", "agent", "ebpf"]),
 ];
 
 /// What the CLI may name in `agent`: its entry point, its error and its flags.

@@ -11,6 +11,7 @@
 //! 2. The protocols, sans-IO (no sockets; time is an argument): [`election`], the core that
 //!    decides who owns each VIP, and [`heartbeat`], the authenticated heartbeat codec (which
 //!    carries the election's types).
+//!    [`ipam`]: the `AddressPool` resource and the pure address-allocation rules.
 //! 3. [`state`]: the agent's `/state` document, which the agent writes and the CLI reads.
 //! 4. [`agent`]: the tokio shell that connects the election to Kubernetes, the network and
 //!    the data plane.
@@ -22,6 +23,8 @@ pub use announcer_ebpf::{maps, wire};
 
 pub mod election;
 pub mod heartbeat;
+
+pub mod ipam;
 
 pub mod state;
 

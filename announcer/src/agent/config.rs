@@ -153,9 +153,22 @@ pub struct AgentFlags {
     #[arg(long, value_enum, default_value_t = Election::NodeLease)]
     pub election: Election,
 
-    /// Only Services with this `spec.loadBalancerClass` (or none) are announced.
+    /// Only Services with this `spec.loadBalancerClass` (or none, unless `--class-only`) are
+    /// announced.
     #[arg(long, default_value = "announcer.dev/l2")]
     pub load_balancer_class: String,
+    /// Ignore Services with no `spec.loadBalancerClass`: announce (and allocate for) only those
+    /// of our class. Set it when another load balancer (MetalLB) serves class-less Services.
+    #[arg(long)]
+    pub class_only: bool,
+    /// Do not run the address allocator in this agent (one agent in the cluster allocates at a
+    /// time, through the `announcer-allocator` Lease; with no `AddressPool` it does nothing).
+    #[arg(long)]
+    pub no_allocator: bool,
+    /// The allocator also assigns addresses to class-less LoadBalancer Services (by default
+    /// only to Services of our class). Ignored with `--class-only`.
+    #[arg(long)]
+    pub allocate_classless: bool,
     /// Only Services matching this label selector (e.g. `l2=true,tier in (web)`).
     #[arg(long)]
     pub service_selector: Option<String>,
@@ -173,8 +186,8 @@ pub struct AgentFlags {
     #[arg(long)]
     pub no_ipv6: bool,
 
-    /// Heartbeat UDP port (the same on every node).
-    #[arg(long, default_value_t = 7946)]
+    /// Heartbeat UDP port (the same on every node). Not 7946: that is MetalLB's memberlist.
+    #[arg(long, default_value_t = crate::agent::net::heartbeat_socket::DEFAULT_PORT)]
     pub heartbeat_port: u16,
     /// Address this node's peers send heartbeats to (default: the node's InternalIP).
     #[arg(long)]
@@ -299,6 +312,12 @@ impl AgentFlags {
         }
         if self.burst_count == 0 {
             return bad("--burst-count (announcement.count) must be at least 1".into());
+        }
+        if self.class_only && self.allocate_classless {
+            return bad(
+                "--class-only and --allocate-classless (classOnly, allocator.classless) contradict each other"
+                    .into(),
+            );
         }
         if self.no_ipv4 && self.no_ipv6 {
             return bad(

@@ -51,6 +51,10 @@ pub enum ConfigFileError {
 pub struct ConfigFile {
     /// `--load-balancer-class`.
     pub load_balancer_class: Option<String>,
+    /// `--class-only`: ignore class-less Services.
+    pub class_only: Option<bool>,
+    /// The address allocator.
+    pub allocator: Option<AllocatorSection>,
     /// `--service-selector`: a label selector string, e.g. `l2=true,tier in (web)`.
     pub service_selector: Option<Selector>,
     /// `--node-selector`.
@@ -83,6 +87,16 @@ pub struct ConfigFile {
     pub xdp_mode: Option<XdpMode>,
     /// `--state-dir`: this node's heartbeat identity and incarnation counter.
     pub state_dir: Option<StateDir>,
+}
+
+/// `allocator:`.
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AllocatorSection {
+    /// `false` = `--no-allocator`.
+    pub enabled: Option<bool>,
+    /// `--allocate-classless`.
+    pub classless: Option<bool>,
 }
 
 /// `heartbeat:`.
@@ -319,6 +333,21 @@ impl ConfigFile {
                 .map(|l| l.iter().map(|p| p.0.clone()).collect()),
             &mut flags.interfaces,
         );
+        set(&keep, "class_only", self.class_only, &mut flags.class_only);
+        if let Some(a) = &self.allocator {
+            set(
+                &keep,
+                "no_allocator",
+                a.enabled.map(|b| !b),
+                &mut flags.no_allocator,
+            );
+            set(
+                &keep,
+                "allocate_classless",
+                a.classless,
+                &mut flags.allocate_classless,
+            );
+        }
         set(&keep, "no_ipv4", self.ipv4.map(|b| !b), &mut flags.no_ipv4);
         set(&keep, "no_ipv6", self.ipv6.map(|b| !b), &mut flags.no_ipv6);
         set(&keep, "election", self.election, &mut flags.election);

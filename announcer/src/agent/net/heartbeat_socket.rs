@@ -31,11 +31,11 @@ use crate::{
     heartbeat::{Keyring, MAX_DATAGRAM, Reject, Verified, Verifier},
 };
 
-/// The default heartbeat port (the memberlist port, which L2 announcers commonly open
-/// between nodes already).
-pub const DEFAULT_PORT: u16 = 7946;
+/// The default heartbeat port: next to the agent's HTTP port (9746), and not 7946, which is
+/// MetalLB's memberlist port, so the agent can run beside MetalLB during a migration.
+pub const DEFAULT_PORT: u16 = 9747;
 
-/// The default bind address: every IPv4 address, [`DEFAULT_PORT`]. Bind `[::]:7946` for a
+/// The default bind address: every IPv4 address, [`DEFAULT_PORT`]. Bind `[::]:9747` for a
 /// dual-stack socket when peers have IPv6 addresses.
 pub const DEFAULT_BIND: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, DEFAULT_PORT));

@@ -45,7 +45,7 @@ pub const HOSTILE_V4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 251);
 /// The hostile host's IPv6 address.
 pub const HOSTILE_V6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0xfb);
 /// The agents' heartbeat port (their default).
-pub const HEARTBEAT_PORT: u16 = 7946;
+pub const HEARTBEAT_PORT: u16 = 9747;
 /// The longest one [`Testbed::flood`] runs, whatever it is asked.
 pub const MAX_FLOOD: Duration = Duration::from_secs(10);
 /// The most frames one [`Testbed::flood`] sends.

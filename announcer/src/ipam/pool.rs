@@ -1,0 +1,88 @@
+//! The `AddressPool` custom resource (`announcer.dev/v1alpha1`, cluster-scoped), as stored.
+//!
+//! The CRD itself (structural schema, validation, printer columns) is `deploy/crds/addresspool.yaml`;
+//! these types are its Rust view and must stay field for field in step with it (a test compares
+//! them). The schema rejects what it can express; what it cannot (ranges whose ends are in the
+//! wrong order, overlapping pools) is reported in the pool's status conditions.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// Service annotation: the pool to allocate from (by name). Overrides the pools' selectors and
+/// `autoAssign: false`.
+pub const ADDRESS_POOL_ANNOTATION: &str = "announcer.dev/address-pool";
+/// Service annotation: the addresses requested, comma-separated, at most one per family
+/// (`spec.loadBalancerIP`, deprecated upstream, is read too).
+pub const LOAD_BALANCER_IPS_ANNOTATION: &str = "announcer.dev/load-balancer-ips";
+/// Service annotation: Services with the same value may share an address when their ports do
+/// not clash.
+pub const ALLOW_SHARED_IP_ANNOTATION: &str = "announcer.dev/allow-shared-ip";
+
+/// A set of addresses the allocator may assign to LoadBalancer Services, and where they may be
+/// announced.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[kube(
+    group = "announcer.dev",
+    version = "v1alpha1",
+    kind = "AddressPool",
+    plural = "addresspools",
+    status = "AddressPoolStatus",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressPoolSpec {
+    /// CIDRs (`10.0.0.0/24`, `fd00::/120`) and inclusive ranges (`10.0.0.10-10.0.0.20`), IPv4
+    /// and IPv6 mixed.
+    pub addresses: Vec<String>,
+    /// Whether Services that do not name a pool get addresses from this one (default `true`).
+    #[serde(default = "yes")]
+    pub auto_assign: bool,
+    /// Skip IPv4 addresses ending in `.0` or `.255`, which some old clients and routers drop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub avoid_buggy_ips: bool,
+    /// Only Services whose labels match may get addresses from it (unset: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_selector: Option<LabelSelector>,
+    /// Only Services in namespaces whose labels match (unset: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Only nodes whose labels match announce its addresses (unset: the agent's
+    /// `nodeSelector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<LabelSelector>,
+    /// Only these interfaces (names or `*` globs) announce its addresses; a node with none of
+    /// them is no candidate (empty: the agent's rule, the link on the address's subnet, else
+    /// the InternalIP's link).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What the allocator last wrote about a pool. Written only when it changes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AddressPoolStatus {
+    /// IPv4 addresses assigned to Services.
+    #[serde(default, rename = "assignedIPv4")]
+    pub assigned_ipv4: i64,
+    /// IPv4 addresses still free (saturates at 2^63 - 1).
+    #[serde(default, rename = "availableIPv4")]
+    pub available_ipv4: i64,
+    /// IPv6 addresses assigned to Services.
+    #[serde(default, rename = "assignedIPv6")]
+    pub assigned_ipv6: i64,
+    /// IPv6 addresses still free (saturates at 2^63 - 1).
+    #[serde(default, rename = "availableIPv6")]
+    pub available_ipv6: i64,
+    /// `Valid` (`False` when an address is unusable or overlaps an older pool: the pool is then
+    /// not used) and `Exhausted` (`True` when a family has no free address left).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` these conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
