@@ -8,11 +8,14 @@
 //! its step), so that after an outage a struggling API server is not hammered by every node at
 //! once, in lockstep.
 //!
-//! What is watched: Services and EndpointSlices in all namespaces, Nodes, and the node Leases
-//! in the agent's namespace (by label), which also carry each node's heartbeat public key. The
-//! stores are read by [`super::eligibility::plan`];
+//! What is watched: Services and EndpointSlices in all namespaces, Nodes, the node Leases
+//! in the agent's namespace (by label), which also carry each node's heartbeat public key, and
+//! the `AddressPool`s (placement, and the allocator's input). The stores are read by
+//! [`super::eligibility::plan`];
 //! [`Watches::changed`] says when to recompute; [`Watches::healthy`] is false while any watch
-//! is failing (the election core counts it as "cannot reach the API server"); Lease changes
+//! is failing (the election core counts it as "cannot reach the API server"; the pools' watch
+//! does not count, because a cluster without the `AddressPool` CRD, or an API server without
+//! it, must work as before: its store then stays empty); Lease changes
 //! also arrive one by one ([`LeaseEvent`]) because the election core wants each Lease's
 //! changes, not just the latest set.
 
@@ -48,7 +51,7 @@ use tokio::{
 };
 
 use super::eligibility::SERVICE_NAME_LABEL;
-use crate::agent::shutdown::Shutdown;
+use crate::{agent::shutdown::Shutdown, ipam::AddressPool};
 
 /// One of the watched resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,16 +64,26 @@ pub enum Source {
     Nodes,
     /// Node Leases in the agent's namespace.
     Leases,
+    /// `AddressPool`s (cluster-scoped). Optional: see [`Source::required`].
+    Pools,
 }
 
 impl Source {
     /// Every source, in a fixed order.
-    pub const ALL: [Source; 4] = [
+    pub const ALL: [Source; 5] = [
         Source::Services,
         Source::EndpointSlices,
         Source::Nodes,
         Source::Leases,
+        Source::Pools,
     ];
+
+    /// Whether the agent is healthy only once this watch has listed and while it works. The
+    /// pools' is not required: without the CRD (or on an API server that has none) the
+    /// agent announces what another IPAM assigned, as before pools existed.
+    pub const fn required(self) -> bool {
+        !matches!(self, Source::Pools)
+    }
 
     fn index(self) -> usize {
         self as usize
@@ -83,6 +96,7 @@ impl Source {
             Source::EndpointSlices => "endpointslices",
             Source::Nodes => "nodes",
             Source::Leases => "leases",
+            Source::Pools => "addresspools",
         }
     }
 }
@@ -156,9 +170,12 @@ impl HealthBoard {
         self.states[s.index()]
     }
 
-    /// Whether all watches are listed and none is failing.
+    /// Whether all required watches ([`Source::required`]) are listed and none is failing.
     pub fn healthy(&self) -> bool {
-        self.states.iter().all(|s| *s == WatchState::Ok)
+        Source::ALL
+            .iter()
+            .filter(|s| s.required())
+            .all(|s| self.states[s.index()] == WatchState::Ok)
     }
 }
 
@@ -207,8 +224,10 @@ pub struct Watches {
     pub nodes: Store<Node>,
     /// Node Leases in the agent's namespace.
     pub leases: Store<Lease>,
-    /// Bumped after every change to the plan's inputs: the Service, EndpointSlice and Node
-    /// stores (adds, updates, deletes, completed relists). Changes coalesce: after
+    /// `AddressPool`s; empty while the CRD is not installed.
+    pub pools: Store<AddressPool>,
+    /// Bumped after every change to the plan's inputs: the Service, EndpointSlice, Node and
+    /// AddressPool stores (adds, updates, deletes, completed relists). Changes coalesce: after
     /// `changed().await`, recompute the plan from the stores. (Lease renewals, every few
     /// seconds per node, do not bump it: they come as [`Watches::lease_events`].)
     pub changed: watch::Receiver<u64>,
@@ -245,7 +264,14 @@ impl WatchSignals {
     fn failure(&self, s: Source, e: &watcher::Error) {
         self.counters.errors[s.index()].fetch_add(1, Ordering::Relaxed);
         let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
-        b.failure(s);
+        let old = b.failure(s);
+        if !s.required() {
+            // Not installed is normal here: say so once, not every retry.
+            if old != WatchState::Failing {
+                tracing::info!(watch = ?s, error = %e, "cannot watch AddressPools (is the CRD installed?); announcing without pools");
+            }
+            return;
+        }
         tracing::warn!(watch = ?s, error = %e, "watch failed; retrying with backoff");
         self.healthy
             .send_if_modified(|v| std::mem::replace(v, false));
@@ -334,11 +360,23 @@ impl Watches {
             after,
         ));
 
+        let (pools, w) = reflector::store::<AddressPool>();
+        tasks.push(spawn(
+            Source::Pools,
+            Api::all(client.clone()),
+            cfg(),
+            w,
+            ctx,
+            |_: &mut AddressPool| {},
+            || {},
+        ));
+
         Watches {
             services,
             slices,
             nodes,
             leases,
+            pools,
             changed,
             healthy,
             lease_events,
@@ -485,9 +523,10 @@ async fn drive<K>(
             if changed {
                 after();
                 let signal = match source {
-                    Source::Services | Source::EndpointSlices | Source::Nodes => {
-                        Some(&shared.changed)
-                    }
+                    Source::Services
+                    | Source::EndpointSlices
+                    | Source::Nodes
+                    | Source::Pools => Some(&shared.changed),
                     Source::Leases => None,
                 };
                 if let Some(s) = signal {
