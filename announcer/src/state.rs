@@ -6,6 +6,8 @@
 //! need the other's internals to agree on it. A field added later carries `#[serde(default)]` (as
 //! [`AgentState::standby`] does), so a newer `status` still reads an older agent.
 
+pub mod announced;
+
 use serde::{Deserialize, Serialize};
 
 use crate::election::ElectionStats;

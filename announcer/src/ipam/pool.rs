@@ -86,3 +86,72 @@ pub struct AddressPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+impl AddressPoolSpec {
+    /// Whether `ip` is one of the pool's addresses (an entry that does not parse matches
+    /// nothing; the allocator reports it in the pool's `Valid` condition).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        self.addresses.iter().any(|a| entry_contains(a, ip))
+    }
+}
+
+/// Whether `ip` is inside one `addresses` entry: a CIDR or an inclusive `first-last` range.
+fn entry_contains(entry: &str, ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let key = |ip: IpAddr| match ip {
+        IpAddr::V4(a) => (4u8, u128::from(u32::from(a))),
+        IpAddr::V6(a) => (6u8, u128::from(a)),
+    };
+    let (fam, x) = key(ip);
+    if let Some((first, last)) = entry.split_once('-') {
+        let (Ok(first), Ok(last)) = (first.trim().parse(), last.trim().parse()) else {
+            return false;
+        };
+        let ((f1, a), (f2, b)) = (key(first), key(last));
+        return f1 == fam && f2 == fam && a <= x && x <= b;
+    }
+    let Some((net, len)) = entry.split_once('/') else {
+        return entry.parse().is_ok_and(|a: IpAddr| a == ip);
+    };
+    let (Ok(net), Ok(len)) = (net.parse::<IpAddr>(), len.parse::<u32>()) else {
+        return false;
+    };
+    let (f, n) = key(net);
+    let bits = if f == 4 { 32 } else { 128 };
+    if f != fam || len > bits {
+        return false;
+    }
+    let host = bits - len;
+    host >= 128 || (n >> host) == (x >> host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(addresses: &[&str]) -> AddressPoolSpec {
+        AddressPoolSpec {
+            addresses: addresses.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn contains_matches_cidrs_and_inclusive_ranges_of_the_same_family() {
+        let p = pool(&["10.0.0.0/24", "10.1.0.10-10.1.0.20", "fd00::/120", "0.0.0.0/0x"]);
+        assert!(p.contains("10.0.0.255".parse().unwrap()));
+        assert!(!p.contains("10.0.1.0".parse().unwrap()));
+        assert!(p.contains("10.1.0.10".parse().unwrap()));
+        assert!(p.contains("10.1.0.20".parse().unwrap()));
+        assert!(!p.contains("10.1.0.21".parse().unwrap()));
+        assert!(p.contains("fd00::ff".parse().unwrap()));
+        assert!(!p.contains("fd00::100".parse().unwrap()));
+        assert!(!p.contains("::ffff:10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn auto_assign_defaults_to_true_when_absent() {
+        let p: AddressPoolSpec = serde_json::from_str(r#"{"addresses":["10.0.0.0/24"]}"#).unwrap();
+        assert!(p.auto_assign);
+    }
+}
