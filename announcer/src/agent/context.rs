@@ -236,21 +236,34 @@ impl Context {
         let services = self.kube.watches.services.state();
         let slices = self.kube.watches.slices.state();
         let nodes = self.kube.watches.nodes.state();
-        Some(eligibility::plan(
+        let pools = self.kube.watches.pools.state();
+        Some(eligibility::plan_placed(
             &services,
             &slices,
             &nodes,
+            &pools,
             &self.kube.selection,
         ))
     }
 
-    /// The interface for `vip` on this node, or why there is none.
-    pub(super) fn choose(&mut self, vip: IpAddr) -> Option<IfaceName> {
+    /// The interface for `vip` on this node, or why there is none. `interfaces` (its
+    /// `AddressPool`'s) replace the `--interface` allow list when given.
+    pub(super) fn choose(&mut self, vip: IpAddr, interfaces: &[String]) -> Option<IfaceName> {
         if !self.net.plane.enabled() {
             // No interface: the core's Events then say "(no data plane)".
             return Some(IfaceName::from(""));
         }
-        match iface::choose(vip, &self.net.ifaces, &self.net.iface_cfg) {
+        let pool_cfg;
+        let cfg = if interfaces.is_empty() {
+            &self.net.iface_cfg
+        } else {
+            pool_cfg = IfaceConfig {
+                allow: interfaces.to_vec(),
+                internal_ips: self.net.iface_cfg.internal_ips.clone(),
+            };
+            &pool_cfg
+        };
+        match iface::choose(vip, &self.net.ifaces, cfg) {
             Ok(c) => {
                 self.net.used_ifaces.insert(c.iface.to_string());
                 Some(c.iface)
@@ -278,7 +291,7 @@ impl Context {
         let mut specs = Vec::with_capacity(plan.vips.len());
         for v in &plan.vips {
             services.insert(v.vip, v.service.to_string());
-            let local = self.choose(v.vip);
+            let local = self.choose(v.vip, &v.interfaces);
             specs.push(v.spec(local));
         }
         Some(specs)
@@ -355,10 +368,11 @@ impl Context {
 /// noticed (a `ConfigMismatch` Event on the Node).
 pub(crate) fn config_fingerprint(args: &AgentArgs) -> u64 {
     let relevant = format!(
-        "{:?}|{:?}|{:?}|{}|{}|{:?}|{:?}|{}|{:?}",
+        "{:?}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
         args.service_selector,
         args.node_selector,
         args.load_balancer_class,
+        args.class_only,
         args.no_ipv4,
         args.no_ipv6,
         args.interfaces,
@@ -375,6 +389,7 @@ pub(crate) fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> 
         ipv4: !args.no_ipv4,
         ipv6: !args.no_ipv6,
         load_balancer_class: Some(args.load_balancer_class.clone()),
+        class_only: args.class_only,
         ..Selection::with_selectors(
             args.service_selector
                 .as_deref()

@@ -117,7 +117,8 @@ fn apply(
         if owned.contains_key(&vip) {
             continue;
         }
-        let Some(iface) = ctx.choose(vip) else {
+        // (Pools' `interfaces` are honoured by the node-lease election only.)
+        let Some(iface) = ctx.choose(vip, &[]) else {
             continue;
         };
         if let Err(e) = ctx.net.plane.install(vip, &iface, ctx.args.grace) {

@@ -683,7 +683,10 @@ impl Core {
             let old = self.vips.remove(&spec.vip);
             let v = match old {
                 Some(mut v) => {
-                    if v.spec.eligible != spec.eligible || v.spec.local != spec.local {
+                    if v.spec.eligible != spec.eligible
+                        || v.spec.local != spec.local
+                        || v.spec.interfaces != spec.interfaces
+                    {
                         v.reported = None;
                     }
                     v.spec = spec;
@@ -1209,7 +1212,15 @@ impl Core {
         if *node == self.config.node {
             return self.vips.get(&vip).is_some_and(|v| v.spec.local.is_some());
         }
-        self.peers.get(node).is_some_and(|p| p.can_announce(vip))
+        let only = self.interfaces_for(vip);
+        self.peers.get(node).is_some_and(|p| p.can_announce(vip, only))
+    }
+
+    /// The interfaces `vip` is restricted to ([`VipSpec::interfaces`]; empty: any).
+    fn interfaces_for(&self, vip: IpAddr) -> &[String] {
+        self.vips
+            .get(&vip)
+            .map_or(&[][..], |v| v.spec.interfaces.as_slice())
     }
 
     /// How long a peer that is beating but not ready still counts (its warm-up, generously).
@@ -1235,10 +1246,11 @@ impl Core {
     fn suspect_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> Option<MacAddr> {
         self.suspect(node, now)?;
         let p = self.peers.get(node)?;
-        if !p.can_announce(vip) {
+        let only = self.interfaces_for(vip);
+        if !p.can_announce(vip, only) {
             return None;
         }
-        p.probe_mac(vip)
+        p.probe_mac(vip, only)
     }
 
     /// Our Lease has lapsed in the eyes of peers that reach the API: they give us a full Lease
@@ -1368,7 +1380,7 @@ impl Core {
                         p.member(now, self.trusted_since)
                             && !p.standby
                             && !p.leaving
-                            && p.can_announce(ip)
+                            && p.can_announce(ip, &v.spec.interfaces)
                     })
             });
         if owner.as_ref() == Some(&me) || last_resort {
@@ -1494,7 +1506,7 @@ impl Core {
         let Some(mac) = self
             .peers
             .get(&o)
-            .and_then(|p| p.probe_mac(ip))
+            .and_then(|p| p.probe_mac(ip, self.interfaces_for(ip)))
             .filter(|_| beating && self.config.data_plane)
         else {
             // No MAC to ask, no data planes to ask (`--no-dataplane`), or ranked only because
@@ -1845,6 +1857,7 @@ impl Vip {
                 },
                 eligible: BTreeSet::new(),
                 local: None,
+                interfaces: Vec::new(),
             },
             ranking: Vec::new(),
             installed: None,

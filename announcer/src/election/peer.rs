@@ -97,20 +97,22 @@ impl Peer {
         }
     }
 
-    /// Whether it can announce `vip`: by its published links, or, if it publishes none (an
-    /// older agent), assumed.
-    pub fn can_announce(&self, vip: IpAddr) -> bool {
-        self.links
-            .as_deref()
-            .is_none_or(|l| Link::mac_for(l, vip).is_some())
+    /// Whether it can announce `vip` (on one of `interfaces`, if any: see
+    /// [`Link::mac_for`]): by its published links, or, if it publishes none (an older agent),
+    /// assumed, except where `interfaces` restricts it (names it cannot be shown to have).
+    pub fn can_announce(&self, vip: IpAddr, interfaces: &[String]) -> bool {
+        match self.links.as_deref() {
+            Some(l) => Link::mac_for(l, vip, interfaces).is_some(),
+            None => interfaces.is_empty(),
+        }
     }
 
     /// The MAC to probe about `vip`: the one its data plane answers that VIP with (by its
     /// published links), else the MAC it sends heartbeats from.
-    pub fn probe_mac(&self, vip: IpAddr) -> Option<MacAddr> {
+    pub fn probe_mac(&self, vip: IpAddr, interfaces: &[String]) -> Option<MacAddr> {
         self.links
             .as_deref()
-            .and_then(|l| Link::mac_for(l, vip))
+            .and_then(|l| Link::mac_for(l, vip, interfaces))
             .or(self.mac)
     }
 

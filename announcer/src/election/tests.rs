@@ -80,6 +80,7 @@ impl World {
                 },
                 eligible: eligible.clone(),
                 local: Some("eth0".into()),
+                interfaces: Vec::new(),
             };
             w.input(i, Input::WatchHealth(true));
             w.input(i, Input::Vips(vec![spec]));
@@ -244,7 +245,7 @@ impl Node {
     fn answers_with(&self, vip: IpAddr) -> MacAddr {
         self.links
             .as_deref()
-            .and_then(|l| Link::mac_for(l, vip))
+            .and_then(|l| Link::mac_for(l, vip, &[]))
             .unwrap_or(self.core.config().mac)
     }
 }
@@ -353,6 +354,7 @@ fn restart_with_entry(w: &mut World, node: usize) -> usize {
         },
         eligible: [World::name(0), World::name(1)].into_iter().collect(),
         local: Some("eth0".into()),
+        interfaces: Vec::new(),
     };
     w.input(node, Input::Vips(vec![spec]));
     before

@@ -81,6 +81,10 @@ pub struct VipSpec {
     /// The interface this node would announce it on; `None` if this node has none that fits
     /// (the core then never takes it, and reports why once).
     pub local: Option<IfaceName>,
+    /// Only interfaces with these names (`*` globs) may announce it (its `AddressPool`'s
+    /// `interfaces`): a peer is ranked only if it publishes a link so named. Empty: any link
+    /// by the usual rule ([`Link::mac_for`]).
+    pub interfaces: Vec<String>,
 }
 
 /// What the agent knows of one node's Lease (`coordination.k8s.io/v1`), as last listed or
@@ -116,6 +120,8 @@ pub struct LeaseView {
 /// VIPs it can announce, and probe the MAC it answers that VIP with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Link {
+    /// The interface's name, if the node publishes it (agents before pools did not).
+    pub name: Option<IfaceName>,
     /// The MAC its data plane answers with on this link.
     pub mac: MacAddr,
     /// The subnets on the link: a VIP inside one is announced here.
@@ -181,7 +187,29 @@ impl Link {
     /// The MAC `node` answers `vip` with, by the same rule the agent picks interfaces: the
     /// link whose subnet contains it (longest prefix), else the fallback link. `None`: the node
     /// cannot announce it.
-    pub fn mac_for(links: &[Link], vip: IpAddr) -> Option<MacAddr> {
+    ///
+    /// With `interfaces` (an `AddressPool`'s names or globs), only links whose name matches
+    /// count, and the first of them is the fallback.
+    pub fn mac_for(links: &[Link], vip: IpAddr, interfaces: &[String]) -> Option<MacAddr> {
+        if !interfaces.is_empty() {
+            let allowed: Vec<&Link> = links
+                .iter()
+                .filter(|l| {
+                    l.name
+                        .as_ref()
+                        .is_some_and(|n| interfaces.iter().any(|p| glob_match(p, n)))
+                })
+                .collect();
+            return allowed
+                .iter()
+                .filter_map(|l| {
+                    let best = l.subnets.iter().filter(|s| s.contains(vip)).map(|s| s.prefix).max()?;
+                    Some((best, l.mac))
+                })
+                .max_by_key(|(p, _)| *p)
+                .map(|(_, m)| m)
+                .or_else(|| allowed.first().map(|l| l.mac));
+        }
         links
             .iter()
             .filter_map(|l| {
@@ -197,6 +225,27 @@ impl Link {
             .map(|(_, m)| m)
             .or_else(|| links.iter().find(|l| l.fallback).map(|l| l.mac))
     }
+}
+
+/// Whether interface `name` matches `pattern`, where `*` matches any run of characters (the
+/// one glob syntax of `--interface` and of an `AddressPool`'s `interfaces`).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let tail: Vec<&str> = parts.collect();
+    let Some((last, middle)) = tail.split_last() else {
+        return rest.is_empty(); // no `*`: exact match
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// How a Lease write the core asked for ([`Output::WriteLease`]) ended.

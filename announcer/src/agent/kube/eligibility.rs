@@ -7,13 +7,21 @@
 //!
 //! The rules:
 //!
-//! * Services: `spec.type: LoadBalancer`, `spec.loadBalancerClass` unset or ours, matching the
-//!   configured service selector. VIPs come from `status.loadBalancer.ingress[].ip` only; an
+//! * Services: `spec.type: LoadBalancer`, `spec.loadBalancerClass` ours or (unless
+//!   `--class-only`) unset, matching the configured service selector. VIPs come from `status.loadBalancer.ingress[].ip` only; an
 //!   ingress entry with a hostname and no IP cannot be announced at layer 2 and is reported as
 //!   a [`ProblemReason::NoIp`] (not silently ignored: for a Service of our class it means a
 //!   misconfigured IPAM). An address that does not parse or can never be a VIP is reported and
 //!   skipped; the Service's other VIPs are still planned. One address claimed by two Services
-//!   is planned for the first by namespace/name only, and reported on the others.
+//!   is planned for the first by namespace/name only, and reported on the others, unless they
+//!   carry the same `announcer.dev/allow-shared-ip` key: then it is one VIP for all of them,
+//!   eligible wherever any of them is (under `Local`, the union of their endpoints' nodes).
+//! * Pools (placement): a VIP inside an `AddressPool` (the oldest one containing it, as the
+//!   allocator decides overlaps) is announced only by nodes matching the pool's
+//!   `nodeSelector` (besides the agent's), and only on interfaces matching its `interfaces`
+//!   ([`VipPlan::interfaces`]; the election core ranks a node only if it has one). A pool
+//!   that says nothing keeps the agent's flags. A VIP in no pool (assigned by another IPAM)
+//!   is placed as before pools existed.
 //! * Nodes: condition `Ready` is `True`, no `node.kubernetes.io/exclude-from-external-load-balancers`
 //!   label (any value: Kubernetes checks presence), matching the configured node selector.
 //! * Endpoints: the EndpointSlices labelled `kubernetes.io/service-name=<service>` in the
@@ -46,6 +54,7 @@ use kube::core::{ParseExpressionError, Selector, SelectorExt};
 use crate::{
     dataplane::Vip,
     election::{IfaceName, NodeName, ServiceRef, VipSpec},
+    ipam::{ALLOW_SHARED_IP_ANNOTATION, AddressPool},
 };
 
 /// The `spec.loadBalancerClass` the agent serves by default.
@@ -61,6 +70,8 @@ pub struct Selection {
     /// Our `spec.loadBalancerClass`: Services with no class or this class are ours. `None`:
     /// only Services with no class.
     pub load_balancer_class: Option<String>,
+    /// Services with no class are not ours (`--class-only`: MetalLB serves them).
+    pub class_only: bool,
     /// Only Services whose labels match (`None`: all).
     pub service_selector: Option<Selector>,
     /// Only Nodes whose labels match may announce (`None`: all).
@@ -75,6 +86,7 @@ impl Default for Selection {
     fn default() -> Self {
         Selection {
             load_balancer_class: Some(DEFAULT_CLASS.to_owned()),
+            class_only: false,
             service_selector: None,
             node_selector: None,
             ipv4: true,
@@ -135,6 +147,13 @@ pub struct VipPlan {
     pub eligible: BTreeSet<NodeName>,
     /// The Service has `externalTrafficPolicy: Local`.
     pub local_policy: bool,
+    /// Services sharing the address (`announcer.dev/allow-shared-ip`), besides `service`.
+    pub shared_with: Vec<ServiceRef>,
+    /// The `AddressPool` the address is in (`None`: in no pool; another IPAM assigned it).
+    pub pool: Option<String>,
+    /// The pool's `interfaces` (names or globs): only those may announce it. Empty: the
+    /// agent's own rule.
+    pub interfaces: Vec<String>,
 }
 
 impl VipPlan {
@@ -145,6 +164,7 @@ impl VipPlan {
             service: self.service.clone(),
             eligible: self.eligible.clone(),
             local,
+            interfaces: self.interfaces.clone(),
         }
     }
 }
@@ -241,6 +261,7 @@ fn ours(svc: &Service, sel: &Selection) -> bool {
         return false;
     }
     match &spec.load_balancer_class {
+        None if sel.class_only => return false,
         None => {}
         Some(c) if Some(c) == sel.load_balancer_class.as_ref() => {}
         Some(_) => return false,
@@ -291,15 +312,91 @@ fn endpoints<'a>(
     out
 }
 
-/// Computes the plan. Deterministic: the same objects in any order give the same plan.
-/// Takes objects or `Arc`s of them (as reflector stores hold them).
+/// Computes the plan without pools: [`plan_placed`] with none.
 pub fn plan<S, E, N>(services: &[S], slices: &[E], nodes: &[N], sel: &Selection) -> Plan
 where
     S: Borrow<Service>,
     E: Borrow<EndpointSlice>,
     N: Borrow<Node>,
 {
+    plan_placed::<S, E, N, AddressPool>(services, slices, nodes, &[], sel)
+}
+
+/// Where a pool's addresses may be announced: the nodes its `nodeSelector` allows (already
+/// narrowed to the eligible ones) and its interfaces.
+struct Placement {
+    name: String,
+    nodes: BTreeSet<NodeName>,
+    interfaces: Vec<String>,
+}
+
+/// The pools, oldest first (creationTimestamp, then name: the order that decides overlaps),
+/// each with the eligible nodes its selector allows. A selector that does not parse allows
+/// none, and is reported on the pool's Services.
+fn placements<P: Borrow<AddressPool>>(
+    pools: &[P],
+    nodes: &[&Node],
+    base: &BTreeSet<NodeName>,
+) -> Vec<(AddressPool, Placement, Option<String>)> {
+    let mut sorted: Vec<&AddressPool> = pools.iter().map(Borrow::borrow).collect();
+    sorted.sort_by(|a, b| {
+        let key = |p: &AddressPool| {
+            (
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                p.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let empty = BTreeMap::new();
+    sorted
+        .into_iter()
+        .map(|p| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let (allowed, error) = match p.spec.node_selector.clone().map(Selector::try_from) {
+                None => (base.clone(), None),
+                Some(Ok(sel)) => (
+                    nodes
+                        .iter()
+                        .filter(|n| sel.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+                        .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
+                        .filter(|n| base.contains(n))
+                        .collect(),
+                    None,
+                ),
+                Some(Err(e)) => (
+                    BTreeSet::new(),
+                    Some(format!("AddressPool {name}: invalid nodeSelector: {e}")),
+                ),
+            };
+            let placement = Placement {
+                name,
+                nodes: allowed,
+                interfaces: p.spec.interfaces.clone(),
+            };
+            (p.clone(), placement, error)
+        })
+        .collect()
+}
+
+/// Computes the plan. Deterministic: the same objects in any order give the same plan.
+/// Takes objects or `Arc`s of them (as reflector stores hold them).
+pub fn plan_placed<S, E, N, P>(
+    services: &[S],
+    slices: &[E],
+    nodes: &[N],
+    pools: &[P],
+    sel: &Selection,
+) -> Plan
+where
+    S: Borrow<Service>,
+    E: Borrow<EndpointSlice>,
+    N: Borrow<Node>,
+    P: Borrow<AddressPool>,
+{
     let base = eligible_nodes(nodes, sel);
+    let node_refs: Vec<&Node> = nodes.iter().map(Borrow::borrow).collect();
+    let pools = placements(pools, &node_refs, &base);
     let all_eps = endpoints(slices.iter().map(Borrow::borrow));
     let none = Endpoints::default();
     let mut ours: Vec<(ServiceRef, &Service)> = services
@@ -314,7 +411,8 @@ where
         .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
 
-    let mut claimed: BTreeMap<IpAddr, ServiceRef> = BTreeMap::new();
+    // Each address's first claimant, its sharing key, and where its plan is in `out.vips`.
+    let mut claimed: BTreeMap<IpAddr, (ServiceRef, Option<&str>, usize)> = BTreeMap::new();
     let mut out = Plan::default();
     for (sref, svc) in ours {
         let local_policy = svc
@@ -322,6 +420,13 @@ where
             .as_ref()
             .and_then(|s| s.external_traffic_policy.as_deref())
             == Some("Local");
+        let share_key = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ALLOW_SHARED_IP_ANNOTATION))
+            .map(String::as_str)
+            .filter(|k| !k.is_empty());
         let eps = all_eps
             .get(&(sref.namespace.as_str(), sref.name.as_str()))
             .unwrap_or(&none);
@@ -330,8 +435,9 @@ where
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|lb| lb.ingress.as_ref());
+        let mut problems = Vec::new();
         let mut problem = |vip: Option<String>, reason, message: String| {
-            out.problems.push(Problem {
+            problems.push(Problem {
                 service: sref.clone(),
                 vip,
                 reason,
@@ -385,50 +491,92 @@ where
                 );
                 continue;
             }
-            match claimed.get(&vip) {
-                Some(owner) if *owner == sref => continue, // listed twice in one Service
-                Some(owner) => {
-                    let owner = owner.clone();
-                    problem(
-                        Some(text.to_owned()),
-                        ProblemReason::Duplicate(owner.clone()),
-                        format!("not announcing {vip}: Service {owner} already claims it"),
-                    );
-                    continue;
-                }
-                None => {
-                    claimed.insert(vip, sref.clone());
-                }
-            }
-            let eligible: BTreeSet<NodeName> = if !eps.any_ready {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::NoReadyEndpoints,
-                    format!("not announcing {vip}: the Service has no ready endpoints"),
-                );
-                BTreeSet::new()
-            } else if local_policy {
-                base.intersection(&eps.nodes).cloned().collect()
-            } else {
-                base.clone()
-            };
-            if eps.any_ready && eligible.is_empty() {
-                let why = if local_policy {
-                    "no Ready, selected node hosts a ready endpoint (externalTrafficPolicy: Local)"
-                } else {
-                    "no node is Ready, selected and not excluded from load balancers"
-                };
+            let pool = pools.iter().find(|(p, _, _)| p.spec.contains(vip));
+            if let Some((_, _, Some(why))) = pool {
                 problem(
                     Some(text.to_owned()),
                     ProblemReason::NoEligibleNode,
                     format!("not announcing {vip}: {why}"),
                 );
             }
+            // Where this Service alone could announce it.
+            let mut eligible: BTreeSet<NodeName> = if !eps.any_ready {
+                BTreeSet::new()
+            } else if local_policy {
+                base.intersection(&eps.nodes).cloned().collect()
+            } else {
+                base.clone()
+            };
+            if let Some((_, place, _)) = pool {
+                eligible.retain(|n| place.nodes.contains(n));
+            }
+            let shared = match claimed.get(&vip) {
+                Some((owner, _, _)) if *owner == sref => continue, // listed twice in one Service
+                Some((owner, key, at)) if key.is_some() && *key == share_key => {
+                    Some((owner.clone(), *at))
+                }
+                Some((owner, _, _)) => {
+                    let owner = owner.clone();
+                    problem(
+                        Some(text.to_owned()),
+                        ProblemReason::Duplicate(owner.clone()),
+                        format!(
+                            "not announcing {vip}: Service {owner} already claims it (share an address only with the same {ALLOW_SHARED_IP_ANNOTATION} key)"
+                        ),
+                    );
+                    continue;
+                }
+                None => None,
+            };
+            if !eps.any_ready {
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::NoReadyEndpoints,
+                    format!("not announcing {vip}: the Service has no ready endpoints"),
+                );
+            }
+            if let Some((_, at)) = shared {
+                let v = &mut out.vips[at];
+                v.eligible.extend(eligible);
+                v.local_policy &= local_policy;
+                v.shared_with.push(sref.clone());
+                continue;
+            }
+            claimed.insert(vip, (sref.clone(), share_key, out.vips.len()));
             out.vips.push(VipPlan {
                 vip,
                 service: sref.clone(),
                 eligible,
                 local_policy,
+                shared_with: Vec::new(),
+                pool: pool.map(|(_, p, _)| p.name.clone()),
+                interfaces: pool.map(|(_, p, _)| p.interfaces.clone()).unwrap_or_default(),
+            });
+        }
+        out.problems.extend(problems);
+    }
+    // No eligible node, once every sharer has contributed its nodes.
+    for v in &out.vips {
+        let any_ready = std::iter::once(&v.service)
+            .chain(&v.shared_with)
+            .any(|s| {
+                all_eps
+                    .get(&(s.namespace.as_str(), s.name.as_str()))
+                    .is_some_and(|e| e.any_ready)
+            });
+        if any_ready && v.eligible.is_empty() {
+            let why = if v.pool.is_some() && pools.iter().any(|(_, p, _)| Some(&p.name) == v.pool.as_ref() && p.nodes != base) {
+                "no Ready, selected node matches its AddressPool's nodeSelector (or, under externalTrafficPolicy: Local, hosts a ready endpoint)"
+            } else if v.local_policy {
+                "no Ready, selected node hosts a ready endpoint (externalTrafficPolicy: Local)"
+            } else {
+                "no node is Ready, selected and not excluded from load balancers"
+            };
+            out.problems.push(Problem {
+                service: v.service.clone(),
+                vip: Some(v.vip.to_string()),
+                reason: ProblemReason::NoEligibleNode,
+                message: format!("not announcing {}: {why}", v.vip),
             });
         }
     }

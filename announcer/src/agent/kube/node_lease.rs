@@ -44,6 +44,30 @@ pub const CONNECTED_ANNOTATION: &str = "announcer.dev/connected";
 /// `MAC=subnet,subnet[,*]` (`*`: VIPs in no subnet of any link go there), e.g.
 /// `02:00:00:00:00:01=10.0.0.0/24,fd00::/64,* 02:00:00:00:01:01=10.1.0.0/24`.
 pub const LINKS_ANNOTATION: &str = "announcer.dev/links";
+/// Annotation: the interface names of those links, space-separated, in the same order (an
+/// `AddressPool`'s `interfaces` are matched against them). Apart from the links annotation so
+/// that agents that predate it, during a roll, still parse the links.
+pub const LINK_NAMES_ANNOTATION: &str = "announcer.dev/link-names";
+
+/// The link-names annotation's value (`None` when some link has no name).
+pub fn format_link_names(links: &[Link]) -> Option<String> {
+    let names: Option<Vec<&str>> = links
+        .iter()
+        .map(|l| l.name.as_ref().map(|n| &**n))
+        .collect();
+    names.map(|n| n.join(" "))
+}
+
+/// Names the links from the link-names annotation; a count that does not match names none
+/// (an annotation out of step with the links says nothing reliable).
+pub fn apply_link_names(links: &mut [Link], names: &str) {
+    let names: Vec<&str> = names.split_whitespace().collect();
+    if names.len() == links.len() {
+        for (l, n) in links.iter_mut().zip(names) {
+            l.name = Some(n.into());
+        }
+    }
+}
 
 /// The links annotation's value.
 pub fn format_links(links: &[Link]) -> String {
@@ -70,6 +94,7 @@ pub fn parse_links(value: &str) -> Result<Vec<Link>, String> {
                 .ok_or_else(|| format!("{entry:?}: expected MAC=subnets"))?;
             let mac: MacAddr = mac.parse().map_err(|_| format!("{mac:?}: not a MAC"))?;
             let mut link = Link {
+                name: None,
                 mac,
                 subnets: Vec::new(),
                 fallback: false,
@@ -275,10 +300,13 @@ pub fn view(lease: &Lease) -> Result<PeerLease, MalformedLease> {
                 .map_err(|_| bad(CONNECTED_ANNOTATION, format!("{v:?}, expected a count")))?,
         ),
     };
-    let links = annotation(LINKS_ANNOTATION)
+    let mut links = annotation(LINKS_ANNOTATION)
         .map(|v| parse_links(v))
         .transpose()
         .map_err(|why| bad(LINKS_ANNOTATION, why))?;
+    if let (Some(l), Some(names)) = (links.as_mut(), annotation(LINK_NAMES_ANNOTATION)) {
+        apply_link_names(l, names);
+    }
     let view = LeaseView {
         node,
         resource_version,
@@ -395,6 +423,9 @@ impl NodeLease {
             }
             if let Some(l) = &p.links {
                 annotations.insert(LINKS_ANNOTATION.to_owned(), format_links(l));
+                if let Some(names) = format_link_names(l) {
+                    annotations.insert(LINK_NAMES_ANNOTATION.to_owned(), names);
+                }
             }
         }
         Lease {
@@ -749,6 +780,7 @@ mod tests {
         );
         let links = vec![
             Link {
+                name: None,
                 mac: "02:00:00:00:00:01".parse().unwrap(),
                 subnets: vec![
                     "192.168.1.0/24".parse().unwrap(),
@@ -757,6 +789,7 @@ mod tests {
                 fallback: true,
             },
             Link {
+                name: None,
                 mac: "02:00:00:00:01:01".parse().unwrap(),
                 subnets: vec!["10.1.0.0/16".parse().unwrap()],
                 fallback: false,

@@ -161,25 +161,7 @@ impl fmt::Display for NoInterface {
     }
 }
 
-/// Whether `name` matches `pattern`, where `*` matches any run of characters.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or("");
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let tail: Vec<&str> = parts.collect();
-    let Some((last, middle)) = tail.split_last() else {
-        return rest.is_empty(); // no `*`: exact match
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
-}
+pub use crate::election::glob_match;
 
 impl IfaceConfig {
     /// The position in the allow list of the first entry matching `name` (`Some(0)` if there
@@ -284,6 +266,7 @@ pub fn links(ifaces: &[LocalIface], cfg: &IfaceConfig) -> Vec<Link> {
         .iter()
         .enumerate()
         .map(|(n, (_, i))| Link {
+            name: Some(IfaceName::from(i.name.as_str())),
             mac: i.mac.expect("filtered"),
             subnets: i
                 .addrs
@@ -457,7 +440,7 @@ mod tests {
             let links = links(&host(), cfg);
             for v in vips {
                 let chosen = choose(ip(v), &host(), cfg).ok().and_then(|c| c.mac);
-                assert_eq!(Link::mac_for(&links, ip(v)), chosen, "{v} with {cfg:?}");
+                assert_eq!(Link::mac_for(&links, ip(v), &[]), chosen, "{v} with {cfg:?}");
             }
         }
     }

@@ -16,6 +16,7 @@ fn spec(w: &World, eligible: &[usize], local: Option<&str>) -> VipSpec {
         },
         eligible: eligible.iter().map(|i| World::name(*i)).collect(),
         local: local.map(Into::into),
+        interfaces: Vec::new(),
     }
 }
 
@@ -228,6 +229,7 @@ fn a_node_without_an_interface_for_the_vip_is_not_its_owner() {
     let other = 1 - x;
     // x has no interface for it (no subnet, `--interface` absent), and says so in its Lease.
     w.nodes[x].links = Some(vec![Link {
+        name: None,
         mac: w.nodes[x].core.config().mac,
         subnets: vec!["192.168.0.0/24".parse().unwrap()],
         fallback: false,
@@ -252,11 +254,13 @@ fn a_vip_on_a_second_nic_is_probed_at_the_mac_that_answers_it() {
         let hb = w.nodes[i].core.config().mac;
         w.nodes[i].links = Some(vec![
             Link {
+                name: None,
                 mac: hb,
                 subnets: vec!["192.168.0.0/24".parse().unwrap()],
                 fallback: true,
             },
             Link {
+                name: None,
                 mac: MacAddr([2, 0, 0, 0, 1, i as u8 + 1]),
                 subnets: vec!["10.0.0.0/24".parse().unwrap()],
                 fallback: false,

@@ -59,12 +59,14 @@ impl<A: Agent> World<A> {
         let n = &self.nodes[node];
         let single = self.plan.one_nic == Some(node);
         let mut links = vec![Link {
+            name: None,
             mac: n.mac,
             subnets: parse(&SUBNET_A),
             fallback: !single,
         }];
         if !single {
             links.push(Link {
+                name: None,
                 mac: n.mac_b,
                 subnets: parse(&SUBNET_B),
                 fallback: false,
@@ -314,6 +316,7 @@ impl<A: Agent> World<A> {
                     .map(|j| self.nodes[j].name.clone())
                     .collect(),
                 local: self.iface_for(node, i).map(IfaceName::from),
+                interfaces: Vec::new(),
             })
             .collect()
     }

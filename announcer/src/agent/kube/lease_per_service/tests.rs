@@ -270,6 +270,9 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
             },
             eligible: [node.clone()].into(),
             local_policy: false,
+            shared_with: Vec::new(),
+            pool: None,
+            interfaces: Vec::new(),
         }],
         problems: vec![],
     };
@@ -365,6 +368,9 @@ fn plan_for(nodes: &[&str]) -> Plan {
             },
             eligible: nodes.iter().map(|n| NodeName::from(*n)).collect(),
             local_policy: false,
+            shared_with: Vec::new(),
+            pool: None,
+            interfaces: Vec::new(),
         }],
         problems: vec![],
     }
