@@ -19,6 +19,7 @@ use super::{
     AgentError,
     config::AgentArgs,
     kube::{
+        announced::Announced,
         eligibility::{self, Plan, Selection},
         events::Events,
         selector,
@@ -34,7 +35,7 @@ use super::{
     shutdown::Shutdown,
 };
 use crate::{
-    election::{Core, IfaceName, VipSpec},
+    election::{Core, IfaceName, ServiceRef, VipSpec},
     state::AgentState,
     wire::MacAddr,
 };
@@ -60,6 +61,10 @@ pub(super) struct KubeSide {
     pub(super) client: Client,
     pub(super) watches: Watches,
     pub(super) events: Events,
+    /// The `announcer.dev/Announced` condition writer.
+    pub(super) announced: Announced,
+    /// The Services of each planned VIP (more than one when they share it), as last planned.
+    pub(super) vip_services: BTreeMap<IpAddr, Vec<ServiceRef>>,
     pub(super) selection: Selection,
     /// The watches' first lists are in.
     pub(super) synced: bool,
@@ -288,9 +293,12 @@ impl Context {
             core.is_reporter(key, std::time::Instant::now())
         });
         services.clear();
+        self.kube.vip_services.clear();
         let mut specs = Vec::with_capacity(plan.vips.len());
         for v in &plan.vips {
             services.insert(v.vip, v.service.to_string());
+            let all = std::iter::once(&v.service).chain(&v.shared_with).cloned();
+            self.kube.vip_services.insert(v.vip, all.collect());
             let local = self.choose(v.vip, &v.interfaces);
             specs.push(v.spec(local));
         }

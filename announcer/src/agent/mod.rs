@@ -34,7 +34,10 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 use self::{
     config::{AgentArgs, ConfigError, Election},
     context::{Context, KubeSide, NodeNet, Reporting},
-    kube::{eligibility::SelectionError, events::Events, node_lease, watch::Watches},
+    kube::{
+        announced::Announced, eligibility::SelectionError, events::Events, node_lease,
+        watch::Watches,
+    },
     metrics::Metrics,
     net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
     published::PublishedState,
@@ -124,11 +127,19 @@ pub async fn run(
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
+    let announced = Announced::spawn(
+        client.clone(),
+        args.node_name.as_str().into(),
+        watches.services.clone(),
+        stop.clone(),
+    );
     let mut ctx = Context {
         kube: KubeSide {
             client,
             watches,
             events,
+            announced,
+            vip_services: Default::default(),
             selection,
             synced: false,
         },

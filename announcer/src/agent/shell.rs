@@ -359,11 +359,15 @@ impl Shell {
                 } else {
                     tracing::info!(%vip, %iface, "released");
                 }
+                let services = ctx.kube.vip_services.get(&vip).cloned().unwrap_or_default();
+                ctx.kube.announced.release(services, vip);
             }
             Output::Announce { vip, iface } => {
                 if let Err(e) = ctx.net.plane.announce(vip, &iface) {
                     tracing::error!(%vip, %iface, error = %e, "announcement failed");
                 }
+                let services = ctx.kube.vip_services.get(&vip).cloned().unwrap_or_default();
+                ctx.kube.announced.claim(services, vip, &iface);
             }
             Output::Probe { vip, iface, mac } => {
                 self.probes_sent.insert(mac, Instant::now());

@@ -1213,7 +1213,9 @@ impl Core {
             return self.vips.get(&vip).is_some_and(|v| v.spec.local.is_some());
         }
         let only = self.interfaces_for(vip);
-        self.peers.get(node).is_some_and(|p| p.can_announce(vip, only))
+        self.peers
+            .get(node)
+            .is_some_and(|p| p.can_announce(vip, only))
     }
 
     /// The interfaces `vip` is restricted to ([`VipSpec::interfaces`]; empty: any).

@@ -203,7 +203,12 @@ impl Link {
             return allowed
                 .iter()
                 .filter_map(|l| {
-                    let best = l.subnets.iter().filter(|s| s.contains(vip)).map(|s| s.prefix).max()?;
+                    let best = l
+                        .subnets
+                        .iter()
+                        .filter(|s| s.contains(vip))
+                        .map(|s| s.prefix)
+                        .max()?;
                     Some((best, l.mac))
                 })
                 .max_by_key(|(p, _)| *p)
@@ -560,5 +565,47 @@ impl Config {
     /// of slack covers watch and write latency.
     pub fn isolation_bound(&self) -> Duration {
         self.dead_after() + self.lease_renew + self.standby_hold() + Duration::from_secs(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: Option<&str>, mac: &str, subnets: &[&str], fallback: bool) -> Link {
+        Link {
+            name: name.map(Into::into),
+            mac: mac.parse().unwrap(),
+            subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
+            fallback,
+        }
+    }
+
+    #[test]
+    fn with_pool_interfaces_only_links_so_named_can_announce() {
+        let links = [
+            link(Some("eth0"), "02:00:00:00:00:01", &["10.0.0.0/24"], true),
+            link(Some("eth1"), "02:00:00:00:00:02", &["10.1.0.0/24"], false),
+        ];
+        let vip = "10.0.0.5".parse().unwrap();
+        let only = |p: &str| vec![p.to_string()];
+        assert_eq!(
+            Link::mac_for(&links, vip, &[]),
+            Some("02:00:00:00:00:01".parse().unwrap()),
+            "the subnet's link"
+        );
+        assert_eq!(
+            Link::mac_for(&links, vip, &only("eth1")),
+            Some("02:00:00:00:00:02".parse().unwrap()),
+            "the named link, though the VIP is in another's subnet"
+        );
+        assert_eq!(Link::mac_for(&links, vip, &only("bond*")), None);
+    }
+
+    #[test]
+    fn links_without_names_never_match_pool_interfaces() {
+        let links = [link(None, "02:00:00:00:00:01", &["10.0.0.0/24"], true)];
+        let vip = "10.0.0.5".parse().unwrap();
+        assert_eq!(Link::mac_for(&links, vip, &["eth*".to_string()]), None);
     }
 }

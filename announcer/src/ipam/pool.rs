@@ -138,7 +138,12 @@ mod tests {
 
     #[test]
     fn contains_matches_cidrs_and_inclusive_ranges_of_the_same_family() {
-        let p = pool(&["10.0.0.0/24", "10.1.0.10-10.1.0.20", "fd00::/120", "0.0.0.0/0x"]);
+        let p = pool(&[
+            "10.0.0.0/24",
+            "10.1.0.10-10.1.0.20",
+            "fd00::/120",
+            "0.0.0.0/0x",
+        ]);
         assert!(p.contains("10.0.0.255".parse().unwrap()));
         assert!(!p.contains("10.0.1.0".parse().unwrap()));
         assert!(p.contains("10.1.0.10".parse().unwrap()));

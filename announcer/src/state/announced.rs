@@ -79,7 +79,10 @@ mod tests {
 
     #[test]
     fn message_round_trips_sorted_by_address() {
-        let e = [entry("fd00::5", "node-b", "eth0"), entry("10.0.0.5", "node-a", "eth1")];
+        let e = [
+            entry("fd00::5", "node-b", "eth0"),
+            entry("10.0.0.5", "node-a", "eth1"),
+        ];
         let m = format(&e);
         assert_eq!(m, "10.0.0.5 by node-a on eth1; fd00::5 by node-b on eth0");
         assert_eq!(parse(&m), vec![e[1].clone(), e[0].clone()]);

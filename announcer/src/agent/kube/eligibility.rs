@@ -550,22 +550,26 @@ where
                 local_policy,
                 shared_with: Vec::new(),
                 pool: pool.map(|(_, p, _)| p.name.clone()),
-                interfaces: pool.map(|(_, p, _)| p.interfaces.clone()).unwrap_or_default(),
+                interfaces: pool
+                    .map(|(_, p, _)| p.interfaces.clone())
+                    .unwrap_or_default(),
             });
         }
         out.problems.extend(problems);
     }
     // No eligible node, once every sharer has contributed its nodes.
     for v in &out.vips {
-        let any_ready = std::iter::once(&v.service)
-            .chain(&v.shared_with)
-            .any(|s| {
-                all_eps
-                    .get(&(s.namespace.as_str(), s.name.as_str()))
-                    .is_some_and(|e| e.any_ready)
-            });
+        let any_ready = std::iter::once(&v.service).chain(&v.shared_with).any(|s| {
+            all_eps
+                .get(&(s.namespace.as_str(), s.name.as_str()))
+                .is_some_and(|e| e.any_ready)
+        });
         if any_ready && v.eligible.is_empty() {
-            let why = if v.pool.is_some() && pools.iter().any(|(_, p, _)| Some(&p.name) == v.pool.as_ref() && p.nodes != base) {
+            let why = if v.pool.is_some()
+                && pools
+                    .iter()
+                    .any(|(_, p, _)| Some(&p.name) == v.pool.as_ref() && p.nodes != base)
+            {
                 "no Ready, selected node matches its AddressPool's nodeSelector (or, under externalTrafficPolicy: Local, hosts a ready endpoint)"
             } else if v.local_policy {
                 "no Ready, selected node hosts a ready endpoint (externalTrafficPolicy: Local)"

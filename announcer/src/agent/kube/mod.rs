@@ -8,11 +8,14 @@
 //! * [`node_lease`]: this node's Lease (liveness, heartbeat address and key) and peers' Leases
 //!   as the election core's input.
 //! * [`events`]: Kubernetes Events on Services and on this Node, repeats folded.
+//! * [`announced`]: the `announcer.dev/Announced` condition on Services (who announces each
+//!   VIP), written only when an owner changes.
 //! * [`lease_per_service`]: the comparison mode's election, one Lease per Service.
 //!
 //! Why together: these are the only modules that talk to the API server, so its load, RBAC
 //! and failure modes are read in one place.
 
+pub mod announced;
 pub mod eligibility;
 pub mod events;
 pub mod lease_per_service;

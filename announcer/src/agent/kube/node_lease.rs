@@ -780,7 +780,7 @@ mod tests {
         );
         let links = vec![
             Link {
-                name: None,
+                name: Some("eth0".into()),
                 mac: "02:00:00:00:00:01".parse().unwrap(),
                 subnets: vec![
                     "192.168.1.0/24".parse().unwrap(),
@@ -789,7 +789,7 @@ mod tests {
                 fallback: true,
             },
             Link {
-                name: None,
+                name: Some("eth1".into()),
                 mac: "02:00:00:00:01:01".parse().unwrap(),
                 subnets: vec!["10.1.0.0/16".parse().unwrap()],
                 fallback: false,
@@ -829,5 +829,30 @@ mod tests {
             err.contains("announcer.dev/links") && err.contains("prefix"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn link_names_out_of_step_with_the_links_name_none() {
+        let l = lease(
+            "announcer-node-node-b",
+            Some("node-b"),
+            &[
+                (LINKS_ANNOTATION, "02:00:00:00:00:01=10.0.0.0/24"),
+                (LINK_NAMES_ANNOTATION, "eth0 eth1"),
+            ],
+        );
+        let links = view(&l).unwrap().view.links.unwrap();
+        assert_eq!(links[0].name, None);
+    }
+
+    #[test]
+    fn links_without_a_names_annotation_parse_as_before() {
+        let l = lease(
+            "announcer-node-node-b",
+            Some("node-b"),
+            &[(LINKS_ANNOTATION, "02:00:00:00:00:01=10.0.0.0/24,*")],
+        );
+        let links = view(&l).unwrap().view.links.unwrap();
+        assert_eq!((links[0].name.clone(), links[0].fallback), (None, true));
     }
 }

@@ -440,7 +440,11 @@ mod tests {
             let links = links(&host(), cfg);
             for v in vips {
                 let chosen = choose(ip(v), &host(), cfg).ok().and_then(|c| c.mac);
-                assert_eq!(Link::mac_for(&links, ip(v), &[]), chosen, "{v} with {cfg:?}");
+                assert_eq!(
+                    Link::mac_for(&links, ip(v), &[]),
+                    chosen,
+                    "{v} with {cfg:?}"
+                );
             }
         }
     }

@@ -574,3 +574,174 @@ fn eligibility_table() {
         assert_eq!(got, *problem, "row {i}");
     }
 }
+
+fn with_class(mut s: Service, class: Option<&str>) -> Service {
+    s.spec.as_mut().unwrap().load_balancer_class = class.map(String::from);
+    s
+}
+
+fn shared(mut s: Service, key: &str) -> Service {
+    s.metadata.annotations = labels(&[(ALLOW_SHARED_IP_ANNOTATION, key)]);
+    s
+}
+
+fn pool(name: &str, addresses: &[&str], f: impl FnOnce(&mut AddressPool)) -> AddressPool {
+    let mut p = AddressPool::new(
+        name,
+        crate::ipam::AddressPoolSpec {
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            auto_assign: true,
+            ..Default::default()
+        },
+    );
+    f(&mut p);
+    p
+}
+
+fn vips_of(p: &Plan) -> Vec<IpAddr> {
+    p.vips.iter().map(|v| v.vip).collect()
+}
+
+#[test]
+fn class_only_leaves_classless_services_to_another_load_balancer() {
+    let services = [
+        with_class(svc("default", "none", &["10.0.0.1"]), None),
+        with_class(svc("default", "ours", &["10.0.0.2"]), Some(DEFAULT_CLASS)),
+    ];
+    let slices = [
+        slice("default", "none", &[("a", None)]),
+        slice("default", "ours", &[("a", None)]),
+    ];
+    let sel = Selection {
+        class_only: true,
+        ..Selection::default()
+    };
+    let p = plan(&services, &slices, &nodes(&["a"]), &sel);
+    assert_eq!(vips_of(&p), vec![ip("10.0.0.2")]);
+}
+
+#[test]
+fn a_pools_node_selector_narrows_where_its_addresses_are_announced() {
+    let ns = [
+        node("a", "True", &[("zone", "x")]),
+        node("b", "True", &[("zone", "y")]),
+        node("c", "True", &[("zone", "x")]),
+    ];
+    let pools = [pool("zone-x", &["10.0.0.0/24"], |p| {
+        p.spec.node_selector = Some(LabelSelector {
+            match_labels: labels(&[("zone", "x")]),
+            ..Default::default()
+        })
+    })];
+    let services = [svc("default", "web", &["10.0.0.5", "10.9.0.5"])];
+    let slices = [slice("default", "web", &[("a", None)])];
+    let p = plan_placed(&services, &slices, &ns, &pools, &Selection::default());
+    assert_eq!(p.vips[0].eligible, set(&["a", "c"]), "in the pool");
+    assert_eq!(p.vips[0].pool.as_deref(), Some("zone-x"));
+    assert_eq!(p.vips[1].eligible, set(&["a", "b", "c"]), "in no pool");
+    assert_eq!(p.vips[1].pool, None);
+}
+
+#[test]
+fn a_pool_that_no_node_matches_reports_no_eligible_node() {
+    let pools = [pool("nowhere", &["10.0.0.0/24"], |p| {
+        p.spec.node_selector = Some(LabelSelector {
+            match_labels: labels(&[("zone", "z")]),
+            ..Default::default()
+        })
+    })];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a", "b"]),
+        &pools,
+        &Selection::default(),
+    );
+    assert!(p.vips[0].eligible.is_empty());
+    assert_eq!(reasons(&p), vec![("10.0.0.5", "NoEligibleNode")]);
+    assert!(
+        p.problems[0].message.contains("AddressPool"),
+        "{}",
+        p.problems[0].message
+    );
+}
+
+#[test]
+fn a_pools_interfaces_are_carried_to_the_election() {
+    let pools = [pool("lan", &["10.0.0.10-10.0.0.20"], |p| {
+        p.spec.interfaces = vec!["eth1".into(), "bond*".into()]
+    })];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.15"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &pools,
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].interfaces, vec!["eth1", "bond*"]);
+    assert_eq!(p.vips[0].spec(None).interfaces, vec!["eth1", "bond*"]);
+}
+
+#[test]
+fn of_overlapping_pools_the_oldest_places_the_address() {
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+    let at = |secs: i64| Some(Time(Timestamp::from_second(secs).unwrap()));
+    let pools = [
+        pool("newer", &["10.0.0.0/24"], |p| {
+            p.metadata.creation_timestamp = at(2_000);
+            p.spec.interfaces = vec!["new0".into()];
+        }),
+        pool("older", &["10.0.0.0/16"], |p| {
+            p.metadata.creation_timestamp = at(1_000);
+            p.spec.interfaces = vec!["old0".into()];
+        }),
+    ];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &pools,
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].pool.as_deref(), Some("older"));
+    assert_eq!(p.vips[0].interfaces, vec!["old0"]);
+}
+
+#[test]
+fn services_with_the_same_sharing_key_share_one_vip_eligible_where_any_has_endpoints() {
+    let services = [
+        shared(local(svc("default", "dns-tcp", &["10.0.0.53"])), "dns"),
+        shared(local(svc("default", "dns-udp", &["10.0.0.53"])), "dns"),
+    ];
+    let slices = [
+        slice("default", "dns-tcp", &[("a", None)]),
+        slice("default", "dns-udp", &[("b", None)]),
+    ];
+    let p = plan(
+        &services,
+        &slices,
+        &nodes(&["a", "b", "c"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.problems, vec![]);
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(p.vips[0].eligible, set(&["a", "b"]));
+    assert_eq!(p.vips[0].service.to_string(), "default/dns-tcp");
+    assert_eq!(p.vips[0].shared_with.len(), 1);
+    assert_eq!(p.vips[0].shared_with[0].to_string(), "default/dns-udp");
+}
+
+#[test]
+fn services_with_different_sharing_keys_do_not_share() {
+    let services = [
+        shared(svc("default", "a", &["10.0.0.53"]), "one"),
+        shared(svc("default", "b", &["10.0.0.53"]), "two"),
+    ];
+    let slices = [
+        slice("default", "a", &[("a", None)]),
+        slice("default", "b", &[("a", None)]),
+    ];
+    let p = plan(&services, &slices, &nodes(&["a"]), &Selection::default());
+    assert_eq!(p.vips[0].shared_with, Vec::<ServiceRef>::new());
+    assert_eq!(reasons(&p), vec![("10.0.0.53", "DuplicateAddress")]);
+}

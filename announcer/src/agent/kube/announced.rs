@@ -1,0 +1,405 @@
+//! The `announcer.dev/Announced` condition on Services (format: [`crate::state::announced`]):
+//! this node writes the entries of the VIPs it takes over, and removes them when it lets go.
+//!
+//! Why a task of its own: a takeover must never wait for the API server (it may be down exactly
+//! then), and a burst of takeovers (a node with 1,000 VIPs died) must not become 1,000 writes
+//! at once. [`Announced::claim`] and [`Announced::release`] return at once; the task coalesces
+//! what is pending per Service, writes at most [`WRITES_PER_SECOND`], and writes nothing when
+//! the condition already says it, so a steady state writes nothing at all.
+//!
+//! Each write is a merge patch of `status.conditions` carrying the `resourceVersion` the
+//! Service store holds: another owner's write in between (the other VIP of a dual-stack
+//! Service) makes it a 409, and the entry is merged again into the fresh object. Only this
+//! node's own entries are ever changed.
+//!
+//! Pitfall: after a long API outage the condition can lag the truth (a takeover whose writes
+//! all failed); `announcer status` on the node and the Announcing Events stay authoritative.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::core::v1::Service,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+    runtime::reflector::{ObjectRef, Store},
+};
+use tokio::sync::mpsc;
+
+use crate::{
+    agent::shutdown::Shutdown,
+    election::{NodeName, ServiceRef},
+    state::announced::{self, CONDITION_TYPE, Entry, REASON_ANNOUNCED, REASON_PARTIAL},
+};
+
+/// The most condition writes per second, whatever the burst of takeovers.
+pub const WRITES_PER_SECOND: u32 = 20;
+/// Tries per pending change (409s and failures) before it is dropped and logged.
+const TRIES: u32 = 5;
+
+/// A change to this node's entries.
+#[derive(Debug)]
+enum Change {
+    /// This node announces `vip` of these Services on `iface`.
+    Claim {
+        services: Vec<ServiceRef>,
+        vip: IpAddr,
+        iface: String,
+    },
+    /// This node stopped announcing `vip`.
+    Release {
+        services: Vec<ServiceRef>,
+        vip: IpAddr,
+    },
+}
+
+/// The handle the election shell uses; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Announced {
+    tx: mpsc::UnboundedSender<Change>,
+}
+
+impl Announced {
+    /// Starts the writer for `node`. It reads Services from `services` (the agent's watch
+    /// store) and stops with `stop`.
+    pub fn spawn(client: Client, node: NodeName, services: Store<Service>, stop: Shutdown) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(client, node, services, rx, stop));
+        Announced { tx }
+    }
+
+    /// This node now announces `vip` (of `services`) on `iface`.
+    pub fn claim(&self, services: Vec<ServiceRef>, vip: IpAddr, iface: &str) {
+        let _ = self.tx.send(Change::Claim {
+            services,
+            vip,
+            iface: iface.to_owned(),
+        });
+    }
+
+    /// This node no longer announces `vip`.
+    pub fn release(&self, services: Vec<ServiceRef>, vip: IpAddr) {
+        let _ = self.tx.send(Change::Release { services, vip });
+    }
+}
+
+/// What this node wants its entries in one Service's condition to be: `Some(iface)` announced
+/// here, `None` not by us.
+type Wanted = BTreeMap<IpAddr, Option<String>>;
+
+async fn run(
+    client: Client,
+    node: NodeName,
+    services: Store<Service>,
+    mut rx: mpsc::UnboundedReceiver<Change>,
+    mut stop: Shutdown,
+) {
+    let mut pending: BTreeMap<ServiceRef, (Wanted, u32)> = BTreeMap::new();
+    let pause = Duration::from_secs(1) / WRITES_PER_SECOND;
+    loop {
+        // Take everything queued, then write one Service.
+        while let Ok(c) = rx.try_recv() {
+            queue(&mut pending, c);
+        }
+        let Some((sref, (wanted, tries))) = pending.pop_first() else {
+            tokio::select! {
+                () = stop.recv() => return,
+                c = rx.recv() => match c {
+                    Some(c) => queue(&mut pending, c),
+                    None => return,
+                },
+            }
+            continue;
+        };
+        match write(&client, &node, &services, &sref, &wanted).await {
+            Ok(()) => {}
+            Err(e) if tries + 1 < TRIES => {
+                tracing::debug!(service = %sref, error = %e, "Announced condition not written yet; retrying");
+                let entry = pending
+                    .entry(sref)
+                    .or_insert_with(|| (Wanted::new(), tries + 1));
+                // Newer changes win over the retried ones.
+                for (vip, w) in wanted {
+                    entry.0.entry(vip).or_insert(w);
+                }
+                entry.1 = entry.1.max(tries + 1);
+            }
+            Err(e) => {
+                tracing::warn!(service = %sref, error = %e, "Announced condition not written");
+            }
+        }
+        tokio::select! {
+            () = stop.recv() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+fn queue(pending: &mut BTreeMap<ServiceRef, (Wanted, u32)>, c: Change) {
+    let (services, vip, want) = match c {
+        Change::Claim {
+            services,
+            vip,
+            iface,
+        } => (services, vip, Some(iface)),
+        Change::Release { services, vip } => (services, vip, None),
+    };
+    for s in services {
+        let e = pending.entry(s).or_insert_with(|| (Wanted::new(), 0));
+        e.0.insert(vip, want.clone());
+        e.1 = 0;
+    }
+}
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    /// The API server refused it (409 when another writer came first) or is unreachable.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+async fn write(
+    client: &Client,
+    node: &NodeName,
+    services: &Store<Service>,
+    sref: &ServiceRef,
+    wanted: &Wanted,
+) -> Result<(), WriteError> {
+    let key = ObjectRef::new(&sref.name).within(&sref.namespace);
+    let Some(svc) = services.get(&key) else {
+        return Ok(()); // deleted: nothing to say
+    };
+    let now = Timestamp::now();
+    let Some(conditions) = updated_conditions(&svc, node, wanted, now) else {
+        return Ok(());
+    };
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": svc.metadata.resource_version },
+        "status": { "conditions": conditions },
+    });
+    Api::<Service>::namespaced(client.clone(), &sref.namespace)
+        .patch_status(&sref.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// The Service's conditions with this node's entries changed as `wanted` says; `None` when the
+/// condition would not change (nothing to write). Entries for addresses no longer in the
+/// Service's ingress are dropped; `lastTransitionTime` moves whenever an owner changes.
+pub fn updated_conditions(
+    svc: &Service,
+    node: &NodeName,
+    wanted: &Wanted,
+    now: Timestamp,
+) -> Option<Vec<Condition>> {
+    let status = svc.status.as_ref();
+    let ingress: BTreeSet<IpAddr> = status
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect();
+    let mut conditions = status
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let old = conditions.iter().position(|c| c.type_ == CONDITION_TYPE);
+    let mut entries: BTreeMap<IpAddr, Entry> = old
+        .map(|i| announced::parse(&conditions[i].message))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.ip, e))
+        .collect();
+    for (vip, want) in wanted {
+        match want {
+            Some(iface) => {
+                entries.insert(
+                    *vip,
+                    Entry {
+                        ip: *vip,
+                        node: node.to_string(),
+                        iface: iface.clone(),
+                    },
+                );
+            }
+            None => {
+                if entries.get(vip).is_some_and(|e| e.node == node.as_str()) {
+                    entries.remove(vip);
+                }
+            }
+        }
+    }
+    entries.retain(|ip, _| ingress.contains(ip));
+    let list: Vec<Entry> = entries.into_values().collect();
+    let all = !ingress.is_empty() && list.len() == ingress.len();
+    let (status_text, reason) = if all {
+        ("True", REASON_ANNOUNCED)
+    } else {
+        ("False", REASON_PARTIAL)
+    };
+    let message = announced::format(&list);
+    if let Some(i) = old {
+        let c = &conditions[i];
+        if c.status == status_text && c.reason == reason && c.message == message {
+            return None;
+        }
+    } else if list.is_empty() {
+        return None; // nothing to say, and nothing said yet
+    }
+    let condition = Condition {
+        type_: CONDITION_TYPE.to_owned(),
+        status: status_text.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time: Time(now),
+        observed_generation: svc.metadata.generation,
+    };
+    match old {
+        Some(i) => conditions[i] = condition,
+        None => conditions.push(condition),
+    }
+    Some(conditions)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+
+    use super::*;
+
+    fn svc(ips: &[&str], conditions: Vec<Condition>) -> Service {
+        Service {
+            status: Some(ServiceStatus {
+                load_balancer: Some(LoadBalancerStatus {
+                    ingress: Some(
+                        ips.iter()
+                            .map(|ip| LoadBalancerIngress {
+                                ip: Some(ip.to_string()),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    ),
+                }),
+                conditions: Some(conditions),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn cond(message: &str, status: &str, reason: &str) -> Condition {
+        Condition {
+            type_: CONDITION_TYPE.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+            observed_generation: None,
+        }
+    }
+
+    fn claim(vip: &str, iface: &str) -> Wanted {
+        [(vip.parse().unwrap(), Some(iface.to_string()))].into()
+    }
+
+    fn ours(c: &[Condition]) -> &Condition {
+        c.iter().find(|c| c.type_ == CONDITION_TYPE).unwrap()
+    }
+
+    #[test]
+    fn a_takeover_of_every_vip_makes_the_condition_true_and_names_node_and_interface() {
+        let s = svc(&["10.0.0.5"], vec![]);
+        let c = updated_conditions(
+            &s,
+            &"node-a".into(),
+            &claim("10.0.0.5", "eth0"),
+            Timestamp::now(),
+        )
+        .unwrap();
+        let c = ours(&c);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", REASON_ANNOUNCED)
+        );
+        assert_eq!(c.message, "10.0.0.5 by node-a on eth0");
+    }
+
+    #[test]
+    fn another_owners_entry_is_kept_and_only_ours_changes() {
+        let s = svc(
+            &["10.0.0.5", "fd00::5"],
+            vec![cond("fd00::5 by node-b on eth1", "False", REASON_PARTIAL)],
+        );
+        let c = updated_conditions(
+            &s,
+            &"node-a".into(),
+            &claim("10.0.0.5", "eth0"),
+            Timestamp::now(),
+        )
+        .unwrap();
+        assert_eq!(
+            ours(&c).message,
+            "10.0.0.5 by node-a on eth0; fd00::5 by node-b on eth1"
+        );
+        assert_eq!(ours(&c).status, "True");
+    }
+
+    #[test]
+    fn nothing_is_written_when_the_condition_already_says_it() {
+        let s = svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-a on eth0", "True", REASON_ANNOUNCED)],
+        );
+        assert_eq!(
+            updated_conditions(
+                &s,
+                &"node-a".into(),
+                &claim("10.0.0.5", "eth0"),
+                Timestamp::now()
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn a_release_removes_only_an_entry_that_names_us() {
+        let s = svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-b on eth0", "True", REASON_ANNOUNCED)],
+        );
+        let release: Wanted = [("10.0.0.5".parse().unwrap(), None)].into();
+        assert_eq!(
+            updated_conditions(&s, &"node-a".into(), &release, Timestamp::now()),
+            None,
+            "node-b took it over: not ours to remove"
+        );
+        let c = updated_conditions(&s, &"node-b".into(), &release, Timestamp::now()).unwrap();
+        assert_eq!(
+            (ours(&c).status.as_str(), ours(&c).message.as_str()),
+            ("False", "")
+        );
+    }
+
+    #[test]
+    fn entries_for_addresses_no_longer_in_the_ingress_are_dropped() {
+        let s = svc(
+            &["10.0.0.6"],
+            vec![cond("10.0.0.5 by node-b on eth0", "True", REASON_ANNOUNCED)],
+        );
+        let c = updated_conditions(
+            &s,
+            &"node-a".into(),
+            &claim("10.0.0.6", "eth0"),
+            Timestamp::now(),
+        )
+        .unwrap();
+        assert_eq!(ours(&c).message, "10.0.0.6 by node-a on eth0");
+    }
+}
