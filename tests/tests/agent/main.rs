@@ -17,3 +17,4 @@ mod metrics;
 mod outage;
 mod per_service;
 mod status;
+mod status_cluster;

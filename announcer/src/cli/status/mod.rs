@@ -7,7 +7,11 @@
 //! Reading the maps needs no agent, so an operator still sees the answering entries, their
 //! expiry and counters when the agent is unreachable; the report says so, and the command
 //! exits non-zero if the agent was asked for explicitly.
+//!
+//! `--cluster` is the other view, the whole cluster's from the API server instead of one
+//! node's ([`cluster`]).
 
+pub mod cluster;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -48,16 +52,34 @@ pub struct StatusArgs {
     /// Do not ask the agent: the data plane only.
     #[arg(long, conflicts_with = "agent")]
     pub no_agent: bool,
+    /// The whole cluster instead of this node: every LoadBalancer VIP with its Service, pool,
+    /// announcing node, interface and age, read from the API server (the Services'
+    /// `announcer.dev/Announced` condition), not from the maps or the agent.
+    #[arg(long, conflicts_with_all = ["iface", "no_agent"])]
+    pub cluster: bool,
+    /// With --cluster: the kubeconfig to use (default: in-cluster, $KUBECONFIG, ~/.kube/config).
+    #[arg(long, requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With --cluster: only this namespace's Services (default: all namespaces).
+    #[arg(short = 'n', long, requires = "cluster")]
+    pub namespace: Option<String>,
 }
 
-/// `announcer status`: the maps, merged with the agent's `/state`.
+/// `announcer status`: the maps, merged with the agent's `/state`; with `--cluster`, the
+/// cluster's view ([`cluster::run`]).
 pub fn run(root: &Path, args: StatusArgs) -> ExitCode {
     let StatusArgs {
         iface,
         json,
         agent,
         no_agent,
+        cluster: whole_cluster,
+        kubeconfig,
+        namespace,
     } = args;
+    if whole_cluster {
+        return cluster::run(kubeconfig.as_deref(), namespace.as_deref(), json);
+    }
     let url = (!no_agent).then(|| agent.as_deref().unwrap_or(DEFAULT_AGENT));
     let report = match gather(root, iface.as_deref(), url) {
         Ok(r) => r,
