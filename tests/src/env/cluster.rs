@@ -388,6 +388,19 @@ impl Cluster {
             .expect("service status");
     }
 
+    /// The admin client of whichever API server this cluster runs on.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// The Service as stored now (`None`: absent).
+    pub async fn service(&self, ns: &str, name: &str) -> Option<Service> {
+        Api::<Service>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .expect("get service")
+    }
+
     /// Deletes a Service.
     pub async fn delete_service(&self, ns: &str, name: &str) {
         Api::<Service>::namespaced(self.client.clone(), ns)

@@ -118,9 +118,13 @@ async fn run(
             }
             continue;
         };
+        let mut wait = pause;
         match write(&client, &node, &services, &sref, &wanted).await {
             Ok(()) => {}
             Err(e) if tries + 1 < TRIES => {
+                // A 409 is settled by the watch within moments; anything else is the API server
+                // failing, for every Service alike: back off the whole writer.
+                wait = pause.max(Duration::from_millis(250) * 2u32.pow(tries));
                 tracing::debug!(service = %sref, error = %e, "Announced condition not written yet; retrying");
                 let entry = pending
                     .entry(sref)
@@ -137,7 +141,7 @@ async fn run(
         }
         tokio::select! {
             () = stop.recv() => return,
-            () = tokio::time::sleep(pause) => {}
+            () = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -1,0 +1,106 @@
+//! The cluster-wide view: the `announcer.dev/Announced` condition on each Service names the
+//! node announcing each of its VIPs, follows a failover, and is not rewritten in a steady
+//! state. On both API servers (`on_both_api_servers!`).
+
+use std::time::{Duration, Instant};
+
+use announcer::state::announced::{self, CONDITION_TYPE};
+use announcer_tests::{env::cluster::Cluster, on_both_api_servers};
+
+const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+const VIPS: [&str; 2] = ["10.0.0.5", "fd00::5"];
+const T: Duration = Duration::from_secs(20);
+
+/// The condition's (status, entries as "ip node") and its Service's resourceVersion.
+async fn condition(c: &Cluster) -> Option<(String, Vec<String>, String)> {
+    let svc = c.service("default", "web").await?;
+    let rv = svc.metadata.resource_version.clone().unwrap_or_default();
+    let cond = svc
+        .status?
+        .conditions?
+        .into_iter()
+        .find(|c| c.type_ == CONDITION_TYPE)?;
+    let entries = announced::parse(&cond.message)
+        .into_iter()
+        .map(|e| format!("{} {}", e.ip, e.node))
+        .collect();
+    Some((cond.status, entries, rv))
+}
+
+/// What the agents' `/state` says, in the condition's terms.
+fn expected(c: &Cluster) -> Option<Vec<String>> {
+    VIPS.iter()
+        .map(|v| match c.owners(v).as_slice() {
+            [one] => Some(format!("{v} {one}")),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn wait_condition_matches_owners(c: &Cluster, what: &str) -> String {
+    let deadline = Instant::now() + T;
+    loop {
+        let want = expected(c);
+        let got = condition(c).await;
+        if let (Some(want), Some((status, entries, rv))) = (&want, &got)
+            && status == "True"
+            && entries == want
+        {
+            return rv.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: condition {got:?}, owners {want:?}\n{}",
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn cluster(name: &str, api: announcer_tests::env::ApiKind) -> Cluster {
+    let mut c = Cluster::start_on(api, name).await;
+    for n in NODES {
+        c.add_node(n, &[], true).await;
+    }
+    c.add_service("default", "web", &VIPS, false).await;
+    c.set_endpoints("default", "web", &[("node-a", true)]).await;
+    for n in NODES {
+        c.start_agent(n, &["--heartbeat-misses", "10"]);
+    }
+    c
+}
+
+on_both_api_servers! {
+/// Every VIP's entry names the node whose `/state` says it announces it.
+async fn the_announced_condition_names_each_vips_owner(api) {
+    let c = cluster(&format!("announced-{api}"), api).await;
+    wait_condition_matches_owners(&c, "after start").await;
+}
+}
+
+on_both_api_servers! {
+/// A crashed owner's entries move to its successor.
+async fn the_announced_condition_follows_a_failover(api) {
+    let mut c = cluster(&format!("announced-fo-{api}"), api).await;
+    wait_condition_matches_owners(&c, "after start").await;
+    let owner = c.owners(VIPS[0])[0].clone();
+    c.kill(&owner);
+    c.wait_for("a new owner", T, |c| {
+        let o = c.owners(VIPS[0]);
+        o.len() == 1 && o[0] != owner
+    })
+    .await;
+    wait_condition_matches_owners(&c, "after the failover").await;
+}
+}
+
+on_both_api_servers! {
+/// Once it says the truth nobody rewrites it: the Service's resourceVersion stays put.
+async fn a_settled_announced_condition_is_not_rewritten(api) {
+    let c = cluster(&format!("announced-calm-{api}"), api).await;
+    let rv = wait_condition_matches_owners(&c, "after start").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = condition(&c).await.map(|(_, _, rv)| rv);
+    assert_eq!(now.as_deref(), Some(rv.as_str()), "the Service was rewritten");
+}
+}
