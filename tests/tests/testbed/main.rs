@@ -5,3 +5,4 @@
 mod adversary;
 mod e2e;
 mod node_lifecycle;
+mod placement;

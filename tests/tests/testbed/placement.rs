@@ -1,0 +1,198 @@
+//! Placement by `AddressPool` (issue 14, item 3), on the testbed with the real data plane and
+//! a real kube-apiserver (the CRD exists there only): a pool's `nodeSelector` keeps its VIPs
+//! on matching nodes, also through a crash, and its `interfaces` decide the link a VIP is
+//! answered on, even against the subnet rule. As the client sees it: who answers ARP/NDP.
+
+use std::{net::IpAddr, time::Duration};
+
+use announcer::ipam::{AddressPool, AddressPoolSpec};
+use announcer_tests::env::{
+    ApiKind,
+    cluster::rendezvous_owner,
+    lan::{Testbed, TestbedConfig, nic2_vip4, vip4},
+};
+use k8s_openapi::api::core::v1::Node;
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(30);
+const Q: Duration = Duration::from_millis(800);
+
+async fn testbed(tag: &str) -> Testbed {
+    Testbed::start(TestbedConfig {
+        nodes: 3,
+        native_xdp: false,
+        tag: tag.into(),
+        api: ApiKind::Kube,
+    })
+    .await
+}
+
+async fn create_pool(tb: &Testbed, name: &str, spec: AddressPoolSpec) {
+    Api::<AddressPool>::all(tb.kube())
+        .create(&PostParams::default(), &AddressPool::new(name, spec))
+        .await
+        .unwrap_or_else(|e| panic!("create AddressPool {name}: {e}"));
+}
+
+async fn label(tb: &Testbed, node: &str, key: &str, value: &str) {
+    Api::<Node>::all(tb.kube())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {key: value}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("label {node}: {e}"));
+}
+
+/// The first `vip4(k)` whose rendezvous owner among all nodes is `node`: without placement
+/// it would land there.
+fn vip_owned_by(node: &str, nodes: &[&str]) -> IpAddr {
+    (0..200)
+        .map(|k| IpAddr::V4(vip4(k)))
+        .find(|v| rendezvous_owner(&v.to_string(), nodes) == node)
+        .expect("some VIP ranks node first")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_node_selector_keeps_its_vip_on_matching_nodes_through_a_crash() {
+    let mut tb = testbed("pool-nodes").await;
+    let all = ["node-a", "node-b", "node-c"];
+    // node-b would own it without the pool.
+    let vip = vip_owned_by("node-b", &all);
+    for n in ["node-a", "node-c"] {
+        label(&tb, n, "zone", "x").await;
+    }
+    create_pool(
+        &tb,
+        "zone-x",
+        AddressPoolSpec {
+            addresses: vec![format!("{vip}/32")],
+            auto_assign: true,
+            node_selector: Some(
+                serde_json::from_value(json!({"matchLabels": {"zone": "x"}})).unwrap(),
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    tb.add_service("web", &[vip], false, &["node-a"]).await;
+    tb.start_agents(&[]);
+
+    let owner = tb.wait_owner(vip, T);
+    assert_eq!(
+        owner,
+        rendezvous_owner(&vip.to_string(), &["node-a", "node-c"])
+    );
+    let mac = tb.node_mac(&owner);
+    tb.wait_for(&format!("only {owner} answering for {vip}"), T, |tb| {
+        tb.arp_macs(vip, Q) == vec![mac]
+    });
+
+    tb.crash(&owner);
+    let other = if owner == "node-a" {
+        "node-c"
+    } else {
+        "node-a"
+    };
+    let mac = tb.node_mac(other);
+    tb.wait_for(
+        &format!("{other}, the other matching node, answering for {vip}"),
+        T,
+        |tb| tb.arp_macs(vip, Q) == vec![mac],
+    );
+    assert_eq!(
+        tb.owners(vip),
+        vec![other.to_string()],
+        "node-b must not take it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pools_interfaces_decide_the_link_even_against_the_subnet_rule() {
+    let mut tb = testbed("pool-ifaces").await;
+    tb.add_second_nic();
+    // In eth1's subnet: by the subnet rule it goes on eth1; the pool says eth0.
+    let on_eth0 = IpAddr::V4(nic2_vip4(1));
+    let control = IpAddr::V4(nic2_vip4(2));
+    create_pool(
+        &tb,
+        "eth0-only",
+        AddressPoolSpec {
+            addresses: vec![format!("{on_eth0}/32")],
+            auto_assign: true,
+            interfaces: vec!["eth0".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    tb.add_service("pinned", &[on_eth0], false, &["node-a"])
+        .await;
+    tb.add_service("control", &[control], false, &["node-a"])
+        .await;
+    tb.start_agents(&[]);
+
+    let owner = tb.wait_owner(on_eth0, T);
+    let iface = |tb: &Testbed, vip: IpAddr| {
+        tb.state(&owner).and_then(|s| {
+            s["owned"]
+                .as_array()?
+                .iter()
+                .find(|v| v["vip"].as_str() == Some(&vip.to_string()))
+                .and_then(|v| v["iface"].as_str().map(String::from))
+        })
+    };
+    assert_eq!(
+        iface(&tb, on_eth0).as_deref(),
+        Some("eth0"),
+        "the pool's interface"
+    );
+    let control_owner = tb.wait_owner(control, T);
+    let mac2 = tb.node_mac2(&control_owner);
+    // The client asks on its eth1 leg: the control VIP is answered there, the pinned one not.
+    tb.wait_for("the control VIP answered on eth1", T, |tb| {
+        tb.arp_macs(control, Q) == vec![mac2]
+    });
+    assert_eq!(
+        tb.arp_macs(on_eth0, Q),
+        Vec::<[u8; 6]>::new(),
+        "answered on eth1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_whose_interfaces_no_node_has_is_answered_by_nobody() {
+    let mut tb = testbed("pool-noiface").await;
+    let vip = IpAddr::V4(vip4(7));
+    let control = IpAddr::V4(vip4(8));
+    create_pool(
+        &tb,
+        "bond-only",
+        AddressPoolSpec {
+            addresses: vec![format!("{vip}/32")],
+            auto_assign: true,
+            interfaces: vec!["bond*".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    tb.add_service("web", &[vip], false, &["node-a"]).await;
+    tb.add_service("control", &[control], false, &["node-a"])
+        .await;
+    tb.start_agents(&[]);
+    let control_owner = tb.wait_owner(control, T);
+    let mac = tb.node_mac(&control_owner);
+    tb.wait_for("the control VIP answered", T, |tb| {
+        tb.arp_macs(control, Q) == vec![mac]
+    });
+    assert_eq!(
+        tb.owners(vip),
+        Vec::<String>::new(),
+        "no node has a bond interface"
+    );
+    assert_eq!(tb.arp_macs(vip, Q), Vec::<[u8; 6]>::new());
+}
