@@ -38,6 +38,18 @@ fn expected(c: &Cluster) -> Option<Vec<String>> {
 }
 
 async fn wait_condition_matches_owners(c: &Cluster, what: &str) -> String {
+    let alive: Vec<String> = NODES
+        .iter()
+        .filter(|n| c.agent(n).is_some())
+        .map(|n| n.to_string())
+        .collect();
+    let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
+    // Ownership first settles on the rendezvous owners (a node starting later takes its VIPs
+    // back), then the condition must say so.
+    c.wait_for("every VIP on its rendezvous owner", T, |c| {
+        c.settled(&VIPS, &alive)
+    })
+    .await;
     let deadline = Instant::now() + T;
     loop {
         let want = expected(c);
