@@ -89,11 +89,11 @@ pub struct MetallbArgs {
         long,
         short = 'n',
         default_value = "metallb-system",
-        requires = "from_cluster"
+        conflicts_with = "filename"
     )]
     pub namespace: String,
     /// With --from-cluster: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster).
-    #[arg(long, requires = "from_cluster")]
+    #[arg(long, conflicts_with = "filename")]
     pub kubeconfig: Option<PathBuf>,
     /// Read the objects from this YAML file (several documents, `kind: List` too); repeatable;
     /// `-` is stdin.
@@ -1119,6 +1119,25 @@ metadata: {name: all, namespace: metallb-system}
         .expect("yaml");
         let e = convert(&docs, &Options::default()).expect_err("malformed");
         assert!(e.to_string().starts_with("IPAddressPool a:"), "{e}");
+    }
+
+    fn parse(args: &[&str]) -> Result<crate::cli::Cli, clap::Error> {
+        use clap::Parser as _;
+        crate::cli::Cli::try_parse_from(["announcer", "migrate", "metallb"].iter().chain(args))
+    }
+
+    #[test]
+    fn the_command_needs_a_source() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["--from-cluster"]).is_ok());
+        assert!(parse(&["-f", "a.yaml", "-f", "-"]).is_ok());
+    }
+
+    #[test]
+    fn namespace_and_kubeconfig_go_with_from_cluster_only() {
+        assert!(parse(&["-f", "a.yaml", "--namespace", "x"]).is_err());
+        assert!(parse(&["-f", "a.yaml", "--kubeconfig", "k"]).is_err());
+        assert!(parse(&["--from-cluster", "-n", "x", "--kubeconfig", "k"]).is_ok());
     }
 
     #[test]
