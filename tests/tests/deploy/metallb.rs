@@ -377,6 +377,9 @@ async fn a_service_moved_with_the_class_keeps_its_ip() {
     .expect_err("loadBalancerClass added to a LoadBalancer Service");
     assert!(refused.contains("may not change once set"), "{refused}");
 
+    let cluster_ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+    let before = cluster_ip(&service(&c, "web").await);
+
     // The move the docs give: to ClusterIP (MetalLB lets the address go: the test clears the
     // status as its controller would), then back with our class, asking for the same address.
     patch(&c, "web", r#"{"spec":{"type":"ClusterIP"}}"#).unwrap_or_else(|e| panic!("{e}"));
@@ -389,6 +392,11 @@ async fn a_service_moved_with_the_class_keeps_its_ip() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        cluster_ip(&service(&c, "web").await),
+        before,
+        "the switch changed the ClusterIP"
+    );
 
     // The allocator gives it the address it asked for, and an agent announces it.
     let api: Api<Service> = Api::namespaced(c.kube().expect("real").client(), NS);
