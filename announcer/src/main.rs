@@ -21,5 +21,6 @@ fn main() -> ExitCode {
         Cmd::Logs(args) => cli::logs::run(&pin_root, args),
         Cmd::Agent(args) => cli::agent::run(*args, pin_root),
         Cmd::Status(args) => cli::status::run(&pin_root, args),
+        Cmd::Migrate(cmd) => cli::migrate::run(cmd),
     }
 }

@@ -15,6 +15,11 @@
 //!   kustomize` renders `deploy/` as `kubectl apply -k` does), built with the machine's Go from
 //!   the module proxy into `target/kube/bin/`. The Go module `tests/kube/` pins their versions
 //!   (`tests/kube/update-go-mod.sh` regenerates it); nothing of the product is Go.
+//! * MetalLB's `IPAddressPool` and `L2Advertisement` CRDs, copied from its Go module
+//!   ([`METALLB_VERSION`], fetched by `go mod download` from the module proxy) into
+//!   `target/metallb/crds/`: the migration tests (`tests/tests/deploy/metallb.rs`) install
+//!   the real schemas, so that `announcer migrate metallb` is tested on objects MetalLB's own
+//!   API accepts. Only the YAML is used; nothing of MetalLB is built or run.
 
 use std::{
     path::{Path, PathBuf},
@@ -53,6 +58,7 @@ pub fn ensure() -> Result<()> {
     bpf_linker()?;
     kubernetes_validate()?;
     kube_programs()?;
+    metallb_crds()?;
     Ok(())
 }
 
@@ -326,6 +332,64 @@ fn kube_programs() -> Result<()> {
             started.elapsed()
         );
     }
+    Ok(())
+}
+
+/// The MetalLB release whose CRDs the migration tests install (`go.universe.tf/metallb`).
+const METALLB_VERSION: &str = "v0.15.2";
+/// The CRDs copied from its module, under `config/crd/bases/` there.
+const METALLB_CRDS: &[&str] = &[
+    "metallb.io_ipaddresspools.yaml",
+    "metallb.io_l2advertisements.yaml",
+];
+
+/// Copies [`METALLB_CRDS`] of [`METALLB_VERSION`] into `target/metallb/crds/`, unless the stamp
+/// there says they are already that version's. `go mod download` puts the module in Go's
+/// module cache (read-only) and prints where (`Dir`); outside any Go module, so no go.mod of
+/// ours changes.
+fn metallb_crds() -> Result<()> {
+    let root = workspace_root();
+    let out_dir = root.join("target/metallb/crds");
+    let stamp_path = root.join("target/metallb/stamp");
+    let stamp = format!(
+        "go.universe.tf/metallb {METALLB_VERSION} {}\n",
+        METALLB_CRDS.join(" ")
+    );
+    if METALLB_CRDS.iter().all(|f| out_dir.join(f).is_file())
+        && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&out_dir)?;
+    eprintln!("xtask: fetching MetalLB {METALLB_VERSION}'s CRDs from the Go module proxy");
+    let module = format!("go.universe.tf/metallb@{METALLB_VERSION}");
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", &module])
+        .current_dir(root.join("target/metallb"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .context("running `go mod download` (Go is needed for the test tools)")?;
+    if !out.status.success() {
+        bail!(
+            "go mod download {module} failed (is the Go module proxy reachable?): {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let info: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("go mod download -json output")?;
+    let dir = info["Dir"]
+        .as_str()
+        .with_context(|| format!("go mod download printed no Dir: {info}"))?;
+    for f in METALLB_CRDS {
+        let from = Path::new(dir).join("config/crd/bases").join(f);
+        let to = out_dir.join(f);
+        // The module cache is read-only: write the content, not a copy of the permissions.
+        let text = std::fs::read(&from).with_context(|| format!("{}", from.display()))?;
+        std::fs::write(&to, text).with_context(|| format!("{}", to.display()))?;
+    }
+    std::fs::write(&stamp_path, stamp)?;
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The `announcer` command line: one module per subcommand, each a thin layer over the
 //! library below it ([`crate::dataplane`] for `load`, `unload`, `vip`, `announce` and `logs`;
-//! [`crate::agent::run`] for `agent`; the maps and [`crate::state`] for `status`).
+//! [`crate::agent::run`] for `agent`; the maps and [`crate::state`] for `status`;
+//! [`crate::ipam`] for `migrate`).
 //!
 //! Why in the library rather than in `main.rs`: the subcommands' output and exit codes are
 //! part of the interface operators script against, and here they are unit-tested like the
@@ -14,6 +15,7 @@ pub mod agent;
 pub mod announce;
 pub mod load;
 pub mod logs;
+pub mod migrate;
 pub mod status;
 pub mod vip;
 
@@ -72,6 +74,10 @@ pub enum Cmd {
     /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
     /// and Service per the agent, and the agent's peers with their heartbeat age.
     Status(status::StatusArgs),
+    /// Convert another load balancer's configuration (MetalLB's layer-2 pools) to
+    /// AddressPools, printed for `kubectl apply -f -`.
+    #[command(subcommand)]
+    Migrate(migrate::MigrateCmd),
 }
 
 /// Where a VIP is answered: interface, VLAN, MAC (`vip add`, `vip del`, `announce`).

@@ -22,6 +22,7 @@
 //! The RBAC scenario is in [`rbac`].
 
 mod applied;
+mod metallb;
 mod rbac;
 mod rbac_removed;
 

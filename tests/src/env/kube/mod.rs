@@ -28,6 +28,7 @@
 
 pub mod certs;
 pub mod kubelet;
+pub mod metallb;
 pub(crate) mod relay;
 pub mod workloads;
 
