@@ -1,12 +1,14 @@
 //! The resource types the server knows: their REST names, scope, subresources, and how a body is
 //! validated.
 //!
-//! The set is exactly what the announcer agent (and `kube::runtime::events::Recorder`) touches.
+//! The set is exactly what the announcer agent (and `kube::runtime::events::Recorder`) touches,
+//! its `AddressPool` CRD included.
 //! Bodies are checked by decoding them into the `k8s-openapi` type — the same schema the real
 //! server decodes into — and re-encoding: a wrongly typed field is a 400 like kube-apiserver's
 //! decoder error, and unknown fields are dropped, as kube-apiserver does under the default
 //! `fieldValidation=Warn` (without the warning header).
 
+use announcer::ipam::AddressPool;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -154,6 +156,16 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
         decode: roundtrip::<Event>,
         check: validate::events_v1,
         ..core("events", "Event")
+    },
+    // The agent's own CRD. Only its structure is checked (the typed decode); the CRD's CEL
+    // rules (address syntax, range order) are kube-apiserver's, tested there.
+    ResourceType {
+        group: "announcer.dev",
+        version: "v1alpha1",
+        namespaced: false,
+        status_subresource: true,
+        decode: roundtrip::<AddressPool>,
+        ..core("addresspools", "AddressPool")
     },
 ];
 

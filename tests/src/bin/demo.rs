@@ -16,6 +16,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use announcer::ipam::{AddressPool, AddressPoolSpec};
 use announcer_tests::{
     env::ApiKind,
     env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
@@ -23,18 +24,37 @@ use announcer_tests::{
     timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 
-/// The Services of the demo: name and VIPs (indices into the testbed's VIP ranges).
-fn services() -> Vec<(&'static str, Vec<IpAddr>)> {
+/// The Services of the demo: name and the address families it asks for. None has a fixed
+/// address: the agents' allocator assigns them from the demo's `AddressPool`.
+fn services() -> Vec<(&'static str, &'static [&'static str])> {
+    const DUAL: &[&str] = &["IPv4", "IPv6"];
+    const V4: &[&str] = &["IPv4"];
+    const V6: &[&str] = &["IPv6"];
     vec![
-        ("web", vec![vip4(0).into(), vip6(0).into()]),
-        ("api", vec![vip4(1).into()]),
-        ("shop", vec![vip4(2).into(), vip6(2).into()]),
-        ("dns", vec![vip4(3).into()]),
-        ("grafana", vec![vip4(4).into()]),
-        ("mail", vec![vip6(5).into()]),
-        ("git", vec![vip4(6).into()]),
-        ("chat", vec![vip4(7).into(), vip6(7).into()]),
+        ("web", DUAL),
+        ("api", V4),
+        ("shop", DUAL),
+        ("dns", V4),
+        ("grafana", V4),
+        ("mail", V6),
+        ("git", V4),
+        ("chat", DUAL),
     ]
+}
+
+/// The demo's `AddressPool`: 16 addresses of each family on the LAN.
+fn pool() -> AddressPool {
+    AddressPool::new(
+        "demo",
+        AddressPoolSpec {
+            addresses: vec![
+                format!("{}-{}", vip4(0), vip4(15)),
+                format!("{}-{}", vip6(0), vip6(15)),
+            ],
+            auto_assign: true,
+            ..Default::default()
+        },
+    )
 }
 
 fn step(n: u32, total: u32, what: &str) {
@@ -116,16 +136,39 @@ async fn main() -> Result<()> {
     step(
         2,
         total,
-        "LoadBalancer Services (IPv4 and IPv6 VIPs) and one agent per node",
+        "an AddressPool, one agent per node, and LoadBalancer Services without addresses",
     );
     let names = tb.nodes();
     let all: Vec<&str> = names.iter().map(String::as_str).collect();
+    let pool = pool();
+    kube::Api::<AddressPool>::all(tb.kube())
+        .create(&Default::default(), &pool)
+        .await
+        .context("create the AddressPool")?;
+    println!("    AddressPool demo: {}", pool.spec.addresses.join(", "));
+    tb.start_agents(&[]);
+    let pb = spinner("the allocator assigning addresses");
     let mut vips: Vec<(String, IpAddr)> = Vec::new();
-    for (name, ips) in services() {
-        tb.add_service(name, &ips, false, &all).await;
+    for (name, families) in services() {
+        pb.set_message(format!("Service {name} ({})", families.join(" + ")));
+        let ips = tb
+            .add_allocated_service(name, families, &all, Duration::from_secs(30))
+            .await;
         vips.extend(ips.iter().map(|ip| (name.to_string(), *ip)));
     }
-    tb.start_agents(&[]);
+    pb.finish_and_clear();
+    for (name, families) in services() {
+        let ips: Vec<String> = vips
+            .iter()
+            .filter(|(s, _)| s == name)
+            .map(|(_, ip)| ip.to_string())
+            .collect();
+        println!(
+            "    {name:<8} asked for {:<12} got {}",
+            families.join("+"),
+            ips.join(", ")
+        );
+    }
     let pb = spinner("agents electing owners");
     let started = Instant::now();
     loop {

@@ -851,7 +851,9 @@ fn apiserver_args(dir: &Path, pki: &certs::Pki, etcd_url: &str, port: u16) -> Ve
         format!("--service-account-issuer=https://127.0.0.1:{port}"),
         format!("--service-account-key-file={}", p(&pki.sa_pub)),
         format!("--service-account-signing-key-file={}", p(&pki.sa_key)),
-        "--service-cluster-ip-range=10.96.0.0/16".into(),
+        // Dual-stack, so that Services may ask for both families (`ipFamilyPolicy`) and the
+        // allocator assigns an address of each.
+        "--service-cluster-ip-range=10.96.0.0/16,fd96::/112".into(),
         // Every request at Metadata level (who, verb, object, status, RBAC decision): the real
         // server's request accounting (`KubeControlPlane::audit`).
         format!(

@@ -155,6 +155,66 @@ impl Testbed {
         etp_local: bool,
         endpoints_on: &[&str],
     ) {
+        self.create_service(name, etp_local, json!({}), endpoints_on, Some(vips))
+            .await;
+    }
+
+    /// Like [`Self::add_service`], without addresses: the Service asks for `families`
+    /// (`IPv4`, `IPv6`; `ipFamilyPolicy: PreferDualStack` with both) and the agents' allocator
+    /// assigns them from an `AddressPool`. Returns the addresses once assigned (within
+    /// `timeout`), sorted.
+    pub async fn add_allocated_service(
+        &self,
+        name: &str,
+        families: &[&str],
+        endpoints_on: &[&str],
+        timeout: std::time::Duration,
+    ) -> Vec<IpAddr> {
+        let policy = if families.len() > 1 {
+            "PreferDualStack"
+        } else {
+            "SingleStack"
+        };
+        let extra = json!({"ipFamilies": families, "ipFamilyPolicy": policy});
+        self.create_service(name, false, extra, endpoints_on, None)
+            .await;
+        let services = Api::<Service>::namespaced(self.kube(), SERVICE_NAMESPACE);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let svc = services
+                .get(name)
+                .await
+                .unwrap_or_else(|e| panic!("get Service {name}: {e}"));
+            let mut ips: Vec<IpAddr> = svc
+                .status
+                .and_then(|s| s.load_balancer)
+                .and_then(|lb| lb.ingress)
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i.ip?.parse().ok())
+                .collect();
+            if ips.len() == families.len() {
+                ips.sort();
+                return ips;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "Service {name} got {ips:?} for {families:?} within {timeout:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Creates the Service (with `extra` merged into its spec), its ingress if `vips` says,
+    /// and its endpoints.
+    async fn create_service(
+        &self,
+        name: &str,
+        etp_local: bool,
+        extra: Value,
+        endpoints_on: &[&str],
+        vips: Option<&[IpAddr]>,
+    ) {
         let mut spec = json!({
             "type": "LoadBalancer",
             "loadBalancerClass": LB_CLASS,
@@ -167,6 +227,9 @@ impl Testbed {
         if self.kube.is_some() {
             spec["selector"] = json!({INSTANCE_LABEL: name});
         }
+        if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+            spec.extend(extra.clone());
+        }
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": SERVICE_NAMESPACE},
             "spec": spec,
@@ -177,18 +240,20 @@ impl Testbed {
             .create(&PostParams::default(), &svc)
             .await
             .unwrap_or_else(|e| panic!("create Service {name}: {e}"));
-        let ingress: Vec<Value> = vips
-            .iter()
-            .map(|ip| json!({"ip": ip.to_string()}))
-            .collect();
-        services
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("set the ingress of Service {name}: {e}"));
+        if let Some(vips) = vips {
+            let ingress: Vec<Value> = vips
+                .iter()
+                .map(|ip| json!({"ip": ip.to_string()}))
+                .collect();
+            services
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": ingress}}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("set the ingress of Service {name}: {e}"));
+        }
         if self.kube.is_some() {
             self.set_endpoints(name, endpoints_on).await;
             return;
