@@ -72,7 +72,8 @@ pub enum Cmd {
     /// Run the Kubernetes agent: watch Services, elect owners, drive the data plane.
     Agent(Box<crate::agent::config::AgentArgs>),
     /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
-    /// and Service per the agent, and the agent's peers with their heartbeat age.
+    /// and Service per the agent, and the agent's peers with their heartbeat age. With
+    /// `--cluster`: every VIP of the cluster, from the API.
     Status(status::StatusArgs),
     /// Convert another load balancer's configuration (MetalLB's layer-2 pools) to
     /// AddressPools, printed for `kubectl apply -f -`.
