@@ -63,6 +63,33 @@ pub async fn create_services(
         .await;
 }
 
+/// How many of the bench's Services carry a true `announcer.dev/Announced` condition (the
+/// owners write it once after their takeover, rate-limited: part of converging, not of the
+/// steady state the window measures).
+pub async fn announced_services(c: &Cluster) -> usize {
+    let list =
+        kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(c.client(), SERVICE_NAMESPACE)
+            .list(&Default::default())
+            .await;
+    list.map(|l| {
+        l.items
+            .iter()
+            .filter(|s| {
+                s.status
+                    .as_ref()
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter().any(|c| {
+                            c.type_ == announcer::state::announced::CONDITION_TYPE
+                                && c.status == "True"
+                        })
+                    })
+            })
+            .count()
+    })
+    .unwrap_or(0)
+}
+
 /// Who owns the VIPs, as the agents' `/state` says.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ownership {

@@ -519,9 +519,30 @@ pub async fn run_case(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
+    // Node-lease owners then write each Service's Announced condition (20 writes/s per
+    // node at most): converging too, so wait for it before the window opens.
+    let mut converge_s = converge_s;
+    if converge_s.is_some() && case.mode == Mode::NodeLease {
+        loop {
+            let done = fixture::announced_services(&c).await;
+            if done >= vips.len() {
+                converge_s = Some(agents_started.elapsed().as_secs_f64());
+                break;
+            }
+            if agents_started.elapsed() >= s.converge_timeout {
+                progress(&format!(
+                    "  {done} of {} Announced conditions after {:?}; measuring anyway",
+                    vips.len(),
+                    s.converge_timeout
+                ));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     if let Some(t) = converge_s {
         progress(&format!(
-            "  converged in {t:.1} s ({converge_state}); measuring {:?}",
+            "  converged in {t:.1} s ({converge_state}, Announced conditions written); measuring {:?}",
             s.window
         ));
     }
