@@ -39,7 +39,12 @@ pub struct AddressPoolSpec {
     #[serde(default = "yes")]
     pub auto_assign: bool,
     /// Skip IPv4 addresses ending in `.0` or `.255`, which some old clients and routers drop.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// (`avoidBuggyIPs` in the CRD: camelCase would spell it `avoidBuggyIps`.)
+    #[serde(
+        default,
+        rename = "avoidBuggyIPs",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
     pub avoid_buggy_ips: bool,
     /// Only Services whose labels match may get addresses from it (unset: all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
