@@ -26,7 +26,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("state", &["election", "ebpf"]),
     (
         "agent",
-        &["dataplane", "election", "heartbeat", "ipam", "state", "ebpf"],
+        &[
+            "dataplane",
+            "election",
+            "heartbeat",
+            "ipam",
+            "state",
+            "ebpf",
+        ],
     ),
     ("cli", &["dataplane", "ipam", "state", "agent", "ebpf"]),
 ];

@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod http;
+pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod net;
@@ -121,6 +122,16 @@ pub async fn run(
         stop.clone(),
     );
     metrics.sources().set_watches(watches.counters.clone());
+    if !args.no_allocator {
+        tokio::spawn(ipam::run(
+            client.clone(),
+            ipam::AllocatorConfig::from_args(&args),
+            watches.services.clone(),
+            watches.pools.clone(),
+            watches.changed.clone(),
+            stop.clone(),
+        ));
+    }
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());

@@ -523,10 +523,9 @@ async fn drive<K>(
             if changed {
                 after();
                 let signal = match source {
-                    Source::Services
-                    | Source::EndpointSlices
-                    | Source::Nodes
-                    | Source::Pools => Some(&shared.changed),
+                    Source::Services | Source::EndpointSlices | Source::Nodes | Source::Pools => {
+                        Some(&shared.changed)
+                    }
                     Source::Leases => None,
                 };
                 if let Some(s) = signal {
