@@ -11,6 +11,7 @@ mod dataplane;
 mod election;
 mod eligibility;
 mod heartbeat;
+mod ipam;
 mod kube_faults;
 mod lifecycle;
 mod metrics;
