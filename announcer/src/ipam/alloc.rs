@@ -459,7 +459,7 @@ pub fn plan(
     let mut claims = Claims::default();
     let mut out = Plan::default();
     let mut sorted: Vec<&Service> = services.iter().collect();
-    sorted.sort_by(|a, b| (age(&a.metadata), key_of(a)).cmp(&(age(&b.metadata), key_of(b))));
+    sorted.sort_by_key(|s| (age(&s.metadata), key_of(s)));
 
     // Addresses of other load balancers are never handed out; Services that are no longer
     // LoadBalancers give theirs back.
@@ -730,7 +730,7 @@ fn first_fit(claims: &Claims, v: &Svc, pools: &[&PoolView], f: Family) -> Option
     pools.iter().find_map(|p| {
         p.ranges.iter().filter(|r| r.family() == f).find_map(|r| {
             r.iter()
-                .find(|ip| !(p.avoid_buggy && is_buggy(*ip)) && !claims.held.contains_key(ip))
+                .find(|ip| !(claims.held.contains_key(ip) || p.avoid_buggy && is_buggy(*ip)))
         })
     })
 }

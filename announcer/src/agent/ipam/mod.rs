@@ -342,11 +342,11 @@ impl Leader {
             };
             let rv = s.resource_version().unwrap_or_default();
             let mut s = (*s).clone();
-            if let Some((written_over, ips)) = self.pending_services.get(&key) {
-                if *written_over == rv {
-                    set_ips(&mut s, ips);
-                    seen.insert(key, ());
-                }
+            if let Some((written_over, ips)) = self.pending_services.get(&key)
+                && *written_over == rv
+            {
+                set_ips(&mut s, ips);
+                seen.insert(key, ());
             }
             out.push(s);
         }
