@@ -91,3 +91,76 @@ pub struct AddressPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    /// The property names the CRD's schema declares at `path` (e.g. `["spec"]`).
+    fn crd_properties(path: &[&str]) -> BTreeSet<String> {
+        let text = include_str!("../../../deploy/crds/addresspool.yaml");
+        let crd: serde_yaml::Value = serde_yaml::from_str(text).expect("the CRD parses");
+        let mut node = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        for p in path {
+            node = &node["properties"][*p];
+        }
+        node["properties"]
+            .as_mapping()
+            .expect("properties")
+            .keys()
+            .filter_map(|k| k.as_str().map(String::from))
+            .collect()
+    }
+
+    fn keys(v: serde_json::Value) -> BTreeSet<String> {
+        v.as_object().expect("object").keys().cloned().collect()
+    }
+
+    #[test]
+    fn the_spec_has_the_crds_fields_spelled_as_the_crd_spells_them() {
+        let spec = AddressPoolSpec {
+            addresses: vec!["10.0.0.0/24".into()],
+            auto_assign: false,
+            avoid_buggy_ips: true,
+            service_selector: Some(LabelSelector::default()),
+            namespace_selector: Some(LabelSelector::default()),
+            node_selector: Some(LabelSelector::default()),
+            interfaces: vec!["eth0".into()],
+        };
+        let json = serde_json::to_value(&spec).expect("serialises");
+        assert_eq!(keys(json.clone()), crd_properties(&["spec"]));
+        let back: AddressPoolSpec = serde_json::from_value(json).expect("round trip");
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn the_status_has_the_crds_fields_spelled_as_the_crd_spells_them() {
+        let status = AddressPoolStatus {
+            conditions: vec![Condition {
+                type_: "Valid".into(),
+                status: "True".into(),
+                reason: "Valid".into(),
+                message: String::new(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            }],
+            observed_generation: Some(1),
+            ..AddressPoolStatus::default()
+        };
+        let json = serde_json::to_value(&status).expect("serialises");
+        assert_eq!(keys(json), crd_properties(&["status"]));
+    }
+
+    #[test]
+    fn auto_assign_defaults_to_true() {
+        let spec: AddressPoolSpec =
+            serde_json::from_value(serde_json::json!({"addresses": ["10.0.0.0/24"]}))
+                .expect("spec");
+        assert!(spec.auto_assign);
+        assert!(!spec.avoid_buggy_ips);
+    }
+}
