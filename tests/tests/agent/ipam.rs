@@ -556,3 +556,55 @@ async fn steady_state_makes_no_writes_but_lease_renewals() {
         .count();
     assert!(lease_updates > 0, "the allocator renews its Lease");
 }
+
+/// The agent's patches of services/status, as the audit log has them.
+fn status_patches_by(c: &Cluster, node: &str) -> usize {
+    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    c.kube()
+        .expect("real")
+        .audit()
+        .expect("audit log")
+        .into_iter()
+        .filter(|r| r.user == agent && r.node.as_deref() == Some(node))
+        .filter(|r| r.verb == "patch" && r.resource == "services/status")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
+    let nodes = ["node-a", "node-b"];
+    let c = world("ipam-paused", &nodes, &[]).await;
+    add_pool(&c, "web", &["10.0.91.0/24"]);
+    create(&c, "early", json!({}), json!({})).await;
+    until(&c, "early has an address", T, || async {
+        addresses(&c).await["early"].len() == 1
+    })
+    .await;
+    let first = allocator_holder(&c).await.expect("holder");
+    c.signal(&first, libc::SIGSTOP);
+    until(
+        &c,
+        "another node takes the allocator Lease",
+        FAILOVER,
+        || async { allocator_holder(&c).await.is_some_and(|h| h != first) },
+    )
+    .await;
+    create(&c, "late", json!({}), json!({})).await;
+    until(
+        &c,
+        "late has an address from the new allocator",
+        T,
+        || async { addresses(&c).await["late"].len() == 1 },
+    )
+    .await;
+    let before = status_patches_by(&c, &first);
+    c.signal(&first, libc::SIGCONT);
+    // Long enough for the resumed agent to run every timer it missed, and to try again.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        status_patches_by(&c, &first),
+        before,
+        "the resumed old allocator wrote Services"
+    );
+    assert_distinct(&addresses(&c).await);
+}
