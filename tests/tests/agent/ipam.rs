@@ -608,3 +608,27 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
     );
     assert_distinct(&addresses(&c).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_the_active_allocator_gives_its_lease_up_before_it_exits() {
+    let nodes = ["node-a", "node-b"];
+    let mut c = world("ipam-sigterm", &nodes, &[]).await;
+    add_pool(&c, "web", &["10.0.92.0/24"]);
+    until(&c, "an allocator holds the Lease", T, || async {
+        allocator_holder(&c).await.is_some()
+    })
+    .await;
+    let first = allocator_holder(&c).await.expect("holder");
+    c.signal(&first, libc::SIGTERM);
+    assert_eq!(c.wait_exit(&first, T), Some(0), "SIGTERM exits cleanly");
+    assert_ne!(
+        allocator_holder(&c).await.as_deref(),
+        Some(first.as_str()),
+        "the Lease was given up (or already taken over) by the time the agent exited"
+    );
+    create(&c, "after", json!({}), json!({})).await;
+    until(&c, "the other node allocates", T, || async {
+        addresses(&c).await["after"].len() == 1
+    })
+    .await;
+}
