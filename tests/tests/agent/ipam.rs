@@ -380,7 +380,13 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let at_kill = addresses(&c).await;
     c.kill(&first);
+    eprintln!(
+        "killed {first} with {} Services created, {} with an address",
+        at_kill.len(),
+        at_kill.values().filter(|i| !i.is_empty()).count()
+    );
     creating.await.expect("created");
     let end = Instant::now() + FAILOVER;
     loop {
