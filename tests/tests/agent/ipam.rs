@@ -638,3 +638,53 @@ async fn sigterm_on_the_active_allocator_gives_its_lease_up_before_it_exits() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefer_dual_stack_service_gets_an_address_of_each_family() {
+    let c = world("ipam-dual", &["node-a"], &[]).await;
+    add_pool(&c, "web", &["10.0.93.0/24", "fd00::93:0/120"]);
+    create(
+        &c,
+        "dual",
+        json!({"ipFamilyPolicy": "PreferDualStack"}),
+        json!({}),
+    )
+    .await;
+    until(&c, "dual has two addresses", T, || async {
+        addresses(&c).await["dual"].len() == 2
+    })
+    .await;
+    let ips = &addresses(&c).await["dual"];
+    assert!(ips.contains(&"10.0.93.0".to_string()), "{ips:?}");
+    assert!(ips.contains(&"fd00::93:0".to_string()), "{ips:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_services_on_one_address_keep_the_older_and_move_the_younger_with_a_warning() {
+    let c = world("ipam-conflict", &["node-a"], &[]).await;
+    add_pool(&c, "web", &["10.0.94.0/24"]);
+    create(&c, "old", json!({}), json!({})).await;
+    until(&c, "old has an address", T, || async {
+        addresses(&c).await["old"].len() == 1
+    })
+    .await;
+    create(&c, "young", json!({}), json!({})).await;
+    until(&c, "young has an address", T, || async {
+        addresses(&c).await["young"].len() == 1
+    })
+    .await;
+    let old = addresses(&c).await["old"].clone();
+    // What a split brain would leave: the younger Service written onto the older's address.
+    c.set_ingress(NS, "young", &[old[0].as_str()]).await;
+    warning(&c, "young", "AddressConflict").await;
+    until(&c, "young moved off old's address", T, || async {
+        let a = addresses(&c).await;
+        a["young"].len() == 1 && a["young"] != old
+    })
+    .await;
+    assert_eq!(
+        addresses(&c).await["old"],
+        old,
+        "the older keeps its address"
+    );
+}
