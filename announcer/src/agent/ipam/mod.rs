@@ -271,7 +271,12 @@ impl Leader {
             .collect();
         let services = self.services_with_pending();
         let pools: Vec<AddressPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
-        let plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.alloc);
+        let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.alloc);
+        // A Service in a namespace the Namespaces watch has not shown yet (just created: the
+        // two watches race) is judged without its namespace's labels: its addresses still
+        // count as taken, but nothing is written or reported for it until the namespace shows.
+        plan.services
+            .retain(|k, _| namespaces.contains_key(&k.namespace));
         self.report(&plan, &services);
         let mut ok = true;
         for s in &services {
