@@ -225,3 +225,185 @@ impl Elector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::{
+        Json, Router,
+        extract::State,
+        http::StatusCode,
+        routing::{get, post},
+    };
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    /// One Lease, in memory, with resourceVersion checks on replace (409 on a stale one).
+    #[derive(Clone, Default)]
+    struct Server {
+        lease: Arc<Mutex<Option<Value>>>,
+        rv: Arc<Mutex<u64>>,
+    }
+
+    impl Server {
+        fn stamp(&self, mut v: Value) -> Value {
+            let mut rv = self.rv.lock().unwrap();
+            *rv += 1;
+            v["metadata"]["resourceVersion"] = json!(rv.to_string());
+            v["metadata"]["namespace"] = json!("ns");
+            v
+        }
+
+        /// Someone else writes the Lease (another node).
+        fn put(&self, holder: &str) {
+            let v = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": LEASE_NAME},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": 1, "leaseTransitions": 3},
+            });
+            let v = self.stamp(v);
+            *self.lease.lock().unwrap() = Some(v);
+        }
+
+        fn holder(&self) -> Option<String> {
+            self.lease
+                .lock()
+                .unwrap()
+                .as_ref()
+                .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+        }
+    }
+
+    async fn start(server: Server) -> Client {
+        async fn read(State(s): State<Server>) -> (StatusCode, Json<Value>) {
+            match s.lease.lock().unwrap().clone() {
+                Some(l) => (StatusCode::OK, Json(l)),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    Json(
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                ),
+            }
+        }
+        async fn create(
+            State(s): State<Server>,
+            Json(v): Json<Value>,
+        ) -> (StatusCode, Json<Value>) {
+            let v = s.stamp(v);
+            *s.lease.lock().unwrap() = Some(v.clone());
+            (StatusCode::CREATED, Json(v))
+        }
+        async fn replace(
+            State(s): State<Server>,
+            Json(v): Json<Value>,
+        ) -> (StatusCode, Json<Value>) {
+            let current = s.lease.lock().unwrap().clone();
+            let stale = current.is_none_or(|c| {
+                c["metadata"]["resourceVersion"] != v["metadata"]["resourceVersion"]
+            });
+            if stale {
+                return (
+                    StatusCode::CONFLICT,
+                    Json(
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                "reason": "Conflict", "code": 409, "message": "conflict"}),
+                    ),
+                );
+            }
+            let v = s.stamp(v);
+            *s.lease.lock().unwrap() = Some(v.clone());
+            (StatusCode::OK, Json(v))
+        }
+        let base = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
+        let app = Router::new()
+            .route(base, post(create))
+            .route(&format!("{base}/{LEASE_NAME}"), get(read).put(replace))
+            .with_state(server);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+    }
+
+    fn timings() -> LeaseTimings {
+        LeaseTimings {
+            duration: Duration::from_secs(1),
+            renew: Duration::from_millis(300),
+            deadline: Duration::from_millis(600),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_is_created_and_held() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        assert!(e.is_active());
+        assert_eq!(s.holder().as_deref(), Some("node-a"));
+        // Renewals keep it.
+        assert!(e.try_acquire_or_renew().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_lease_held_by_another_is_taken_only_once_it_stayed_unchanged_for_its_duration() {
+        let s = Server::default();
+        s.put("node-b");
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(!e.try_acquire_or_renew().await.unwrap());
+        // node-b renews: the clock starts again.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        s.put("node-b");
+        assert!(!e.try_acquire_or_renew().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !e.try_acquire_or_renew().await.unwrap(),
+            "changed 0.7 s ago"
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(
+            e.try_acquire_or_renew().await.unwrap(),
+            "unchanged for 1.1 s"
+        );
+        let lease = s.lease.lock().unwrap().clone().unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], "node-a");
+        assert_eq!(lease["spec"]["leaseTransitions"], 4);
+    }
+
+    #[tokio::test]
+    async fn a_leader_whose_lease_was_taken_gets_a_conflict_then_sees_the_new_holder() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        s.put("node-b");
+        assert!(matches!(
+            e.try_acquire_or_renew().await,
+            Err(LeaseError::Conflict)
+        ));
+        assert!(!e.try_acquire_or_renew().await.unwrap());
+        assert!(!e.is_active());
+        assert_eq!(s.holder().as_deref(), Some("node-b"));
+    }
+
+    #[tokio::test]
+    async fn leadership_ends_at_the_renew_deadline_without_a_renewal() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(!e.is_active(), "past the 0.6 s deadline");
+    }
+
+    #[tokio::test]
+    async fn release_empties_the_holder() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        e.release().await.unwrap();
+        assert_eq!(s.holder(), None);
+        assert!(!e.is_active());
+    }
+}
