@@ -452,8 +452,14 @@ async fn services_with_one_sharing_key_and_distinct_ports_share_an_address() {
     })
     .await;
     let a = addresses(&c).await;
-    assert_eq!(a["http"], a["https"], "distinct ports share");
+    // Creation times have a one-second granularity, so which of http and clash counts as the
+    // older (and gets the first address) may be decided by name: https, on 443, shares with
+    // whichever holds the address it finds first.
     assert_ne!(a["http"], a["clash"], "port 80 clashes");
+    assert!(
+        a["https"] == a["http"] || a["https"] == a["clash"],
+        "443 shares with a port-80 Service: {a:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
