@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod http;
+pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod net;
@@ -124,6 +125,17 @@ pub async fn run(
         stop.clone(),
     );
     metrics.sources().set_watches(watches.counters.clone());
+    // The address allocator: idle without AddressPools; ends on stop (giving its Lease up).
+    let allocator = (!args.no_allocator).then(|| {
+        tokio::spawn(ipam::run(
+            client.clone(),
+            ipam::AllocatorConfig::from_args(&args),
+            watches.services.clone(),
+            watches.pools.clone(),
+            watches.changed.clone(),
+            stop.clone(),
+        ))
+    });
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
@@ -178,5 +190,10 @@ pub async fn run(
         Err(e) => Err(e),
     };
     stop_trigger.fire();
+    // Let the allocator release its Lease, so another node takes over without waiting for it
+    // to expire; never hold the exit up for long.
+    if let Some(a) = allocator {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), a).await;
+    }
     result
 }

@@ -9,9 +9,15 @@
 //! server. The agent's election (which node announces) reads the same pools for placement
 //! (`nodeSelector`, `interfaces`), and the CLI's `migrate metallb` writes them.
 
+pub mod alloc;
 pub mod pool;
+pub mod range;
 
+pub use alloc::{
+    Assignment, Config, Plan, PoolReport, Problem, Reason, ServiceKey, plan, pool_status,
+};
 pub use pool::{
     ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolSpec,
     AddressPoolStatus, LOAD_BALANCER_IPS_ANNOTATION,
 };
+pub use range::{Family, Range, RangeError};

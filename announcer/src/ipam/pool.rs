@@ -39,6 +39,7 @@ pub struct AddressPoolSpec {
     #[serde(default = "yes")]
     pub auto_assign: bool,
     /// Skip IPv4 addresses ending in `.0` or `.255`, which some old clients and routers drop.
+    /// (`avoidBuggyIPs` in the CRD: camelCase would spell it `avoidBuggyIps`.)
     #[serde(
         default,
         rename = "avoidBuggyIPs",
@@ -95,72 +96,101 @@ impl AddressPoolSpec {
     /// Whether `ip` is one of the pool's addresses (an entry that does not parse matches
     /// nothing; the allocator reports it in the pool's `Valid` condition).
     pub fn contains(&self, ip: std::net::IpAddr) -> bool {
-        self.addresses.iter().any(|a| entry_contains(a, ip))
+        self.addresses
+            .iter()
+            .any(|a| super::Range::parse(a).is_ok_and(|r| r.contains(ip)))
     }
-}
-
-/// Whether `ip` is inside one `addresses` entry: a CIDR or an inclusive `first-last` range.
-fn entry_contains(entry: &str, ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    let key = |ip: IpAddr| match ip {
-        IpAddr::V4(a) => (4u8, u128::from(u32::from(a))),
-        IpAddr::V6(a) => (6u8, u128::from(a)),
-    };
-    let (fam, x) = key(ip);
-    if let Some((first, last)) = entry.split_once('-') {
-        let (Ok(first), Ok(last)) = (first.trim().parse(), last.trim().parse()) else {
-            return false;
-        };
-        let ((f1, a), (f2, b)) = (key(first), key(last));
-        return f1 == fam && f2 == fam && a <= x && x <= b;
-    }
-    let Some((net, len)) = entry.split_once('/') else {
-        return entry.parse().is_ok_and(|a: IpAddr| a == ip);
-    };
-    let (Ok(net), Ok(len)) = (net.parse::<IpAddr>(), len.parse::<u32>()) else {
-        return false;
-    };
-    let (f, n) = key(net);
-    let bits = if f == 4 { 32 } else { 128 };
-    if f != fam || len > bits {
-        return false;
-    }
-    let host = bits - len;
-    host >= 128 || (n >> host) == (x >> host)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
     use super::*;
 
-    fn pool(addresses: &[&str]) -> AddressPoolSpec {
-        AddressPoolSpec {
-            addresses: addresses.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
+    /// The property names the CRD's schema declares at `path` (e.g. `["spec"]`).
+    fn crd_properties(path: &[&str]) -> BTreeSet<String> {
+        let text = include_str!("../../../deploy/crds/addresspool.yaml");
+        let crd: serde_yaml::Value = serde_yaml::from_str(text).expect("the CRD parses");
+        let mut node = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        for p in path {
+            node = &node["properties"][*p];
         }
+        node["properties"]
+            .as_mapping()
+            .expect("properties")
+            .keys()
+            .filter_map(|k| k.as_str().map(String::from))
+            .collect()
+    }
+
+    fn keys(v: serde_json::Value) -> BTreeSet<String> {
+        v.as_object().expect("object").keys().cloned().collect()
+    }
+
+    #[test]
+    fn the_spec_has_the_crds_fields_spelled_as_the_crd_spells_them() {
+        let spec = AddressPoolSpec {
+            addresses: vec!["10.0.0.0/24".into()],
+            auto_assign: false,
+            avoid_buggy_ips: true,
+            service_selector: Some(LabelSelector::default()),
+            namespace_selector: Some(LabelSelector::default()),
+            node_selector: Some(LabelSelector::default()),
+            interfaces: vec!["eth0".into()],
+        };
+        let json = serde_json::to_value(&spec).expect("serialises");
+        assert_eq!(keys(json.clone()), crd_properties(&["spec"]));
+        let back: AddressPoolSpec = serde_json::from_value(json).expect("round trip");
+        assert_eq!(back, spec);
+    }
+
+    #[test]
+    fn the_status_has_the_crds_fields_spelled_as_the_crd_spells_them() {
+        let status = AddressPoolStatus {
+            conditions: vec![Condition {
+                type_: "Valid".into(),
+                status: "True".into(),
+                reason: "Valid".into(),
+                message: String::new(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            }],
+            observed_generation: Some(1),
+            ..AddressPoolStatus::default()
+        };
+        let json = serde_json::to_value(&status).expect("serialises");
+        assert_eq!(keys(json), crd_properties(&["status"]));
+    }
+
+    #[test]
+    fn auto_assign_defaults_to_true() {
+        let spec: AddressPoolSpec =
+            serde_json::from_value(serde_json::json!({"addresses": ["10.0.0.0/24"]}))
+                .expect("spec");
+        assert!(spec.auto_assign);
+        assert!(!spec.avoid_buggy_ips);
     }
 
     #[test]
     fn contains_matches_cidrs_and_inclusive_ranges_of_the_same_family() {
-        let p = pool(&[
-            "10.0.0.0/24",
-            "10.1.0.10-10.1.0.20",
-            "fd00::/120",
-            "0.0.0.0/0x",
-        ]);
-        assert!(p.contains("10.0.0.255".parse().unwrap()));
-        assert!(!p.contains("10.0.1.0".parse().unwrap()));
-        assert!(p.contains("10.1.0.10".parse().unwrap()));
-        assert!(p.contains("10.1.0.20".parse().unwrap()));
-        assert!(!p.contains("10.1.0.21".parse().unwrap()));
-        assert!(p.contains("fd00::ff".parse().unwrap()));
-        assert!(!p.contains("fd00::100".parse().unwrap()));
-        assert!(!p.contains("::ffff:10.0.0.1".parse().unwrap()));
-    }
-
-    #[test]
-    fn auto_assign_defaults_to_true_when_absent() {
-        let p: AddressPoolSpec = serde_json::from_str(r#"{"addresses":["10.0.0.0/24"]}"#).unwrap();
-        assert!(p.auto_assign);
+        let p = AddressPoolSpec {
+            addresses: [
+                "10.0.0.0/24",
+                "10.1.0.10-10.1.0.20",
+                "fd00::/120",
+                "0.0.0.0/0x",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        };
+        let has = |ip: &str| p.contains(ip.parse().unwrap());
+        assert!(has("10.0.0.255") && !has("10.0.1.0"));
+        assert!(has("10.1.0.10") && has("10.1.0.20") && !has("10.1.0.21"));
+        assert!(has("fd00::ff") && !has("fd00::100"));
+        assert!(!has("::ffff:10.0.0.1"));
     }
 }

@@ -12,6 +12,7 @@ mod dataplane;
 mod election;
 mod eligibility;
 mod heartbeat;
+mod ipam;
 mod kube_faults;
 mod lifecycle;
 mod metrics;

@@ -169,6 +169,19 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
     })
     .await;
 
+    // The allocator (kube-apiserver only: the in-repo server serves no AddressPools, so
+    // there the pools watch fails, harmlessly, and the allocator stays idle): a pool, and a
+    // Service of our class that gets an address from it, which the pool's status counts.
+    if let Some(cp) = c.kube() {
+        let pool = "apiVersion: announcer.dev/v1alpha1\nkind: AddressPool\nmetadata:\n  \
+                    name: rbac\nspec:\n  addresses: [10.0.72.0/24]\n";
+        let file = cp.dir().join("rbac-pool.yaml");
+        std::fs::write(&file, pool).expect("write");
+        cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
+            .unwrap_or_else(|e| panic!("{e}"));
+        allocate(&c).await;
+    }
+
     // The Service goes away.
     c.delete_service("apps", "web").await;
     c.wait_for("nobody announces a deleted Service", T, |c| {
@@ -196,6 +209,64 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
         "Events go to the Service's namespace, so events need a cluster-wide grant"
     );
     used_by(&c, &NODES)
+}
+
+/// Creates `apps/auto` (our class, no address) and waits until the allocator gave it one and
+/// the pool's status counts it.
+async fn allocate(c: &Cluster) {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{DynamicObject, PostParams};
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "auto", "namespace": "apps"},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                 "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    let api = Api::<Service>::namespaced(c.client.clone(), "apps");
+    api.create(&PostParams::default(), &svc)
+        .await
+        .expect("create");
+    let pools: Api<DynamicObject> = Api::all_with(
+        c.client.clone(),
+        &kube::discovery::ApiResource {
+            group: "announcer.dev".into(),
+            version: "v1alpha1".into(),
+            api_version: "announcer.dev/v1alpha1".into(),
+            kind: "AddressPool".into(),
+            plural: "addresspools".into(),
+        },
+    );
+    let end = std::time::Instant::now() + T;
+    loop {
+        let has_ip = api
+            .get("auto")
+            .await
+            .ok()
+            .and_then(|s| s.status?.load_balancer?.ingress)
+            .is_some_and(|i| !i.is_empty());
+        let counted = pools
+            .get("rbac")
+            .await
+            .ok()
+            .is_some_and(|p| p.data["status"]["assignedIPv4"] == 1);
+        if has_ip && counted {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the allocator gave apps/auto no address\n{}",
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the in-repo API server cannot serve, so no agent uses it there: AddressPools (no CRD:
+/// the pools watch fails and the allocator stays idle) and with them the allocator's writes
+/// (services/status, addresspools/status) and its Namespaces watch. The comparison on the
+/// in-repo server leaves these grants out; kube-apiserver checks them.
+fn unservable_in_repo(g: &Grant) -> bool {
+    g.0 == "announcer.dev" || (g.0.is_empty() && (g.1 == "namespaces" || g.1 == "services/status"))
 }
 
 /// Grants the agents need only on paths no short test reaches, each with the reason.
@@ -226,7 +297,11 @@ async fn rbac_grants_exactly_what_the_agents_use(api) {
     .await;
     let used: BTreeSet<Grant> = node_lease.union(&per_service).cloned().collect();
     let grants = grants_of("announcer");
-    let granted: BTreeSet<Grant> = grants.iter().map(|(g, _)| g.clone()).collect();
+    let granted: BTreeSet<Grant> = grants
+        .iter()
+        .map(|(g, _)| g.clone())
+        .filter(|g| api == ApiKind::Kube || !unservable_in_repo(g))
+        .collect();
 
     let missing: Vec<&Grant> = used.difference(&granted).collect();
     assert!(

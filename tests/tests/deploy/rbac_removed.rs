@@ -4,15 +4,17 @@
 //! keeps the table complete.
 //!
 //! Each case starts three agents ([`LEASE_ARGS`]) with two Services: `web` (a ready endpoint on node-a) and `local`
-//! (externalTrafficPolicy Local, its endpoint on node-b), and watches for [`WINDOW`].
+//! (externalTrafficPolicy Local, its endpoint on node-b), an `AddressPool` and a third
+//! Service, `auto` (our class, no address: the allocator's), and watches for [`WINDOW`].
 
 use std::time::{Duration, Instant};
 
 use announcer_tests::env::{
     ApiKind,
-    cluster::{Cluster, owned_vips},
+    cluster::{self, Cluster, owned_vips},
 };
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::{core::v1::Service, events::v1::Event};
+use kube::{Api, api::PostParams};
 use serde_yaml::Value;
 
 use super::documents;
@@ -52,17 +54,38 @@ enum Behaviour {
     TrustsTheApi,
     /// Every agent's `/state` lists both peers with a valid Lease (at the end of the window).
     SeesItsPeersLeases,
+    /// `auto` gets an address from the pool.
+    AllocatesAnAddress,
+    /// The pool's status counts `auto`'s address (at the end of the window).
+    CountsThePoolsAddresses,
+    /// The agents list the pools about once each, then follow a watch ([`RELISTS`]).
+    WatchesPoolsWithoutRelisting,
+    /// The active allocator follows the Namespaces with a watch (the audit log shows one it
+    /// was not refused). Without it, kube's watcher retries the watch from its last
+    /// resourceVersion and never relists: a namespace's label change (`namespaceSelector`)
+    /// would never reach the allocator.
+    FollowsNamespaceChanges,
 }
 
 use Behaviour::*;
 
-const ALL: [Behaviour; 5] = [
+const ALL: [Behaviour; 9] = [
     AnnouncesTheVip,
     AnnouncesTheLocalVipWhereItsEndpointIs,
     RecordsAnAnnouncingEvent,
     TrustsTheApi,
     SeesItsPeersLeases,
+    AllocatesAnAddress,
+    CountsThePoolsAddresses,
+    WatchesPoolsWithoutRelisting,
+    FollowsNamespaceChanges,
 ];
+
+/// Lists of one resource, per lister, beyond which it counts as relisting: a working watch
+/// lists once (twice if a watch is replaced); a refused one relists on every backoff step
+/// (several times within [`WINDOW`]).
+const RELISTS: usize = 2;
+const AUTO: &str = "10.0.71.128/25";
 
 /// Which election mode a case runs (`get` on Leases is only the per-Service mode's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +95,7 @@ enum Mode {
 }
 
 /// (group, resource, verb) removed, the mode, and the behaviour that must break.
-const CASES: [(&str, &str, &str, Mode, Behaviour); 12] = [
+const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
     ("", "services", "list", Mode::NodeLease, AnnouncesTheVip),
     ("", "services", "watch", Mode::NodeLease, TrustsTheApi),
     ("", "nodes", "list", Mode::NodeLease, AnnouncesTheVip),
@@ -133,6 +156,50 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 12] = [
         Mode::PerService,
         AnnouncesTheVip,
     ),
+    (
+        "announcer.dev",
+        "addresspools",
+        "list",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        "announcer.dev",
+        "addresspools",
+        "watch",
+        Mode::NodeLease,
+        WatchesPoolsWithoutRelisting,
+    ),
+    (
+        "announcer.dev",
+        "addresspools/status",
+        "patch",
+        Mode::NodeLease,
+        CountsThePoolsAddresses,
+    ),
+    // The agents' Announced condition goes through services/status too; the allocator's
+    // address is what breaks first and most visibly.
+    (
+        "",
+        "services/status",
+        "patch",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        "",
+        "namespaces",
+        "list",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        "",
+        "namespaces",
+        "watch",
+        Mode::NodeLease,
+        FollowsNamespaceChanges,
+    ),
 ];
 
 /// Grants no short test can take away visibly, with the reason.
@@ -170,6 +237,8 @@ fn rbac_without(group: &str, resource: &str, verb: &str) -> String {
             verbs.retain(|v| v.as_str() != Some(verb));
             removed += 1;
         }
+        // A rule left without verbs is invalid: drop it.
+        rules.retain(|r| r["verbs"].as_sequence().is_none_or(|v| !v.is_empty()));
     }
     assert_eq!(removed, 1, "{group}/{resource} {verb} is granted once");
     docs.iter()
@@ -186,6 +255,10 @@ struct Seen {
     event: bool,
     trusts: bool,
     peers: bool,
+    allocated: bool,
+    counted: bool,
+    pool_lists: usize,
+    namespace_watch: bool,
 }
 
 impl Seen {
@@ -196,12 +269,19 @@ impl Seen {
             RecordsAnAnnouncingEvent => self.event,
             TrustsTheApi => self.trusts,
             SeesItsPeersLeases => self.peers,
+            AllocatesAnAddress => self.allocated,
+            CountsThePoolsAddresses => self.counted,
+            // Three agents list the pools.
+            WatchesPoolsWithoutRelisting => self.pool_lists <= NODES.len() * RELISTS,
+            FollowsNamespaceChanges => self.namespace_watch,
         }
     }
 }
 
 async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
-    let tag = removed.map_or("all".to_string(), |(_, r, v)| format!("{r}-{v}"));
+    let tag = removed.map_or("all".to_string(), |(_, r, v)| {
+        format!("{r}-{v}").replace('/', "-")
+    });
     let mut c = Cluster::start_on(ApiKind::Kube, &format!("rbac-without-{tag}")).await;
     let cp = c.kube().expect("real");
     if let Some((g, r, v)) = removed {
@@ -217,6 +297,25 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
     c.set_endpoints("apps", "web", &[("node-a", true)]).await;
     c.add_service("apps", "local", &[LOCAL], true).await;
     c.set_endpoints("apps", "local", &[("node-b", true)]).await;
+    let pool = format!(
+        "apiVersion: announcer.dev/v1alpha1\nkind: AddressPool\nmetadata:\n  name: auto\n\
+         spec:\n  addresses: [{AUTO}]\n"
+    );
+    let file = cp.dir().join("pool.yaml");
+    std::fs::write(&file, pool).expect("write");
+    cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "auto", "namespace": "apps"},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                 "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    let services = Api::<Service>::namespaced(c.client.clone(), "apps");
+    services
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create auto");
     let mut args: Vec<&str> = LEASE_ARGS.to_vec();
     if mode == Mode::PerService {
         args.extend(PER_SERVICE_ARGS);
@@ -237,6 +336,14 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
         }
         seen.announced |= c.owners(WEB).len() == 1;
         seen.local_on_b |= c.owners(LOCAL) == ["node-b"];
+        if !seen.allocated {
+            seen.allocated = services
+                .get("auto")
+                .await
+                .ok()
+                .and_then(|s| s.status?.load_balancer?.ingress)
+                .is_some_and(|i| !i.is_empty());
+        }
         if !seen.event {
             seen.event = c.event_objects("apps").await.iter().any(|e: &Event| {
                 e.reason.as_deref() == Some("Announcing")
@@ -245,6 +352,25 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let cp = c.kube().expect("real");
+    seen.counted = cp
+        .kubectl(&[
+            "get",
+            "addresspool",
+            "auto",
+            "-o",
+            "jsonpath={.status.assignedIPv4}",
+        ])
+        .is_ok_and(|n| n.trim() == "1");
+    let agent = format!("system:serviceaccount:{}:announcer", cluster::NAMESPACE);
+    let audit = cp.audit().expect("audit log");
+    seen.pool_lists = audit
+        .iter()
+        .filter(|r| r.user == agent && r.verb == "list" && r.resource == "addresspools")
+        .count();
+    seen.namespace_watch = audit.iter().any(|r| {
+        r.user == agent && r.verb == "watch" && r.resource == "namespaces" && r.code < 400
+    });
     let states: Vec<_> = NODES.iter().map(|n| c.state(n)).collect();
     seen.peers = mode == Mode::PerService
         || states.iter().all(|s| {
@@ -342,4 +468,10 @@ removal_tests! {
     without_leases_list_no_agent_sees_its_peers = 9;
     without_leases_watch_the_agents_distrust_the_api = 10;
     without_leases_get_per_service_mode_announces_nothing = 11;
+    without_addresspools_list_no_service_gets_an_address = 12;
+    without_addresspools_watch_the_agents_relist_the_pools_over_and_over = 13;
+    without_addresspools_status_patch_the_pool_status_counts_nothing = 14;
+    without_services_status_patch_the_service_gets_no_address = 15;
+    without_namespaces_list_no_service_gets_an_address = 16;
+    without_namespaces_watch_the_allocator_misses_namespace_label_changes = 17;
 }

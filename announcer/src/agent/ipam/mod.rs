@@ -1,0 +1,570 @@
+//! The address allocator: one agent in the cluster at a time (the holder of the
+//! `announcer-allocator` Lease, [`lease`]) writes the addresses [`crate::ipam::plan`] computes
+//! into the Services' `status.loadBalancer.ingress`, the pools' usage into their status, and a
+//! Warning Event for each Service it cannot serve.
+//!
+//! Why this shape:
+//!
+//! * **Idle without pools.** While the `AddressPool` store (every agent watches it anyway) is
+//!   empty, nothing happens: no Lease, no extra watch, no write, so a cluster that assigns
+//!   addresses some other way sees no new API traffic.
+//! * **One writer, O(changes) writes.** Only the Lease holder writes, and it writes only what
+//!   differs from the objects (a Service's addresses, a pool's status), each once: a
+//!   recompute that changes nothing sends nothing. The Lease renewal (every 5 s) is the only
+//!   steady-state request. Namespaces (for `namespaceSelector`) are watched only while active.
+//! * **No state of its own.** What is allocated is what the Services' status says; a new
+//!   leader recomputes from the same objects and moves nothing. Every Service write carries
+//!   the Service's `resourceVersion`: if it changed meanwhile (409), the watch brings the new
+//!   version and the next recompute decides again.
+//! * **Events once per problem.** A Warning is recorded when a problem appears on a Service,
+//!   not on every recompute.
+
+pub mod lease;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    net::IpAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::core::v1::{Namespace, ObjectReference, Service},
+    apimachinery::pkg::apis::meta::v1::Time,
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        WatchStreamExt,
+        events::{Event, EventType, Recorder, Reporter},
+        reflector::{self, Store},
+        watcher,
+    },
+};
+use rand::Rng;
+use serde_json::json;
+use tokio::{sync::watch, time::Instant};
+
+use self::lease::{Elector, LeaseError, LeaseTimings};
+use crate::{
+    agent::{config::AgentArgs, shutdown::Shutdown},
+    ipam::{self, AddressPool, AddressPoolStatus, Plan, Problem, ServiceKey},
+};
+
+/// The `reportingController` of the allocator's Events.
+pub const CONTROLLER: &str = "announcer.dev/allocator";
+
+/// What the allocator needs to know.
+#[derive(Clone, Debug)]
+pub struct AllocatorConfig {
+    /// The agent namespace (where the Lease lives).
+    pub namespace: String,
+    /// This node's name: the Lease holder identity and the Events' instance.
+    pub identity: String,
+    /// Which Services are ours.
+    pub alloc: ipam::Config,
+    /// How the Lease is held.
+    pub lease: LeaseTimings,
+}
+
+impl AllocatorConfig {
+    /// From the agent's flags: our class, and class-less Services only with
+    /// `--allocate-classless` (never with `--class-only`).
+    pub fn from_args(args: &AgentArgs) -> Self {
+        AllocatorConfig {
+            namespace: args.namespace.clone(),
+            identity: args.node_name.clone(),
+            alloc: ipam::Config {
+                class: args.load_balancer_class.clone(),
+                classless: args.allocate_classless && !args.class_only,
+            },
+            lease: LeaseTimings::default(),
+        }
+    }
+}
+
+/// Why a write failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The object changed since it was read (409): wait for the watch.
+    #[error("{0} changed since it was read")]
+    Conflict(String),
+    /// No longer the leader: nothing is written.
+    #[error("no longer the active allocator")]
+    NotActive,
+    /// The API server refused the request or could not be reached.
+    #[error("{0}: {1}")]
+    Api(String, kube::Error),
+}
+
+/// Runs the allocator until `stop`. Idle while `pools` is empty.
+pub async fn run(
+    client: Client,
+    cfg: AllocatorConfig,
+    services: Store<Service>,
+    pools: Store<AddressPool>,
+    mut changed: watch::Receiver<u64>,
+    mut stop: Shutdown,
+) {
+    let ready = async {
+        services.wait_until_ready().await?;
+        pools.wait_until_ready().await
+    };
+    tokio::select! {
+        () = stop.recv() => return,
+        r = ready => if r.is_err() { return },
+    }
+    let mut elector = Elector::new(client.clone(), &cfg.namespace, &cfg.identity, cfg.lease);
+    loop {
+        // Idle: no pools, nothing to do, no requests.
+        while pools.state().is_empty() {
+            tokio::select! {
+                () = stop.recv() => return,
+                r = changed.changed() => if r.is_err() { return },
+            }
+        }
+        match elector.try_acquire_or_renew().await {
+            Ok(true) => {
+                tracing::info!(identity = %cfg.identity, "became the active address allocator");
+                let mut leader = Leader::new(&client, &cfg, &services, &pools);
+                let end = leader.lead(&mut elector, &mut changed, &mut stop).await;
+                if let Err(e) = elector.release().await {
+                    tracing::debug!(error = %e, "could not release the allocator Lease");
+                }
+                match end {
+                    End::Stopped => return,
+                    End::Lost => tracing::warn!("no longer the active address allocator"),
+                    End::NoPools => tracing::info!("no address pools left: allocator idle"),
+                }
+            }
+            Ok(false) => {}
+            Err(LeaseError::Conflict) => {}
+            Err(e) => tracing::warn!(error = %e, "allocator Lease"),
+        }
+        let wait = jittered(cfg.lease.renew);
+        tokio::select! {
+            () = stop.recv() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// `d` scaled by a random factor in [1, 1.2): candidates do not retry in lockstep.
+fn jittered(d: Duration) -> Duration {
+    d.mul_f64(1.0 + rand::rng().random::<f64>() * 0.2)
+}
+
+enum End {
+    Stopped,
+    Lost,
+    NoPools,
+}
+
+/// The active allocator's state: what it wrote and is waiting to see, what it reported.
+struct Leader {
+    client: Client,
+    cfg: AllocatorConfig,
+    services: Store<Service>,
+    pools: Store<AddressPool>,
+    /// Service writes not seen in the store yet: key → (resourceVersion written over, ips).
+    pending_services: HashMap<ServiceKey, (String, Vec<IpAddr>)>,
+    /// Pool status writes not seen yet: name → (resourceVersion written over, status).
+    pending_pools: HashMap<String, (String, AddressPoolStatus)>,
+    /// The problems already reported per Service.
+    reported: BTreeMap<ServiceKey, BTreeSet<Problem>>,
+    reporter: Reporter,
+}
+
+impl Leader {
+    fn new(
+        client: &Client,
+        cfg: &AllocatorConfig,
+        services: &Store<Service>,
+        pools: &Store<AddressPool>,
+    ) -> Self {
+        Leader {
+            client: client.clone(),
+            cfg: cfg.clone(),
+            services: services.clone(),
+            pools: pools.clone(),
+            pending_services: HashMap::new(),
+            pending_pools: HashMap::new(),
+            reported: BTreeMap::new(),
+            reporter: Reporter {
+                controller: CONTROLLER.to_owned(),
+                instance: Some(cfg.identity.clone()),
+            },
+        }
+    }
+
+    async fn lead(
+        &mut self,
+        elector: &mut Elector,
+        changed: &mut watch::Receiver<u64>,
+        stop: &mut Shutdown,
+    ) -> End {
+        // Namespaces, for the pools' namespaceSelector: watched only while active.
+        let (ns_store, ns_changed, ns_listed, ns_task) = watch_namespaces(self.client.clone());
+        let _abort = AbortOnDrop(ns_task);
+        let mut ns_changed = ns_changed;
+        let mut renew_at = Instant::now() + self.cfg.lease.renew;
+        let mut retry_at: Option<Instant> = None;
+        let mut dirty = true;
+        loop {
+            if self.pools.state().is_empty() {
+                return End::NoPools;
+            }
+            if !elector.is_active() {
+                return End::Lost;
+            }
+            if dirty && ns_listed.load(Ordering::Acquire) {
+                dirty = false;
+                if self.reconcile(elector, &ns_store).await {
+                    retry_at = None;
+                } else {
+                    retry_at = Some(Instant::now() + jittered(Duration::from_secs(1)));
+                }
+            }
+            let active_until = elector.active_until().unwrap_or_else(Instant::now);
+            tokio::select! {
+                () = stop.recv() => return End::Stopped,
+                r = changed.changed() => {
+                    if r.is_err() { return End::Stopped }
+                    dirty = true;
+                }
+                r = ns_changed.changed() => {
+                    if r.is_err() { return End::Lost }
+                    dirty = true;
+                }
+                () = sleep_until_opt(retry_at) => {
+                    retry_at = None;
+                    dirty = true;
+                }
+                () = tokio::time::sleep_until(active_until) => return End::Lost,
+                () = tokio::time::sleep_until(renew_at) => {
+                    match elector.try_acquire_or_renew().await {
+                        Ok(true) => renew_at = Instant::now() + self.cfg.lease.renew,
+                        Ok(false) => return End::Lost,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "allocator Lease renewal failed");
+                            renew_at = Instant::now() + jittered(Duration::from_secs(1));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Recomputes the plan and writes what differs. False if a write failed in a way that
+    /// needs a retry (not a conflict: the watch brings those).
+    async fn reconcile(&mut self, elector: &Elector, ns_store: &Store<Namespace>) -> bool {
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> = ns_store
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), n.labels().clone()))
+            .collect();
+        let services = self.services_with_pending();
+        let pools: Vec<AddressPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
+        let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.alloc);
+        // A Service in a namespace the Namespaces watch has not shown yet (just created: the
+        // two watches race) is judged without its namespace's labels: its addresses still
+        // count as taken, but nothing is written or reported for it until the namespace shows.
+        plan.services
+            .retain(|k, _| namespaces.contains_key(&k.namespace));
+        self.report(&plan, &services);
+        let mut ok = true;
+        for s in &services {
+            let key = ServiceKey {
+                namespace: s.namespace().unwrap_or_default(),
+                name: s.name_any(),
+            };
+            let Some(a) = plan.services.get(&key) else {
+                continue;
+            };
+            if current_ips(s) == a.ips {
+                continue;
+            }
+            match self.write_service(elector, s, &key, &a.ips).await {
+                Ok(()) => {}
+                Err(WriteError::Conflict(what)) => {
+                    tracing::debug!("{what} changed; waiting for the watch")
+                }
+                Err(WriteError::NotActive) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not write a Service's addresses");
+                    ok = false;
+                }
+            }
+        }
+        let now = Time(Timestamp::now());
+        for p in &pools {
+            let name = p.name_any();
+            let Some(report) = plan.pools.get(&name) else {
+                continue;
+            };
+            let rv = p.resource_version().unwrap_or_default();
+            let old = match self.pending_pools.get(&name) {
+                Some((written_over, st)) if *written_over == rv => Some(st.clone()),
+                _ => {
+                    self.pending_pools.remove(&name);
+                    p.status.clone()
+                }
+            };
+            let new = ipam::pool_status(report, old.as_ref(), p.metadata.generation, &now);
+            if old.as_ref() == Some(&new) {
+                continue;
+            }
+            match self.write_pool(elector, &name, &rv, &new).await {
+                Ok(()) => {
+                    self.pending_pools.insert(name, (rv, new));
+                }
+                Err(WriteError::Conflict(_)) => {}
+                Err(WriteError::NotActive) => return true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not write a pool's status");
+                    ok = false;
+                }
+            }
+        }
+        ok
+    }
+
+    /// The Services as stored, with the addresses this allocator wrote but the watch has not
+    /// shown yet put in, so the plan builds on its own writes.
+    fn services_with_pending(&mut self) -> Vec<Service> {
+        let mut out = Vec::new();
+        let mut seen = HashMap::new();
+        for s in self.services.state() {
+            let key = ServiceKey {
+                namespace: s.namespace().unwrap_or_default(),
+                name: s.name_any(),
+            };
+            let rv = s.resource_version().unwrap_or_default();
+            let mut s = (*s).clone();
+            if let Some((written_over, ips)) = self.pending_services.get(&key)
+                && *written_over == rv
+            {
+                set_ips(&mut s, ips);
+                seen.insert(key, ());
+            }
+            out.push(s);
+        }
+        self.pending_services.retain(|k, _| seen.contains_key(k));
+        out
+    }
+
+    async fn write_service(
+        &mut self,
+        elector: &Elector,
+        s: &Service,
+        key: &ServiceKey,
+        ips: &[IpAddr],
+    ) -> Result<(), WriteError> {
+        if !elector.is_active() {
+            return Err(WriteError::NotActive);
+        }
+        let rv = s.resource_version().unwrap_or_default();
+        let ingress: Vec<_> = ips
+            .iter()
+            .map(|ip| json!({"ip": ip.to_string(), "ipMode": "VIP"}))
+            .collect();
+        let ingress = if ingress.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(ingress)
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": rv},
+            "status": {"loadBalancer": {"ingress": ingress}},
+        });
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &key.namespace);
+        match api
+            .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(service = %key, ?ips, "addresses written");
+                self.pending_services
+                    .insert(key.clone(), (rv, ips.to_vec()));
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(key.to_string())),
+            // Deleted meanwhile: nothing to do.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(WriteError::Api(key.to_string(), e)),
+        }
+    }
+
+    async fn write_pool(
+        &self,
+        elector: &Elector,
+        name: &str,
+        rv: &str,
+        status: &AddressPoolStatus,
+    ) -> Result<(), WriteError> {
+        if !elector.is_active() {
+            return Err(WriteError::NotActive);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": rv},
+            "status": status,
+        });
+        let api: Api<AddressPool> = Api::all(self.client.clone());
+        match api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(name.into())),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(WriteError::Api(format!("pool {name}"), e)),
+        }
+    }
+
+    /// Records a Warning for each problem a Service did not have at the last recompute.
+    fn report(&mut self, plan: &Plan, services: &[Service]) {
+        let uids: HashMap<ServiceKey, String> = services
+            .iter()
+            .filter_map(|s| {
+                let key = ServiceKey {
+                    namespace: s.namespace().unwrap_or_default(),
+                    name: s.name_any(),
+                };
+                s.uid().map(|u| (key, u))
+            })
+            .collect();
+        let mut now = BTreeMap::new();
+        for (key, a) in &plan.services {
+            let problems: BTreeSet<Problem> = a.problems.iter().cloned().collect();
+            let before = self.reported.get(key);
+            for p in &problems {
+                if before.is_some_and(|b| b.contains(p)) {
+                    continue;
+                }
+                self.publish(key, uids.get(key).cloned(), p);
+            }
+            if !problems.is_empty() {
+                now.insert(key.clone(), problems);
+            }
+        }
+        self.reported = now;
+    }
+
+    fn publish(&self, key: &ServiceKey, uid: Option<String>, p: &Problem) {
+        tracing::warn!(service = %key, reason = p.reason.as_str(), "{}", p.message);
+        let reference = ObjectReference {
+            api_version: Some("v1".to_owned()),
+            kind: Some("Service".to_owned()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid,
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: p.reason.as_str().to_owned(),
+            note: Some(p.message.clone()),
+            action: "Allocate".to_owned(),
+            secondary: None,
+        };
+        // One recorder per Event: each distinct problem is sent once, so there is no series to
+        // continue.
+        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        let key = key.clone();
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &reference).await {
+                tracing::warn!(service = %key, error = %e, "could not record Event");
+            }
+        });
+    }
+}
+
+fn current_ips(s: &Service) -> Vec<IpAddr> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.parse().ok()))
+        .collect()
+}
+
+fn set_ips(s: &mut Service, ips: &[IpAddr]) {
+    use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+    let status = s.status.get_or_insert_with(ServiceStatus::default);
+    let lb = status
+        .load_balancer
+        .get_or_insert_with(LoadBalancerStatus::default);
+    lb.ingress = (!ips.is_empty()).then(|| {
+        ips.iter()
+            .map(|ip| LoadBalancerIngress {
+                ip: Some(ip.to_string()),
+                ip_mode: Some("VIP".to_owned()),
+                ..LoadBalancerIngress::default()
+            })
+            .collect()
+    });
+}
+
+async fn sleep_until_opt(t: Option<Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Watches Namespaces (labels only matter) into a store; the receiver is bumped on every
+/// change, the flag set once listed. The task ends when aborted.
+fn watch_namespaces(
+    client: Client,
+) -> (
+    Store<Namespace>,
+    watch::Receiver<u64>,
+    Arc<AtomicBool>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (reader, writer) = reflector::store::<Namespace>();
+    let (tx, rx) = watch::channel(0u64);
+    let listed = Arc::new(AtomicBool::new(false));
+    let flag = listed.clone();
+    let api: Api<Namespace> = Api::all(client);
+    let task = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default())
+            .modify(|n: &mut Namespace| {
+                n.managed_fields_mut().clear();
+                n.spec = None;
+            })
+            .default_backoff()
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(watcher::Event::InitDone) => {
+                    flag.store(true, Ordering::Release);
+                    tx.send_modify(|g| *g = g.wrapping_add(1));
+                }
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                    tx.send_modify(|g| *g = g.wrapping_add(1));
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "namespaces watch"),
+            }
+        }
+    });
+    (reader, rx, listed, task)
+}

@@ -1,0 +1,794 @@
+//! The allocation rules: from the pools, the Services and the namespaces' labels to the
+//! addresses each Service should have in `status.loadBalancer.ingress`, the problems to report
+//! on it, and each pool's usage.
+//!
+//! Why a pure function of the objects: the allocator keeps no state of its own. What is
+//! allocated is what the Services' status says, so a new allocator (after a failover, a
+//! restart, a split brain) reads the same objects and reaches the same answer. The rules that
+//! make that safe:
+//!
+//! * **no reshuffle**: an address a Service already has is kept while it lies in a usable pool
+//!   the Service may use and no earlier claimant holds it; a new pool or a new Service never
+//!   moves an existing one;
+//! * **one claimant order**: Services are considered oldest first (creationTimestamp, then
+//!   namespace/name), so when two unshared Services hold one address (a split brain wrote
+//!   both) the older keeps it and the younger is re-allocated, with a warning;
+//! * **first fit** over the pools sorted by name, so the outcome depends on nothing but the
+//!   objects;
+//! * addresses held by LoadBalancer Services that are not ours (another class) are never
+//!   handed out.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use k8s_openapi::{
+    api::core::v1::Service,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::core::{Selector, SelectorExt};
+
+use super::{
+    pool::{
+        ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolStatus,
+        LOAD_BALANCER_IPS_ANNOTATION,
+    },
+    range::{Family, Range, is_buggy, saturating_i64},
+};
+
+/// What the allocator serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Our `spec.loadBalancerClass`.
+    pub class: String,
+    /// Whether class-less LoadBalancer Services get addresses too.
+    pub classless: bool,
+}
+
+/// A Service, by namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Why a Service cannot be served (fully): the reason of its Warning Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Reason {
+    /// No free address left in the pools the Service may use.
+    PoolExhausted,
+    /// The requested address is held by another Service it may not share with.
+    RequestedIpTaken,
+    /// The requested address lies in no pool the Service may use.
+    RequestedIpOutsidePools,
+    /// The requested addresses do not parse.
+    BadRequestedIp,
+    /// No pool the Service may use has an address of a family it needs.
+    FamilyNotAvailable,
+    /// The pool the Service names does not exist or is not valid.
+    UnknownPool,
+    /// Its address was also held by an older Service: it gets another.
+    AddressConflict,
+}
+
+impl Reason {
+    /// The Event reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::PoolExhausted => "PoolExhausted",
+            Reason::RequestedIpTaken => "RequestedIPTaken",
+            Reason::RequestedIpOutsidePools => "RequestedIPOutsidePools",
+            Reason::BadRequestedIp => "BadRequestedIP",
+            Reason::FamilyNotAvailable => "IPFamilyNotAvailable",
+            Reason::UnknownPool => "UnknownAddressPool",
+            Reason::AddressConflict => "AddressConflict",
+        }
+    }
+}
+
+/// A problem with one Service: the reason and a message saying why.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Problem {
+    /// The Event reason.
+    pub reason: Reason,
+    /// The Event note.
+    pub message: String,
+}
+
+/// What a Service should have.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Assignment {
+    /// The addresses for `status.loadBalancer.ingress`, in family order.
+    pub ips: Vec<IpAddr>,
+    /// What could not be done.
+    pub problems: Vec<Problem>,
+}
+
+/// One pool's usage and health.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolReport {
+    /// Addresses held by Services, per family.
+    pub assigned: BTreeMap<Family, u128>,
+    /// Addresses still free, per family (only the families the pool has).
+    pub available: BTreeMap<Family, u128>,
+    /// Why the pool is not used, if it is not.
+    pub invalid: Option<String>,
+}
+
+impl PoolReport {
+    /// The families the pool has but has no free address of.
+    pub fn exhausted(&self) -> Vec<Family> {
+        self.available
+            .iter()
+            .filter(|(_, n)| **n == 0)
+            .map(|(f, _)| *f)
+            .collect()
+    }
+}
+
+/// The outcome of [`plan`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Every Service the allocator is responsible for (ours, and those whose addresses must be
+    /// cleared), with what it should have.
+    pub services: BTreeMap<ServiceKey, Assignment>,
+    /// Every pool, by name.
+    pub pools: BTreeMap<String, PoolReport>,
+}
+
+struct PoolView {
+    name: String,
+    ranges: Vec<Range>,
+    auto: bool,
+    avoid_buggy: bool,
+    services: Option<Selector>,
+    namespaces: Option<Selector>,
+    invalid: Option<String>,
+}
+
+impl PoolView {
+    fn contains(&self, ip: IpAddr) -> bool {
+        self.ranges.iter().any(|r| r.contains(ip))
+    }
+
+    fn has(&self, f: Family) -> bool {
+        self.ranges.iter().any(|r| r.family() == f)
+    }
+
+    fn usable_size(&self, f: Family) -> u128 {
+        self.ranges
+            .iter()
+            .filter(|r| r.family() == f)
+            .map(|r| {
+                let n = r.size();
+                if self.avoid_buggy {
+                    n - r.buggy_count()
+                } else {
+                    n
+                }
+            })
+            .fold(0u128, u128::saturating_add)
+    }
+}
+
+fn parse_pool(p: &AddressPool) -> PoolView {
+    let mut invalid = None;
+    let mut ranges = Vec::new();
+    for a in &p.spec.addresses {
+        match Range::parse(a) {
+            Ok(r) => ranges.push(r),
+            Err(e) => {
+                invalid.get_or_insert(e.to_string());
+            }
+        }
+    }
+    for (i, a) in ranges.iter().enumerate() {
+        if let Some(b) = ranges[..i].iter().find(|b| b.overlaps(a)) {
+            invalid.get_or_insert(format!("its entries {b} and {a} overlap"));
+        }
+    }
+    let mut selector = |s: &Option<_>, what: &str| match s.clone().map(Selector::try_from) {
+        None => None,
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => {
+            invalid.get_or_insert(format!("its {what} does not parse: {e}"));
+            None
+        }
+    };
+    let services = selector(&p.spec.service_selector, "serviceSelector");
+    let namespaces = selector(&p.spec.namespace_selector, "namespaceSelector");
+    PoolView {
+        name: p.metadata.name.clone().unwrap_or_default(),
+        ranges,
+        auto: p.spec.auto_assign,
+        avoid_buggy: p.spec.avoid_buggy_ips,
+        services,
+        namespaces,
+        invalid,
+    }
+}
+
+/// `spec.ipFamilyPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Policy {
+    Single,
+    Prefer,
+    Require,
+}
+
+type Ports = BTreeSet<(i32, String)>;
+
+struct Svc<'a> {
+    key: ServiceKey,
+    labels: BTreeMap<String, String>,
+    current: Vec<IpAddr>,
+    requested: Result<Vec<IpAddr>, String>,
+    pool: Option<&'a str>,
+    share: Option<&'a str>,
+    ports: Ports,
+    families: Vec<Family>,
+    policy: Policy,
+}
+
+/// Who holds an address.
+#[derive(Clone)]
+struct Holder {
+    svc: ServiceKey,
+    share: Option<String>,
+    ports: Ports,
+}
+
+fn current_ips(s: &Service) -> Vec<IpAddr> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.parse().ok()))
+        .collect()
+}
+
+fn key_of(s: &Service) -> ServiceKey {
+    ServiceKey {
+        namespace: s.metadata.namespace.clone().unwrap_or_default(),
+        name: s.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+fn annotation<'a>(s: &'a Service, k: &str) -> Option<&'a str> {
+    s.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(k))
+        .map(String::as_str)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+}
+
+fn requested(s: &Service) -> Result<Vec<IpAddr>, String> {
+    let mut out = Vec::new();
+    let spec_ip = s
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.load_balancer_ip.as_deref())
+        .filter(|v| !v.is_empty());
+    let texts = annotation(s, LOAD_BALANCER_IPS_ANNOTATION)
+        .into_iter()
+        .flat_map(|a| a.split(','))
+        .chain(spec_ip);
+    for t in texts {
+        let t = t.trim();
+        let ip: IpAddr = t
+            .parse()
+            .map_err(|_| format!("requested address {t:?} is not an IP address"))?;
+        if let Some(other) = out
+            .iter()
+            .find(|o: &&IpAddr| Family::of(**o) == Family::of(ip))
+        {
+            if *other != ip {
+                return Err(format!(
+                    "requested addresses {other} and {ip} are of one family (at most one per family)"
+                ));
+            }
+            continue;
+        }
+        out.push(ip);
+    }
+    Ok(out)
+}
+
+fn view<'a>(s: &'a Service) -> Svc<'a> {
+    let spec = s.spec.as_ref();
+    let mut families: Vec<Family> = spec
+        .and_then(|sp| sp.ip_families.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|f| Family::from_k8s(f))
+        .collect();
+    families.dedup();
+    if families.is_empty() {
+        families.push(Family::V4);
+    }
+    let policy = match spec.and_then(|sp| sp.ip_family_policy.as_deref()) {
+        Some("PreferDualStack") => Policy::Prefer,
+        Some("RequireDualStack") => Policy::Require,
+        _ => Policy::Single,
+    };
+    match policy {
+        Policy::Single => families.truncate(1),
+        Policy::Prefer | Policy::Require => {
+            let other = families[0].other();
+            if !families.contains(&other) {
+                families.push(other);
+            }
+        }
+    }
+    let ports = spec
+        .and_then(|sp| sp.ports.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|p| (p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())))
+        .collect();
+    Svc {
+        key: key_of(s),
+        labels: s.metadata.labels.clone().unwrap_or_default(),
+        current: current_ips(s),
+        requested: requested(s),
+        pool: annotation(s, ADDRESS_POOL_ANNOTATION),
+        share: annotation(s, ALLOW_SHARED_IP_ANNOTATION),
+        ports,
+        families,
+        policy,
+    }
+}
+
+fn is_lb(s: &Service) -> bool {
+    s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
+}
+
+fn is_ours(s: &Service, cfg: &Config) -> bool {
+    match s
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.load_balancer_class.as_deref())
+    {
+        None => cfg.classless,
+        Some(c) => c == cfg.class,
+    }
+}
+
+fn age(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Timestamp> {
+    meta.creation_timestamp.as_ref().map(|t| t.0)
+}
+
+/// The addresses held so far, and by whom.
+#[derive(Default)]
+struct Claims {
+    held: BTreeMap<IpAddr, Vec<Holder>>,
+}
+
+impl Claims {
+    /// Whether `svc` may take `ip` (free, or shared by compatible Services only).
+    fn may_take(&self, ip: IpAddr, svc: &Svc) -> Result<(), String> {
+        let Some(holders) = self.held.get(&ip) else {
+            return Ok(());
+        };
+        for h in holders {
+            if h.svc == svc.key {
+                continue;
+            }
+            let shared = svc.share.is_some() && h.share.as_deref() == svc.share;
+            if !shared {
+                return Err(format!("{ip} is held by {}", h.svc));
+            }
+            if let Some(p) = h.ports.intersection(&svc.ports).next() {
+                return Err(format!(
+                    "{ip} is shared with {}, whose port {}/{} clashes",
+                    h.svc, p.0, p.1
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, ip: IpAddr, svc: &Svc) {
+        let hs = self.held.entry(ip).or_default();
+        if !hs.iter().any(|h| h.svc == svc.key) {
+            hs.push(Holder {
+                svc: svc.key.clone(),
+                share: svc.share.map(String::from),
+                ports: svc.ports.clone(),
+            });
+        }
+    }
+
+    fn release(&mut self, ip: IpAddr, svc: &ServiceKey) {
+        if let Some(hs) = self.held.get_mut(&ip) {
+            hs.retain(|h| &h.svc != svc);
+            if hs.is_empty() {
+                self.held.remove(&ip);
+            }
+        }
+    }
+}
+
+/// Computes what every Service of ours should have, and each pool's usage. Deterministic: the
+/// same objects give the same plan, whatever their order.
+pub fn plan(
+    pools: &[AddressPool],
+    services: &[Service],
+    namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    cfg: &Config,
+) -> Plan {
+    // Validity: the older pool (creationTimestamp, then name) wins an overlap.
+    let mut by_age: Vec<&AddressPool> = pools.iter().collect();
+    by_age.sort_by(|a, b| {
+        (age(&a.metadata), a.metadata.name.as_deref())
+            .cmp(&(age(&b.metadata), b.metadata.name.as_deref()))
+    });
+    let mut views: Vec<PoolView> = Vec::new();
+    for p in by_age {
+        let mut v = parse_pool(p);
+        if v.invalid.is_none()
+            && let Some((older, r)) = views.iter().filter(|o| o.invalid.is_none()).find_map(|o| {
+                o.ranges
+                    .iter()
+                    .find(|r| v.ranges.iter().any(|x| x.overlaps(r)))
+                    .map(|r| (o.name.clone(), *r))
+            })
+        {
+            v.invalid = Some(format!("it overlaps the older pool {older} ({r})"));
+        }
+        views.push(v);
+    }
+    views.sort_by(|a, b| a.name.cmp(&b.name));
+    let usable: Vec<&PoolView> = views.iter().filter(|v| v.invalid.is_none()).collect();
+    let in_our_pools = |ip: IpAddr| usable.iter().any(|p| p.contains(ip));
+
+    let mut claims = Claims::default();
+    let mut out = Plan::default();
+    let mut sorted: Vec<&Service> = services.iter().collect();
+    sorted.sort_by_key(|s| (age(&s.metadata), key_of(s)));
+
+    // Addresses of other load balancers are never handed out; Services that are no longer
+    // LoadBalancers give theirs back.
+    let mut ours = Vec::new();
+    for s in sorted {
+        let v = view(s);
+        if !is_lb(s) {
+            let keep: Vec<IpAddr> = v
+                .current
+                .iter()
+                .copied()
+                .filter(|ip| !in_our_pools(*ip))
+                .collect();
+            if keep.len() != v.current.len() {
+                out.services.insert(
+                    v.key.clone(),
+                    Assignment {
+                        ips: keep,
+                        problems: Vec::new(),
+                    },
+                );
+            }
+        } else if is_ours(s, cfg) {
+            ours.push(v);
+        } else {
+            for ip in &v.current {
+                claims.held.entry(*ip).or_default().push(Holder {
+                    svc: v.key.clone(),
+                    share: None,
+                    ports: Ports::new(),
+                });
+            }
+        }
+    }
+
+    // Which pools each Service may hold addresses from, and which it is auto-assigned from.
+    let empty = BTreeMap::new();
+    let mut may_hold: Vec<Vec<&PoolView>> = Vec::new();
+    let mut problems: Vec<Vec<Problem>> = vec![Vec::new(); ours.len()];
+    for (i, v) in ours.iter().enumerate() {
+        let ns_labels = namespaces.get(&v.key.namespace).unwrap_or(&empty);
+        let pools: Vec<&PoolView> = match v.pool {
+            Some(name) => {
+                let found: Vec<&PoolView> =
+                    usable.iter().copied().filter(|p| p.name == name).collect();
+                if found.is_empty() {
+                    problems[i].push(Problem {
+                        reason: Reason::UnknownPool,
+                        message: format!(
+                            "the address pool {name:?} it names does not exist or is not valid"
+                        ),
+                    });
+                }
+                found
+            }
+            None => usable
+                .iter()
+                .copied()
+                .filter(|p| p.services.as_ref().is_none_or(|s| s.matches(&v.labels)))
+                .filter(|p| p.namespaces.as_ref().is_none_or(|s| s.matches(ns_labels)))
+                .collect(),
+        };
+        may_hold.push(pools);
+    }
+    let auto_from = |i: usize, v: &Svc| -> Vec<&PoolView> {
+        may_hold[i]
+            .iter()
+            .copied()
+            .filter(|p| v.pool.is_some() || p.auto)
+            .collect()
+    };
+
+    // Phase 1, oldest first: requested addresses, then the addresses Services already have.
+    let mut got: Vec<BTreeMap<Family, IpAddr>> = vec![BTreeMap::new(); ours.len()];
+    for (i, v) in ours.iter().enumerate() {
+        let requested = match &v.requested {
+            Ok(r) => r.clone(),
+            Err(msg) => {
+                problems[i].push(Problem {
+                    reason: Reason::BadRequestedIp,
+                    message: msg.clone(),
+                });
+                continue;
+            }
+        };
+        for ip in &requested {
+            if !v.families.contains(&Family::of(*ip)) {
+                problems[i].push(Problem {
+                    reason: Reason::FamilyNotAvailable,
+                    message: format!(
+                        "requested {ip} is {}, not a family the Service uses ({})",
+                        Family::of(*ip),
+                        families_text(&v.families)
+                    ),
+                });
+            }
+        }
+        for &f in &v.families {
+            let req = requested.iter().copied().find(|ip| Family::of(*ip) == f);
+            if let Some(ip) = req {
+                if !may_hold[i].iter().any(|p| p.contains(ip)) {
+                    problems[i].push(Problem {
+                        reason: Reason::RequestedIpOutsidePools,
+                        message: format!("requested {ip} is outside every pool it may use"),
+                    });
+                } else if let Err(why) = claims.may_take(ip, v) {
+                    problems[i].push(Problem {
+                        reason: Reason::RequestedIpTaken,
+                        message: format!("requested {why}"),
+                    });
+                } else {
+                    claims.take(ip, v);
+                    got[i].insert(f, ip);
+                }
+                continue;
+            }
+            let Some(ip) = v.current.iter().copied().find(|ip| Family::of(*ip) == f) else {
+                continue;
+            };
+            if !may_hold[i].iter().any(|p| p.contains(ip)) {
+                continue;
+            }
+            match claims.may_take(ip, v) {
+                Ok(()) => {
+                    claims.take(ip, v);
+                    got[i].insert(f, ip);
+                }
+                Err(why) => problems[i].push(Problem {
+                    reason: Reason::AddressConflict,
+                    message: format!("{why}, an older Service: it gets another address"),
+                }),
+            }
+        }
+    }
+
+    // Phase 2, oldest first: first fit for the families still missing.
+    for (i, v) in ours.iter().enumerate() {
+        let Ok(requested) = &v.requested else {
+            continue;
+        };
+        let auto = auto_from(i, v);
+        for &f in &v.families {
+            if got[i].contains_key(&f) || requested.iter().any(|ip| Family::of(*ip) == f) {
+                continue;
+            }
+            let pools: Vec<&PoolView> = auto.iter().copied().filter(|p| p.has(f)).collect();
+            if pools.is_empty() {
+                // A named pool that does not exist is reported once, as such.
+                if v.pool.is_some() && may_hold[i].is_empty() {
+                    continue;
+                }
+                if v.policy != Policy::Prefer || f == v.families[0] {
+                    problems[i].push(Problem {
+                        reason: Reason::FamilyNotAvailable,
+                        message: format!("no address pool it may use has {f} addresses"),
+                    });
+                }
+                continue;
+            }
+            match first_fit(&claims, v, &pools, f) {
+                Some(ip) => {
+                    claims.take(ip, v);
+                    got[i].insert(f, ip);
+                }
+                None => problems[i].push(Problem {
+                    reason: Reason::PoolExhausted,
+                    message: format!(
+                        "no free {f} address in {}",
+                        pools
+                            .iter()
+                            .map(|p| p.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                }),
+            }
+        }
+        if v.policy == Policy::Require && got[i].len() < v.families.len() {
+            for ip in got[i].values() {
+                claims.release(*ip, &v.key);
+            }
+            got[i].clear();
+            problems[i].push(Problem {
+                reason: Reason::FamilyNotAvailable,
+                message: "RequireDualStack needs an address of each family: none assigned".into(),
+            });
+        }
+    }
+
+    for (i, v) in ours.iter().enumerate() {
+        let ips = v
+            .families
+            .iter()
+            .filter_map(|f| got[i].get(f).copied())
+            .collect();
+        let mut p = std::mem::take(&mut problems[i]);
+        p.sort();
+        p.dedup();
+        out.services
+            .insert(v.key.clone(), Assignment { ips, problems: p });
+    }
+
+    for p in &views {
+        let mut r = PoolReport {
+            invalid: p.invalid.clone(),
+            ..PoolReport::default()
+        };
+        for f in [Family::V4, Family::V6] {
+            if !p.has(f) {
+                continue;
+            }
+            let assigned = if p.invalid.is_some() {
+                0
+            } else {
+                claims
+                    .held
+                    .keys()
+                    .filter(|ip| Family::of(**ip) == f && p.contains(**ip))
+                    .count() as u128
+            };
+            let counted = if p.invalid.is_some() {
+                0
+            } else {
+                claims
+                    .held
+                    .keys()
+                    .filter(|ip| {
+                        Family::of(**ip) == f
+                            && p.contains(**ip)
+                            && !(p.avoid_buggy && is_buggy(**ip))
+                    })
+                    .count() as u128
+            };
+            let size = if p.invalid.is_some() {
+                0
+            } else {
+                p.usable_size(f)
+            };
+            r.assigned.insert(f, assigned);
+            r.available.insert(f, size.saturating_sub(counted));
+        }
+        out.pools.insert(p.name.clone(), r);
+    }
+    out
+}
+
+fn families_text(fs: &[Family]) -> String {
+    fs.iter()
+        .map(|f| f.k8s_name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A shared address of the Service's sharing key first, then the first free address of
+/// family `f` in `pools` (in name order).
+fn first_fit(claims: &Claims, v: &Svc, pools: &[&PoolView], f: Family) -> Option<IpAddr> {
+    if v.share.is_some() {
+        let shared = claims.held.iter().find(|(ip, hs)| {
+            Family::of(**ip) == f
+                && hs.iter().all(|h| h.share.as_deref() == v.share)
+                && pools.iter().any(|p| p.contains(**ip))
+                && claims.may_take(**ip, v).is_ok()
+        });
+        if let Some((ip, _)) = shared {
+            return Some(*ip);
+        }
+    }
+    pools.iter().find_map(|p| {
+        p.ranges.iter().filter(|r| r.family() == f).find_map(|r| {
+            r.iter()
+                .find(|ip| !(claims.held.contains_key(ip) || p.avoid_buggy && is_buggy(*ip)))
+        })
+    })
+}
+
+/// The status to write for a pool: `report` as counts and the `Valid` and `Exhausted`
+/// conditions. A condition keeps its `lastTransitionTime` from `old` while its status stays,
+/// so an unchanged pool gives an identical status (and no write).
+pub fn pool_status(
+    report: &PoolReport,
+    old: Option<&AddressPoolStatus>,
+    generation: Option<i64>,
+    now: &Time,
+) -> AddressPoolStatus {
+    let count = |m: &BTreeMap<Family, u128>, f| saturating_i64(m.get(&f).copied().unwrap_or(0));
+    let cond = |type_: &str, status: bool, reason: &str, message: String| {
+        let status = if status { "True" } else { "False" }.to_owned();
+        let since = old
+            .and_then(|o| o.conditions.iter().find(|c| c.type_ == type_))
+            .filter(|c| c.status == status)
+            .map_or_else(|| now.clone(), |c| c.last_transition_time.clone());
+        Condition {
+            type_: type_.into(),
+            status,
+            reason: reason.into(),
+            message,
+            last_transition_time: since,
+            observed_generation: generation,
+        }
+    };
+    let valid = match &report.invalid {
+        None => cond("Valid", true, "Valid", "the pool is in use".into()),
+        Some(why) => cond("Valid", false, "Invalid", format!("not used: {why}")),
+    };
+    let exhausted = report.exhausted();
+    let exhausted = if exhausted.is_empty() || report.invalid.is_some() {
+        cond(
+            "Exhausted",
+            false,
+            "AddressesFree",
+            "free addresses left".into(),
+        )
+    } else {
+        cond(
+            "Exhausted",
+            true,
+            "NoFreeAddress",
+            format!("no free {} address left", families_text(&exhausted)),
+        )
+    };
+    AddressPoolStatus {
+        assigned_ipv4: count(&report.assigned, Family::V4),
+        available_ipv4: count(&report.available, Family::V4),
+        assigned_ipv6: count(&report.assigned, Family::V6),
+        available_ipv6: count(&report.available, Family::V6),
+        conditions: vec![valid, exhausted],
+        observed_generation: generation,
+    }
+}
+
+#[cfg(test)]
+mod tests;
