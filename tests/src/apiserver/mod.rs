@@ -201,7 +201,11 @@ impl ApiServerBuilder {
             bookmark_interval: self.bookmark_interval,
             default_watch_timeout: self.watch_timeout,
         });
-        seed::load(&shared.store, self.seed_objects)?;
+        // The namespaces kube-apiserver creates for itself (its system namespaces controller).
+        let system = ["default", "kube-system", "kube-public", "kube-node-lease"].map(|n| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})
+        });
+        seed::load(&shared.store, system.into_iter().chain(self.seed_objects).collect())?;
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .map_err(ApiServerError::Bind)?;

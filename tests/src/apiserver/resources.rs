@@ -83,6 +83,19 @@ fn roundtrip<K: DeserializeOwned + Serialize>(value: Value) -> Result<Value, Str
     serde_json::to_value(typed).map_err(|e| e.to_string())
 }
 
+/// A Namespace, with the `kubernetes.io/metadata.name` label kube-apiserver sets on every
+/// namespace (so that selectors can pick namespaces by name, as MetalLB's `namespaces` do).
+fn namespace(value: Value) -> Result<Value, String> {
+    let mut v = roundtrip::<Namespace>(value)?;
+    if let Some(name) = v["metadata"]["name"].as_str().map(String::from) {
+        if !v["metadata"]["labels"].is_object() {
+            v["metadata"]["labels"] = serde_json::json!({});
+        }
+        v["metadata"]["labels"]["kubernetes.io/metadata.name"] = Value::String(name);
+    }
+    Ok(v)
+}
+
 fn undecodable(_: Value) -> Result<Value, String> {
     Err("no schema".into())
 }
@@ -125,7 +138,7 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
         namespaced: false,
         status_subresource: true,
         name_rule: NameRule::Label,
-        decode: roundtrip::<Namespace>,
+        decode: namespace,
         ..core("namespaces", "Namespace")
     },
     ResourceType {

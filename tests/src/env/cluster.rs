@@ -358,12 +358,9 @@ impl Cluster {
     }
 
     /// Creates namespace `ns` if it does not exist. kube-apiserver refuses objects in a
-    /// namespace that does not exist (NamespaceLifecycle admission); the in-repo server has no
-    /// Namespace objects and accepts any.
+    /// namespace that does not exist (NamespaceLifecycle admission); the in-repo server accepts
+    /// any, but the allocator reads Namespaces (their labels), so it gets them too.
     pub async fn ensure_namespace(&self, ns: &str) {
-        if self.kube().is_none() {
-            return;
-        }
         let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone());
         if api.get_opt(ns).await.expect("get namespace").is_none() {
             let obj = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");

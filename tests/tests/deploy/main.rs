@@ -159,10 +159,19 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
     let dir = deploy_dir();
     let listed = resource_files();
     // Every manifest is part of the install, and every listed file exists.
-    let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
-        .expect("deploy/")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".yaml") && n != "kustomization.yaml" && n != "config.yaml")
+    // (The CRDs live in `crds/`.)
+    let yaml_in = |sub: &str| -> Vec<String> {
+        std::fs::read_dir(dir.join(sub))
+            .expect("deploy/")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yaml"))
+            .map(|n| if sub.is_empty() { n } else { format!("{sub}/{n}") })
+            .collect()
+    };
+    let mut on_disk: Vec<String> = yaml_in("")
+        .into_iter()
+        .chain(yaml_in("crds"))
+        .filter(|n| n != "kustomization.yaml" && n != "config.yaml")
         .collect();
     on_disk.sort();
     let mut sorted = listed.clone();
@@ -236,7 +245,12 @@ fn kustomize() -> String {
 }
 
 /// The kinds in deploy/ that have no namespace.
-const CLUSTER_SCOPED: [&str; 3] = ["Namespace", "ClusterRole", "ClusterRoleBinding"];
+const CLUSTER_SCOPED: [&str; 4] = [
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+];
 
 #[test]
 fn kubectl_kustomize_renders_the_install() {

@@ -169,16 +169,22 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
     })
     .await;
 
-    // The allocator (kube-apiserver only: the in-repo server serves no AddressPools, so
-    // there the pools watch fails, harmlessly, and the allocator stays idle): a pool, and a
-    // Service of our class that gets an address from it, which the pool's status counts.
-    if let Some(cp) = c.kube() {
-        let pool = "apiVersion: announcer.dev/v1alpha1\nkind: AddressPool\nmetadata:\n  \
-                    name: rbac\nspec:\n  addresses: [10.0.72.0/24]\n";
-        let file = cp.dir().join("rbac-pool.yaml");
-        std::fs::write(&file, pool).expect("write");
-        cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
-            .unwrap_or_else(|e| panic!("{e}"));
+    // The allocator: a pool, and a Service of our class that gets an address from it, which
+    // the pool's status counts.
+    {
+        use announcer::ipam::{AddressPool, AddressPoolSpec};
+        let pool = AddressPool::new(
+            "rbac",
+            AddressPoolSpec {
+                addresses: vec!["10.0.72.0/24".into()],
+                auto_assign: true,
+                ..Default::default()
+            },
+        );
+        Api::<AddressPool>::all(c.client.clone())
+            .create(&Default::default(), &pool)
+            .await
+            .expect("create the pool");
         allocate(&c).await;
     }
 
@@ -261,14 +267,6 @@ async fn allocate(c: &Cluster) {
     }
 }
 
-/// What the in-repo API server cannot serve, so no agent uses it there: AddressPools (no CRD:
-/// the pools watch fails and the allocator stays idle) and with them the allocator's writes
-/// (services/status, addresspools/status) and its Namespaces watch. The comparison on the
-/// in-repo server leaves these grants out; kube-apiserver checks them.
-fn unservable_in_repo(g: &Grant) -> bool {
-    g.0 == "announcer.dev" || (g.0.is_empty() && (g.1 == "namespaces" || g.1 == "services/status"))
-}
-
 /// Grants the agents need only on paths no short test reaches, each with the reason.
 const RARE: [(&str, &str, &str, &str); 1] = [(
     "events.k8s.io",
@@ -300,7 +298,6 @@ async fn rbac_grants_exactly_what_the_agents_use(api) {
     let granted: BTreeSet<Grant> = grants
         .iter()
         .map(|(g, _)| g.clone())
-        .filter(|g| api == ApiKind::Kube || !unservable_in_repo(g))
         .collect();
 
     let missing: Vec<&Grant> = used.difference(&granted).collect();
