@@ -37,17 +37,11 @@ fn expected(c: &Cluster) -> Option<Vec<String>> {
         .collect()
 }
 
-async fn wait_condition_matches_owners(c: &Cluster, what: &str) -> String {
-    let alive: Vec<String> = NODES
-        .iter()
-        .filter(|n| c.agent(n).is_some())
-        .map(|n| n.to_string())
-        .collect();
-    let alive: Vec<&str> = alive.iter().map(String::as_str).collect();
+async fn wait_condition_matches_owners(c: &Cluster, what: &str, alive: &[&str]) -> String {
     // Ownership first settles on the rendezvous owners (a node starting later takes its VIPs
     // back), then the condition must say so.
     c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        c.settled(&VIPS, &alive)
+        c.settled(&VIPS, alive)
     })
     .await;
     let deadline = Instant::now() + T;
@@ -86,7 +80,7 @@ on_both_api_servers! {
 /// Every VIP's entry names the node whose `/state` says it announces it.
 async fn the_announced_condition_names_each_vips_owner(api) {
     let c = cluster(&format!("announced-{api}"), api).await;
-    wait_condition_matches_owners(&c, "after start").await;
+    wait_condition_matches_owners(&c, "after start", &NODES).await;
 }
 }
 
@@ -94,7 +88,7 @@ on_both_api_servers! {
 /// A crashed owner's entries move to its successor.
 async fn the_announced_condition_follows_a_failover(api) {
     let mut c = cluster(&format!("announced-fo-{api}"), api).await;
-    wait_condition_matches_owners(&c, "after start").await;
+    wait_condition_matches_owners(&c, "after start", &NODES).await;
     let owner = c.owners(VIPS[0])[0].clone();
     c.kill(&owner);
     c.wait_for("a new owner", T, |c| {
@@ -102,7 +96,8 @@ async fn the_announced_condition_follows_a_failover(api) {
         o.len() == 1 && o[0] != owner
     })
     .await;
-    wait_condition_matches_owners(&c, "after the failover").await;
+    let alive: Vec<&str> = NODES.into_iter().filter(|n| *n != owner).collect();
+    wait_condition_matches_owners(&c, "after the failover", &alive).await;
 }
 }
 
@@ -110,7 +105,7 @@ on_both_api_servers! {
 /// Once it says the truth nobody rewrites it: the Service's resourceVersion stays put.
 async fn a_settled_announced_condition_is_not_rewritten(api) {
     let c = cluster(&format!("announced-calm-{api}"), api).await;
-    let rv = wait_condition_matches_owners(&c, "after start").await;
+    let rv = wait_condition_matches_owners(&c, "after start", &NODES).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let now = condition(&c).await.map(|(_, _, rv)| rv);
     assert_eq!(now.as_deref(), Some(rv.as_str()), "the Service was rewritten");
