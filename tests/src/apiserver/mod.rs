@@ -205,7 +205,10 @@ impl ApiServerBuilder {
         let system = ["default", "kube-system", "kube-public", "kube-node-lease"].map(|n| {
             serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}})
         });
-        seed::load(&shared.store, system.into_iter().chain(self.seed_objects).collect())?;
+        seed::load(
+            &shared.store,
+            system.into_iter().chain(self.seed_objects).collect(),
+        )?;
         let listener = tokio::net::TcpListener::bind(self.listen)
             .await
             .map_err(ApiServerError::Bind)?;

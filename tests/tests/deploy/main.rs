@@ -165,7 +165,13 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
             .expect("deploy/")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(".yaml"))
-            .map(|n| if sub.is_empty() { n } else { format!("{sub}/{n}") })
+            .map(|n| {
+                if sub.is_empty() {
+                    n
+                } else {
+                    format!("{sub}/{n}")
+                }
+            })
             .collect()
     };
     let mut on_disk: Vec<String> = yaml_in("")

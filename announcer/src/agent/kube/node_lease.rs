@@ -51,10 +51,7 @@ pub const LINK_NAMES_ANNOTATION: &str = "announcer.dev/link-names";
 
 /// The link-names annotation's value (`None` when some link has no name).
 pub fn format_link_names(links: &[Link]) -> Option<String> {
-    let names: Option<Vec<&str>> = links
-        .iter()
-        .map(|l| l.name.as_ref().map(|n| &**n))
-        .collect();
+    let names: Option<Vec<&str>> = links.iter().map(|l| l.name.as_deref()).collect();
     names.map(|n| n.join(" "))
 }
 
