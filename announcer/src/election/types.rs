@@ -191,31 +191,19 @@ impl Link {
     /// With `interfaces` (an `AddressPool`'s names or globs), only links whose name matches
     /// count, and the first of them is the fallback.
     pub fn mac_for(links: &[Link], vip: IpAddr, interfaces: &[String]) -> Option<MacAddr> {
-        if !interfaces.is_empty() {
-            let allowed: Vec<&Link> = links
-                .iter()
-                .filter(|l| {
-                    l.name
-                        .as_ref()
-                        .is_some_and(|n| interfaces.iter().any(|p| glob_match(p, n)))
-                })
-                .collect();
-            return allowed
-                .iter()
-                .filter_map(|l| {
-                    let best = l
-                        .subnets
-                        .iter()
-                        .filter(|s| s.contains(vip))
-                        .map(|s| s.prefix)
-                        .max()?;
-                    Some((best, l.mac))
-                })
-                .max_by_key(|(p, _)| *p)
-                .map(|(_, m)| m)
-                .or_else(|| allowed.first().map(|l| l.mac));
-        }
-        links
+        let named = |l: &&Link| {
+            interfaces.is_empty()
+                || l.name
+                    .as_ref()
+                    .is_some_and(|n| interfaces.iter().any(|p| glob_match(p, n)))
+        };
+        let allowed: Vec<&Link> = links.iter().filter(named).collect();
+        let fallback = if interfaces.is_empty() {
+            allowed.iter().find(|l| l.fallback)
+        } else {
+            allowed.first()
+        };
+        allowed
             .iter()
             .filter_map(|l| {
                 let best = l
@@ -228,7 +216,7 @@ impl Link {
             })
             .max_by_key(|(p, _)| *p)
             .map(|(_, m)| m)
-            .or_else(|| links.iter().find(|l| l.fallback).map(|l| l.mac))
+            .or_else(|| fallback.map(|l| l.mac))
     }
 }
 

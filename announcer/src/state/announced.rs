@@ -13,7 +13,9 @@
 //! `<ip> by <node> on <interface>`, sorted by address, e.g.
 //! `10.0.0.5 by node-a on eth0; fd00::5 by node-b on eth0`. [`parse`] reads it back.
 
-use std::{fmt, net::IpAddr};
+use std::{collections::BTreeSet, fmt, net::IpAddr};
+
+use k8s_openapi::{api::core::v1::Service, apimachinery::pkg::apis::meta::v1::Condition};
 
 /// The condition's `type`.
 pub const CONDITION_TYPE: &str = "announcer.dev/Announced";
@@ -37,6 +39,28 @@ impl fmt::Display for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} by {} on {}", self.ip, self.node, self.iface)
     }
+}
+
+/// The Service's ingress IPs (entries without a parsable `ip` are left out).
+pub fn ingress_ips(svc: &Service) -> BTreeSet<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect()
+}
+
+/// The Service's `announcer.dev/Announced` condition, if any.
+pub fn condition(svc: &Service) -> Option<&Condition> {
+    svc.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION_TYPE)
 }
 
 /// The condition message for `entries` (sorted by address here).

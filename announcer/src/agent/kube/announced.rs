@@ -15,11 +15,7 @@
 //! Pitfall: after a long API outage the condition can lag the truth (a takeover whose writes
 //! all failed); `announcer status` on the node and the Announcing Events stay authoritative.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    net::IpAddr,
-    time::Duration,
-};
+use std::{collections::BTreeMap, net::IpAddr, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::Service,
@@ -205,13 +201,7 @@ pub fn updated_conditions(
     now: Timestamp,
 ) -> Option<Vec<Condition>> {
     let status = svc.status.as_ref();
-    let ingress: BTreeSet<IpAddr> = status
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref()?.parse().ok())
-        .collect();
+    let ingress = announced::ingress_ips(svc);
     let mut conditions = status
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();

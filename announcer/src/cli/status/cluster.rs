@@ -19,10 +19,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::{
-    collections::BTreeSet, fmt::Write as _, net::IpAddr, path::Path, process::ExitCode,
-    time::Duration,
-};
+use std::{fmt::Write as _, net::IpAddr, path::Path, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
@@ -31,7 +28,7 @@ use serde::{Serialize, de::DeserializeOwned};
 
 use crate::{
     ipam::{ADDRESS_POOL_ANNOTATION, AddressPool},
-    state::announced::{self, CONDITION_TYPE},
+    state::announced,
 };
 
 /// How long the whole listing may take: a CLI that hangs on an unreachable API server is worse
@@ -108,19 +105,8 @@ pub fn rows(services: &[Service], pools: &[AddressPool], now: Timestamp) -> Vec<
             svc.metadata.namespace.as_deref().unwrap_or("default"),
             svc.metadata.name.as_deref().unwrap_or("")
         );
-        let status = svc.status.as_ref();
-        let ingress: BTreeSet<IpAddr> = status
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref()?.parse().ok())
-            .collect();
-        let condition = status
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == CONDITION_TYPE);
+        let ingress = announced::ingress_ips(svc);
+        let condition = announced::condition(svc);
         let entries = condition
             .map(|c| announced::parse(&c.message))
             .unwrap_or_default();

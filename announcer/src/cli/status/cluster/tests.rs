@@ -5,7 +5,7 @@ use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::state::announced::{REASON_ANNOUNCED, REASON_PARTIAL};
+use crate::state::announced::{CONDITION_TYPE, REASON_ANNOUNCED, REASON_PARTIAL};
 
 const NOW: &str = "2025-01-02T03:04:05Z";
 
