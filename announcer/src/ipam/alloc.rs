@@ -16,7 +16,9 @@
 //! * **first fit** over the pools sorted by name, so the outcome depends on nothing but the
 //!   objects;
 //! * addresses held by LoadBalancer Services that are not ours (another class) are never
-//!   handed out.
+//!   handed out;
+//! * an address in no pool at all (another IPAM assigned it) is left where it is: adding a
+//!   pool for some Services must not take addresses from the others.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -579,6 +581,12 @@ pub fn plan(
             let Some(ip) = v.current.iter().copied().find(|ip| Family::of(*ip) == f) else {
                 continue;
             };
+            if !in_our_pools(ip) {
+                // In no pool at all: another IPAM (or a person) assigned it, and it is not ours
+                // to take back or to replace. It is announced as before pools existed.
+                got[i].insert(f, ip);
+                continue;
+            }
             if !may_hold[i].iter().any(|p| p.contains(ip)) {
                 continue;
             }

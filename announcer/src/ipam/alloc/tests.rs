@@ -391,15 +391,6 @@ fn adding_a_pool_or_a_service_moves_no_existing_address() {
 }
 
 #[test]
-fn an_address_outside_every_pool_is_replaced() {
-    let p = run(
-        &[pool("a", &["10.0.0.0/24"], 0)],
-        &[svc("x", 0, &["192.168.0.1"], json!({}))],
-    );
-    assert_eq!(ips(&p, "x"), ["10.0.0.0"]);
-}
-
-#[test]
 fn services_of_another_class_are_never_touched_and_their_addresses_never_handed_out() {
     let p = run(
         &[pool("a", &["10.0.0.0/31"], 0)],
@@ -614,4 +605,20 @@ proptest! {
             prop_assert_eq!(&q.services[k].ips, &a.ips);
         }
     }
+}
+
+#[test]
+fn an_address_in_no_pool_is_left_to_whoever_assigned_it() {
+    // Another IPAM gave `ext` 192.168.5.5; a pool created later for other Services must not
+    // take it back or replace it.
+    let p = run(
+        &[pool("a", &["10.0.0.1/32"], 0)],
+        &[
+            svc("ext", 0, &["192.168.5.5"], json!({})),
+            svc("new", 1, &[], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "ext"), ["192.168.5.5"]);
+    assert!(reasons(&p, "ext").is_empty(), "{:?}", reasons(&p, "ext"));
+    assert_eq!(ips(&p, "new"), ["10.0.0.1"]);
 }
