@@ -250,7 +250,8 @@ struct Holder {
     ports: Ports,
 }
 
-fn current_ips(s: &Service) -> Vec<IpAddr> {
+/// The addresses in the Service's `status.loadBalancer.ingress` (unparsable ones left out).
+pub fn current_ips(s: &Service) -> Vec<IpAddr> {
     s.status
         .as_ref()
         .and_then(|st| st.load_balancer.as_ref())

@@ -485,16 +485,7 @@ impl Leader {
     }
 }
 
-fn current_ips(s: &Service) -> Vec<IpAddr> {
-    s.status
-        .as_ref()
-        .and_then(|st| st.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i.ip.as_deref().and_then(|ip| ip.parse().ok()))
-        .collect()
-}
+use crate::ipam::alloc::current_ips;
 
 fn set_ips(s: &mut Service, ips: &[IpAddr]) {
     use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
