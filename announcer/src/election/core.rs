@@ -594,7 +594,7 @@ impl Core {
             }
             Timer::Fence => {
                 if let (Some(t), Some(ok)) = (self.watch_bad_since, self.peers_api_ok_since) {
-                    at(t.max(ok) + self.config.lease_duration);
+                    at(t.max(ok) + self.config.watch_stale_after());
                 }
             }
             Timer::ConfigMismatch => {
@@ -1266,9 +1266,9 @@ impl Core {
         let since = self.last_write_ok.unwrap_or(self.started).max(peers_ok);
         // Watches that fail while writes succeed: our Lease looks fine to peers, but our view
         // of the cluster is stale, so we fence too.
-        let watch_stale = self
-            .watch_bad_since
-            .is_some_and(|t| self.synced && now >= t.max(peers_ok) + self.config.lease_duration);
+        let watch_stale = self.watch_bad_since.is_some_and(|t| {
+            self.synced && now >= t.max(peers_ok) + self.config.watch_stale_after()
+        });
         now >= since + self.config.lease_duration || watch_stale
     }
 

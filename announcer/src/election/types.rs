@@ -352,8 +352,8 @@ pub enum NodeEventKind {
     Rejoined,
     /// A peer runs with another configuration fingerprint (Warning, `ConfigMismatch`).
     ConfigMismatch,
-    /// Fenced: our Lease or our watches have been stale for a Lease duration while peers
-    /// reach the API (Warning, `Fenced`).
+    /// Fenced: our Lease has been stale for a Lease duration, or our watches for
+    /// [`Config::watch_stale_after`], while peers reach the API (Warning, `Fenced`).
     Fenced,
 }
 
@@ -455,6 +455,11 @@ pub mod defaults {
     pub const WARMUP: Duration = Duration::from_millis(500);
     /// [`Config::handover_timeout`](super::Config::handover_timeout), `--handover-timeout`.
     pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The longest wait between a failed API watch and its replacement (the watches' backoff
+    /// cap). An API server that came back is noticed within this, so the core gives a watch
+    /// this long on top of a Lease duration before it calls our view stale
+    /// ([`Config::watch_stale_after`](super::Config::watch_stale_after)).
+    pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 }
 
 /// Timings of the node-lease election. The defaults ([`defaults`]) meet the targets:
@@ -515,6 +520,14 @@ impl Config {
     /// How long after its last heartbeat a peer counts as dead.
     pub fn dead_after(&self) -> Duration {
         self.heartbeat_interval * self.heartbeat_misses
+    }
+
+    /// How long after the API is trusted again (a peer reports `api_ok`) our watches may stay
+    /// failed before we fence: a Lease duration plus the watches' retry cap
+    /// ([`defaults::WATCH_RETRY_MAX`]). Without the cap, a short Lease fenced a healthy node
+    /// whose watch was still waiting out its backoff after an outage.
+    pub fn watch_stale_after(&self) -> Duration {
+        self.lease_duration + defaults::WATCH_RETRY_MAX
     }
 
     /// How often owned entries are rewritten: three times per grace, so one slow tick never

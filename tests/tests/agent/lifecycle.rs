@@ -152,7 +152,21 @@ async fn restart_of_a_non_owner_changes_nothing(api) {
         .find(|n| *n != top)
         .expect("a non-owner");
     let old = incarnation(&c, other).expect("incarnation");
-    let before = announcing(&c.event_objects("default").await);
+    // The owner records its takeover asynchronously (Events queue behind the data plane):
+    // take the baseline only once that Event exists, or it would count as "new" below.
+    let end = std::time::Instant::now() + T;
+    let before = loop {
+        let seen = announcing(&c.event_objects("default").await);
+        if !seen.is_empty() {
+            break seen;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the owner recorded no Announcing Event\n{}",
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
 
     c.kill(other);
     c.restart(other);

@@ -421,7 +421,7 @@ where
 /// The first backoff step between a failed watch and the fresh one that replaces it.
 const RETRY_FIRST: Duration = Duration::from_millis(250);
 /// The largest step: an API server that is back is noticed within this.
-const RETRY_MAX: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = crate::election::defaults::WATCH_RETRY_MAX;
 
 /// The waits between a failed watch and its replacement: a step doubling from 250 ms
 /// (`RETRY_FIRST`) to 5 s (`RETRY_MAX`), and each wait drawn uniformly from the upper half of

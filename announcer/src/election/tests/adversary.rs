@@ -316,7 +316,8 @@ fn an_owner_whose_watches_fail_while_its_writes_succeed_is_fenced() {
     let x = w.owner();
     let other = 1 - x;
     w.input(x, Input::WatchHealth(false));
-    w.run_for(15 * SEC);
+    // Fenced after a Lease duration plus the watches' retry cap (15 s).
+    w.run_for(20 * SEC);
     assert_eq!(w.answering(), vec![other]);
     assert_eq!(node_events(&w, x, NodeEventKind::Fenced), 1);
 }
