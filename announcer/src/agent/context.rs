@@ -59,6 +59,9 @@ pub(super) struct Context {
 /// The API side: the client, the watches and what they select, and Events.
 pub(super) struct KubeSide {
     pub(super) client: Client,
+    /// The runtime the API side (watches, writes) runs on; the election thread spawns its
+    /// Lease writes there.
+    pub(super) rt: tokio::runtime::Handle,
     pub(super) watches: Watches,
     pub(super) events: Events,
     /// The `announcer.dev/Announced` condition writer.

@@ -81,6 +81,8 @@ pub enum AgentError {
     /// Local interfaces could not be read.
     #[error(transparent)]
     Interfaces(#[from] crate::dataplane::Error),
+    #[error("cannot start the election thread: {0}")]
+    ElectionThread(#[source] std::io::Error),
 }
 
 /// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.
@@ -147,6 +149,7 @@ pub async fn run(
     );
     let mut ctx = Context {
         kube: KubeSide {
+            rt: tokio::runtime::Handle::current(),
             client,
             watches,
             events,
@@ -183,7 +186,7 @@ pub async fn run(
     };
     let result = match ctx.start().await {
         Ok(true) => match ctx.args.election {
-            Election::NodeLease => shell::run(ctx).await,
+            Election::NodeLease => shell::run_on_own_thread(ctx).await,
             Election::LeasePerService => service_shell::run(ctx).await,
         },
         Ok(false) => Ok(()),

@@ -49,6 +49,39 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// How often interfaces are re-read (link up/down, addresses).
 const LINK_CHECK: Duration = Duration::from_millis(250);
 
+/// [`run`] on a thread of its own, with a single-threaded runtime of its own: the heartbeat
+/// socket, the probe socket and the core's timers never wait for a worker that is decoding a
+/// watch event or writing an Event. Everything that talks to the API (watches, Lease and
+/// Event writes, the Announced condition) stays on the caller's runtime
+/// ([`super::context::KubeSide::rt`]); the two sides meet only through channels and the
+/// watch stores. Map writes and bursts run here: they are what the election decides.
+pub(super) async fn run_on_own_thread(ctx: Context) -> Result<(), super::AgentError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("election".into())
+        .spawn(move || {
+            let r = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => {
+                    let r = rt.block_on(run(ctx));
+                    // Bursts still in flight end here; the handover is done.
+                    rt.shutdown_timeout(Duration::from_millis(200));
+                    r
+                }
+                Err(e) => Err(super::AgentError::ElectionThread(e)),
+            };
+            let _ = tx.send(r);
+        })
+        .map_err(super::AgentError::ElectionThread)?;
+    rx.await.unwrap_or_else(|_| {
+        Err(super::AgentError::ElectionThread(std::io::Error::other(
+            "the election thread panicked",
+        )))
+    })
+}
+
 /// Runs the node-lease election until the handover after `ctx.term` is complete.
 pub(super) async fn run(ctx: Context) -> Result<(), super::AgentError> {
     let mut shell = Shell::start(ctx)?;
@@ -229,16 +262,8 @@ impl Shell {
                 vec![Input::Shutdown]
             }
             Some(r) = self.writes.recv() => vec![Input::LeaseWrite(r)],
-            Some(v) = self.beats.recv() => {
-                record_beat(&self.ctx.report.recorder, &mut self.loss, &v);
-                vec![Input::Heartbeat(v.beat)]
-            }
-            Some(a) = self.answers.recv() => {
-                if let Some(sent) = self.probes_sent.remove(&a.mac) {
-                    self.ctx.report.recorder.probe_rtt(sent.elapsed());
-                }
-                vec![a.into()]
-            }
+            Some(v) = self.beats.recv() => vec![self.beat_input(v)],
+            Some(a) = self.answers.recv() => vec![self.answer_input(a)],
             Some(ev) = self.ctx.kube.watches.lease_events.recv() => {
                 if let LeaseEvent::Deleted(l) = &ev
                     && let Some(n) = node_lease::node_of(l)
@@ -258,8 +283,36 @@ impl Shell {
                 self.ctx.specs(&self.core, &mut self.services).map(Input::Vips).into_iter().collect()
             }
             _ = self.links.tick() => self.link_check(),
-            () = sleep_until(deadline) => vec![Input::Tick],
+            () = sleep_until(deadline) => self.tick_inputs(),
         }
+    }
+
+    /// A deadline passed: the heartbeats and probe answers already received go first. The
+    /// select above picks among ready branches at random, so without this a loop that woke
+    /// late (a busy node) would judge a peer silent, or a probe unanswered, with the proof of
+    /// the contrary waiting in a channel: a slow node must look slow, not dead.
+    fn tick_inputs(&mut self) -> Vec<Input> {
+        let mut inputs = Vec::new();
+        while let Ok(v) = self.beats.try_recv() {
+            inputs.push(self.beat_input(v));
+        }
+        while let Ok(a) = self.answers.try_recv() {
+            inputs.push(self.answer_input(a));
+        }
+        inputs.push(Input::Tick);
+        inputs
+    }
+
+    fn beat_input(&mut self, v: Verified) -> Input {
+        record_beat(&self.ctx.report.recorder, &mut self.loss, &v);
+        Input::Heartbeat(v.beat)
+    }
+
+    fn answer_input(&mut self, a: Answer) -> Input {
+        if let Some(sent) = self.probes_sent.remove(&a.mac) {
+            self.ctx.report.recorder.probe_rtt(sent.elapsed());
+        }
+        a.into()
     }
 
     /// Re-reads the interfaces; if anything the plan depends on changed, republishes our links
@@ -328,7 +381,7 @@ impl Shell {
                     standby,
                     connected,
                 };
-                self.pending_write = Some(tokio::spawn(async move {
+                self.pending_write = Some(ctx.kube.rt.spawn(async move {
                     let started = Instant::now();
                     let r = lease.write(resource_version, body).await;
                     recorder.lease_write(started.elapsed());

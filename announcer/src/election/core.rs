@@ -23,7 +23,8 @@
 //! # Taking over
 //! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
 //! previous owner's *data plane* still answers. A peer ranked above us that is still a member
-//! but whose heartbeats stopped is a *suspect*: its agent may have died (SIGKILL, OOM) while its
+//! but whose heartbeats stopped (one is overdue by half a period: [`Config::suspect_after`],
+//! 150 ms at the defaults, well before `dead_after`) is a *suspect*: its agent may have died (SIGKILL, OOM) while its
 //! XDP entries keep answering and its node keeps serving traffic. *Every* suspect ranked above
 //! us is asked (two silent members above us may be a crashed node and, below it, the node that
 //! took over from it and then lost its agent). We send a unicast ARP request or NS for the VIP
@@ -34,19 +35,24 @@
 //! * silence for `probe_timeout`: the node is gone (crash, link down, partition): take over now,
 //!   one map write ([`Output::Install`]) then the burst ([`Output::Announce`]);
 //! * an answer: only the agent died, clients are still served. Probe again every
-//!   [`Config::reprobe_interval`] until the entries lapse (at most `grace` after its last
-//!   refresh), its agent returns, or its Lease expires. Taking over at once would make two
+//!   [`Config::reprobe_interval`] until the entries lapse (at most [`Config::entry_ttl`] after
+//!   its last refresh), its agent returns, or its Lease expires. Taking over at once would make two
 //!   nodes answer for the whole grace period. Once a suspect has answered, it takes
 //!   [`PROBE_LOSSES_AFTER_ANSWER`] unanswered probes in a row to conclude it is gone: a single
 //!   lost answer must not make two owners.
 //!
-//! The VIP is taken when every suspect is silent.
+//! The VIP is taken when every suspect is silent. A heartbeat from a suspect before then
+//! cancels the takeover: silence of the heartbeats *and* of the data plane is required, so
+//! one lost datagram never moves a VIP, and a crash is taken over about
+//! `suspect_after + probe_timeout` (250 ms) after the old owner's last heartbeat.
 //!
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
 //!
 //! # Keeping and giving up
-//! Owned entries are rewritten every `grace / 3` with a lifetime of `grace`, so a dead agent's
-//! entries stop answering `grace` after its last refresh. A VIP whose owner is now another node
+//! Owned entries are rewritten every [`Config::refresh_interval`] (`grace / 5`) with a
+//! lifetime of [`Config::entry_ttl`] (`grace` plus one refresh interval), so a dead agent's
+//! entries answer for at least `grace` after its death and stop at most `grace + grace / 5`
+//! after it; an agent restarted within `grace` finds every entry alive. A VIP whose owner is now another node
 //! is removed once that node's heartbeats say it is ready *and its data plane answers the VIP*
 //! (a probe, every `probe_timeout`): make before break, checked where it matters. A joining
 //! node first finishes its warm-up and announces, then we let go; a successor whose watch lags
@@ -458,7 +464,7 @@ impl Core {
                         .or_insert_with(|| Vip::placeholder(vip, now));
                     v.installed = Some(iface.clone());
                     v.found = true;
-                    let ttl = self.config.grace;
+                    let ttl = self.config.entry_ttl();
                     self.out.push_back(Output::Install { vip, iface, ttl });
                 }
             }
@@ -526,11 +532,12 @@ impl Core {
                 }
             }
             Timer::PeerSilent => {
-                let dead_after = self.config.dead_after();
-                self.peers
-                    .values()
-                    .filter_map(|p| p.beat_deadline(dead_after))
-                    .for_each(at);
+                for after in [self.config.suspect_after(), self.config.dead_after()] {
+                    self.peers
+                        .values()
+                        .filter_map(|p| p.beat_deadline(after))
+                        .for_each(&mut *at);
+                }
             }
             Timer::PeerLeaseExpiry => self
                 .peers
@@ -1172,6 +1179,12 @@ impl Core {
 
     /// Whether `node` counts in the ranking right now.
     fn candidate(&self, node: &NodeName, now: Instant) -> bool {
+        self.candidate_within(node, now, self.config.suspect_after())
+    }
+
+    /// [`candidate`](Self::candidate) with heartbeats counted as arriving while the last one
+    /// is younger than `silence`.
+    fn candidate_within(&self, node: &NodeName, now: Instant, silence: Duration) -> bool {
         if *node == self.config.node {
             return self.ready
                 && self.leaving.is_none()
@@ -1183,7 +1196,7 @@ impl Core {
             !p.leaving
                 && !p.standby
                 && p.member(now, self.trusted_since)
-                && (p.beating(now, self.config.dead_after())
+                && (p.beating(now, silence)
                     || p.alive_by_api(now, self.api_settled(), self.api_freshness()))
                 && p.settled(now, self.patience())
         })
@@ -1231,10 +1244,10 @@ impl Core {
     }
 
     /// Could still be answering although it is not a candidate: a member whose heartbeats
-    /// stopped without it saying goodbye.
+    /// stopped ([`Config::suspect_after`]) without it saying goodbye.
     fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
         let p = self.peers.get(node)?;
-        let silent = !p.beating(now, self.config.dead_after())
+        let silent = !p.beating(now, self.config.suspect_after())
             && !p.alive_by_api(now, self.api_settled(), self.api_freshness())
             && !p.leaving
             && !p.standby;
@@ -1320,7 +1333,10 @@ impl Core {
         let names: Vec<NodeName> = self.peers.keys().cloned().collect();
         let dead_after = self.config.dead_after();
         for n in names {
-            let alive = self.candidate(&n, now);
+            // Judged at `dead_after`, not at `suspect_after`: a peer that was only quiet for a
+            // moment (a busy node) did not die, and its return must not make every owner
+            // re-announce.
+            let alive = self.candidate_within(&n, now, dead_after);
             let p = self.peers.get_mut(&n).expect("listed");
             // Heartbeats resuming with the same incarnation: a healed partition or link, also
             // when the API kept the peer ranked meanwhile. Clients on its side may still
@@ -1469,9 +1485,15 @@ impl Core {
         // Overlap: we took it while a member ranked above us was cut off, and a peer ranked
         // above us is back with the same incarnation (so it kept answering all along).
         let above: Vec<&NodeName> = v.ranking.iter().take_while(|n| **n != me).collect();
-        if let Some((from, _, since)) = v.took_from.clone()
-            && revived.iter().any(|(n, same)| *same && above.contains(&n))
-        {
+        // Or the node we took it from owns it again with the same incarnation: it was only
+        // quiet (heartbeats late, not dead) while its probe went unanswered, so it kept
+        // answering too.
+        let back = |from: &NodeName, inc: u64| {
+            owner == Some(from) && self.peers.get(from).is_some_and(|p| p.incarnation == inc)
+        };
+        if let Some((from, _, since)) = v.took_from.clone().filter(|(from, inc, _)| {
+            revived.iter().any(|(n, same)| *same && above.contains(&n)) || back(from, *inc)
+        }) {
             self.vips.get_mut(&ip).expect("present").took_from = None;
             self.stats.overlaps += 1;
             let secs = now.saturating_duration_since(since).as_secs_f64();
@@ -1544,7 +1566,7 @@ impl Core {
 
     fn take(&mut self, now: Instant, ip: IpAddr) {
         let me = self.config.node.clone();
-        let grace = self.config.grace;
+        let ttl = self.config.entry_ttl();
         let displaced = {
             let v = &self.vips[&ip];
             v.ranking
@@ -1580,7 +1602,7 @@ impl Core {
         self.out.push_back(Output::Install {
             vip: ip,
             iface: iface.clone(),
-            ttl: grace,
+            ttl,
         });
         self.out.push_back(Output::Announce {
             vip: ip,
@@ -1738,13 +1760,13 @@ impl Core {
             return;
         }
         self.next_refresh = now + self.config.refresh_interval();
-        let grace = self.config.grace;
+        let ttl = self.config.entry_ttl();
         for (ip, v) in &self.vips {
             if let Some(iface) = &v.installed {
                 self.out.push_back(Output::Install {
                     vip: *ip,
                     iface: iface.clone(),
-                    ttl: grace,
+                    ttl,
                 });
             }
         }

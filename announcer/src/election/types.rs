@@ -462,9 +462,9 @@ pub mod defaults {
     pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 }
 
-/// Timings of the node-lease election. The defaults ([`defaults`]) meet the targets:
-/// crash failover within about `heartbeat_interval * (heartbeat_misses + 1) + probe_timeout` =
-/// 0.5 s, and `1 / lease_renew` = 0.33 Lease writes per second per node.
+/// Timings of the node-lease election. At the defaults ([`defaults`]): crash failover within
+/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 250 ms of the old owner's last
+/// heartbeat, and `1 / lease_renew` = 0.33 Lease writes per second per node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// This node.
@@ -480,7 +480,8 @@ pub struct Config {
     pub lease_duration: Duration,
     /// How often we renew our Lease.
     pub lease_renew: Duration,
-    /// Lifetime of data-plane entries: how long a node keeps answering after its agent dies.
+    /// How long a node keeps answering after its agent dies, at least: entries live
+    /// [`entry_ttl`](Self::entry_ttl), refreshed every [`refresh_interval`](Self::refresh_interval).
     pub grace: Duration,
     /// How long to wait for an answer to a probe of the old owner's data plane.
     pub probe_timeout: Duration,
@@ -517,9 +518,22 @@ impl Config {
         }
     }
 
-    /// How long after its last heartbeat a peer counts as dead.
+    /// How long after its last heartbeat a peer counts as dead: it is no longer counted as
+    /// connected (isolation), and its return is a revival (owners re-announce).
     pub fn dead_after(&self) -> Duration {
         self.heartbeat_interval * self.heartbeat_misses
+    }
+
+    /// How long after its last heartbeat a peer is *quiet*: one heartbeat is overdue by half a
+    /// period (1.5 periods, at most [`dead_after`](Self::dead_after)). A quiet peer is no
+    /// candidate, so its successors probe its data plane at once and take its VIPs only if
+    /// the probe goes unanswered while its heartbeats stay silent; a heartbeat arriving
+    /// meanwhile cancels the takeover. Detection is therefore about 1.5 periods plus
+    /// `probe_timeout` (250 ms at the defaults) instead of `dead_after` plus `probe_timeout`,
+    /// without trusting a single lost datagram: a node whose agent is merely slow still
+    /// answers the probe from its XDP program.
+    pub fn suspect_after(&self) -> Duration {
+        (self.heartbeat_interval * 3 / 2).min(self.dead_after())
     }
 
     /// How long after the API is trusted again (a peer reports `api_ok`) our watches may stay
@@ -530,10 +544,19 @@ impl Config {
         self.lease_duration + defaults::WATCH_RETRY_MAX
     }
 
-    /// How often owned entries are rewritten: three times per grace, so one slow tick never
-    /// lets an entry lapse.
+    /// How often owned entries are rewritten: five times per grace.
     pub fn refresh_interval(&self) -> Duration {
-        self.grace / 3
+        self.grace / 5
+    }
+
+    /// The lifetime written with every entry: `grace` plus one refresh interval, so that at
+    /// every moment each entry has at least `grace` left. An agent that dies therefore leaves
+    /// its entries answering for between `grace` and `grace + grace / 5` (5–6 s at the
+    /// defaults), and one restarted within `grace` of its death finds them all alive. (With a
+    /// lifetime of exactly `grace`, an agent that died just before a refresh left entries with
+    /// two thirds of it: a restart 3.5 s after a SIGKILL lost its VIPs at the 5 s default.)
+    pub fn entry_ttl(&self) -> Duration {
+        self.grace + self.refresh_interval()
     }
 
     /// How often an old owner whose data plane still answers is probed again.

@@ -664,7 +664,9 @@ impl Plan {
             }
             Scenario::KillRestart => {
                 steps.push((t1, Action::Kill(victim)));
-                steps.push((t1 + secs(&mut rng, 0.2, 2.0), Action::Start(victim)));
+                // Anywhere within the grace: entries always have at least that long left.
+                let back = secs(&mut rng, 0.2, grace.as_secs_f64() - 0.3);
+                steps.push((t1 + back, Action::Start(victim)));
                 t1 + grace + secs(&mut rng, 3.0, 4.0)
             }
             Scenario::Sigterm => {

@@ -171,12 +171,18 @@ pub struct Events {
     dedupe: Arc<Mutex<Dedupe<Recorder>>>,
     bucket: Arc<Mutex<Bucket>>,
     counters: Arc<Counters>,
+    /// Where the writes run: the runtime `new` was called on (the agent's API side), also when
+    /// [`publish`](Self::publish) is called from the election thread, so Event writes never
+    /// take turns with heartbeats.
+    rt: Option<tokio::runtime::Handle>,
 }
 
 impl Events {
-    /// Events reported by [`CONTROLLER`] from instance `node`.
+    /// Events reported by [`CONTROLLER`] from instance `node`, written on the current tokio
+    /// runtime (or, outside any, on the one current at each publish).
     pub fn new(client: Client, node: &NodeName) -> Self {
         Events {
+            rt: tokio::runtime::Handle::try_current().ok(),
             client,
             reporter: Reporter {
                 controller: CONTROLLER.to_owned(),
@@ -306,7 +312,11 @@ impl Events {
         };
         let counters = self.counters.clone();
         let service = service.clone();
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let Some(rt) = self
+            .rt
+            .clone()
+            .or_else(|| tokio::runtime::Handle::try_current().ok())
+        else {
             tracing::warn!(service = %service, reason, "no runtime to send the Event from");
             counters.failed.fetch_add(1, Ordering::Relaxed);
             return;
