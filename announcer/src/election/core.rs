@@ -23,8 +23,7 @@
 //! # Taking over
 //! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
 //! previous owner's *data plane* still answers. A peer ranked above us that is still a member
-//! but whose heartbeats stopped (one is overdue by half a period: [`Config::suspect_after`],
-//! 150 ms at the defaults, well before `dead_after`) is a *suspect*: its agent may have died (SIGKILL, OOM) while its
+//! but whose heartbeats stopped ([`Config::suspect_after`]) is a *suspect*: its agent may have died (SIGKILL, OOM) while its
 //! XDP entries keep answering and its node keeps serving traffic. *Every* suspect ranked above
 //! us is asked (two silent members above us may be a crashed node and, below it, the node that
 //! took over from it and then lost its agent). We send a unicast ARP request or NS for the VIP
@@ -44,7 +43,7 @@
 //! The VIP is taken when every suspect is silent. A heartbeat from a suspect before then
 //! cancels the takeover: silence of the heartbeats *and* of the data plane is required, so
 //! one lost datagram never moves a VIP, and a crash is taken over about
-//! `suspect_after + probe_timeout` (250 ms) after the old owner's last heartbeat.
+//! `suspect_after + probe_timeout` after the old owner's last heartbeat.
 //!
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
 //!
@@ -1179,12 +1178,6 @@ impl Core {
 
     /// Whether `node` counts in the ranking right now.
     fn candidate(&self, node: &NodeName, now: Instant) -> bool {
-        self.candidate_within(node, now, self.config.suspect_after())
-    }
-
-    /// [`candidate`](Self::candidate) with heartbeats counted as arriving while the last one
-    /// is younger than `silence`.
-    fn candidate_within(&self, node: &NodeName, now: Instant, silence: Duration) -> bool {
         if *node == self.config.node {
             return self.ready
                 && self.leaving.is_none()
@@ -1196,7 +1189,7 @@ impl Core {
             !p.leaving
                 && !p.standby
                 && p.member(now, self.trusted_since)
-                && (p.beating(now, silence)
+                && (p.beating(now, self.config.dead_after())
                     || p.alive_by_api(now, self.api_settled(), self.api_freshness()))
                 && p.settled(now, self.patience())
         })
@@ -1333,10 +1326,7 @@ impl Core {
         let names: Vec<NodeName> = self.peers.keys().cloned().collect();
         let dead_after = self.config.dead_after();
         for n in names {
-            // Judged at `dead_after`, not at `suspect_after`: a peer that was only quiet for a
-            // moment (a busy node) did not die, and its return must not make every owner
-            // re-announce.
-            let alive = self.candidate_within(&n, now, dead_after);
+            let alive = self.candidate(&n, now);
             let p = self.peers.get_mut(&n).expect("listed");
             // Heartbeats resuming with the same incarnation: a healed partition or link, also
             // when the API kept the peer ranked meanwhile. Clients on its side may still
@@ -1386,6 +1376,16 @@ impl Core {
             .iter()
             .find(|n| self.candidate_for(n, ip, now))
             .cloned();
+        // The owner is quiet (a heartbeat overdue by half a period) and we are next: ask its
+        // data plane now rather than at `dead_after` (`reconcile_ours` probes every suspect
+        // above us; silence marks it gone, a heartbeat cancels).
+        let early = owner
+            .as_ref()
+            .is_some_and(|o| *o != me && self.suspect(o, now).is_some())
+            && v.ranking
+                .iter()
+                .find(|n| self.candidate_for(n, ip, now) && self.suspect(n, now).is_none())
+                == Some(&me);
         // Stepped back, but no other member can announce it (eTP Local with every endpoint
         // here): keep announcing it rather than darken it. (Stepped back, we hear nobody, so
         // membership is judged by the Leases alone.)
@@ -1401,7 +1401,7 @@ impl Core {
                             && p.can_announce(ip, &v.spec.interfaces)
                     })
             });
-        if owner.as_ref() == Some(&me) || last_resort {
+        if owner.as_ref() == Some(&me) || last_resort || early {
             self.reconcile_ours(now, ip, revived);
             return;
         }
@@ -1727,6 +1727,7 @@ impl Core {
                 continue;
             }
             let mut resend = Vec::new();
+            let mut silenced = Vec::new();
             for p in v
                 .probes
                 .iter_mut()
@@ -1740,6 +1741,12 @@ impl Core {
                     resend.push(p.mac);
                 } else {
                     p.silent = true;
+                    silenced.push(p.target.clone());
+                }
+            }
+            for n in silenced {
+                if let Some(peer) = self.peers.get_mut(&n) {
+                    peer.probed_silent_after = peer.last_beat;
                 }
             }
             for mac in resend {

@@ -23,6 +23,10 @@ pub(crate) struct Peer {
     pub released: bool,
     /// When its last heartbeat arrived (local clock).
     pub last_beat: Option<Instant>,
+    /// A probe of its data plane went unanswered while it was silent after the heartbeat of
+    /// this time: it counts as gone until another heartbeat arrives (see
+    /// [`Peer::probed_silent`]).
+    pub probed_silent_after: Option<Instant>,
     /// The incarnation of its last heartbeat.
     pub incarnation: u64,
     /// Where to probe its data plane.
@@ -74,6 +78,7 @@ impl Peer {
             lease: None,
             released: false,
             last_beat: None,
+            probed_silent_after: None,
             incarnation: 0,
             mac: None,
             leaving: false,
@@ -174,9 +179,17 @@ impl Peer {
         (l.changed_at > beat).then_some(l.changed_at + fresh)
     }
 
-    /// Heartbeats arrive: the last one is younger than `dead_after`.
+    /// Heartbeats arrive: the last one is younger than `dead_after`, and no probe of its
+    /// data plane went unanswered since.
     pub fn beating(&self, now: Instant, dead_after: Duration) -> bool {
-        self.last_beat.is_some_and(|t| now < t + dead_after)
+        self.last_beat.is_some_and(|t| now < t + dead_after) && !self.probed_silent()
+    }
+
+    /// Its heartbeats stopped and a probe of its data plane went unanswered since the last
+    /// one: it is gone, although `dead_after` has not passed yet. Cleared by its next
+    /// heartbeat.
+    pub fn probed_silent(&self) -> bool {
+        self.probed_silent_after.is_some() && self.probed_silent_after == self.last_beat
     }
 
     /// Counts in the ranking although not ready: only during its warm-up (`patience` after the

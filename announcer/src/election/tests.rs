@@ -482,71 +482,6 @@ fn a_handover_on_sigterm_is_a_failover_too() {
     assert_eq!(f[0].from, World::name(owner));
 }
 
-/// The successor probes as soon as one heartbeat is overdue by half a period, so a crash is
-/// taken over `suspect_after + probe_timeout` after the old owner's last heartbeat (250 ms at
-/// the defaults), not `dead_after + probe_timeout` (400 ms).
-#[test]
-fn a_crash_is_taken_over_one_and_a_half_periods_and_a_probe_after_the_last_heartbeat() {
-    let mut w = World::new(3);
-    w.run_for(Duration::from_secs(3));
-    let owner = w.owner();
-    w.nodes[owner].up = false;
-    w.run_for(Duration::from_secs(1));
-    let successor = w.answering()[0];
-    let f = w.nodes[successor].core.take_failovers();
-    assert_eq!(f.len(), 1, "{f:?}");
-    let c = w.nodes[successor].core.config().clone();
-    let took = f[0].decided - f[0].last_heard;
-    assert!(
-        took <= c.suspect_after() + c.probe_timeout + 2 * MS,
-        "took {took:?} after the last heartbeat"
-    );
-    assert!(
-        took < c.dead_after(),
-        "took {took:?}: waited for dead_after"
-    );
-}
-
-/// One heartbeat late and the early probe's answer lost too: the heartbeat that arrives
-/// before the probe's deadline proves the owner alive, and nothing moves.
-#[test]
-fn a_heartbeat_arriving_while_the_early_probe_is_out_cancels_the_takeover() {
-    let mut w = World::new(2);
-    w.run_for(Duration::from_secs(3));
-    let owner = w.owner();
-    let other = 1 - owner;
-    let probes = |w: &World| {
-        w.nodes[other]
-            .outputs
-            .iter()
-            .filter(|o| matches!(o, Output::Probe { .. }))
-            .count()
-    };
-    let before = probes(&w);
-    w.cut.insert((owner, other));
-    w.lose_answers = u32::MAX;
-    for _ in 0..1000 {
-        w.run_for(MS);
-        if probes(&w) > before {
-            break;
-        }
-    }
-    assert!(probes(&w) > before, "no early probe");
-    // The next heartbeat gets through, inside the probe's timeout.
-    w.cut.clear();
-    for _ in 0..2000 {
-        w.run_for(MS);
-        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
-    }
-    assert!(
-        !w.nodes[other]
-            .outputs
-            .iter()
-            .any(|o| matches!(o, Output::Install { .. })),
-        "the successor installed the VIP"
-    );
-}
-
 /// A frozen agent (SIGSTOP for 500 ms): its heartbeats stop, but its XDP program still
 /// answers the early probe, so its successor waits and nothing moves when it resumes.
 #[test]
@@ -574,11 +509,11 @@ fn an_agent_frozen_for_half_a_second_keeps_its_vip() {
     }
 }
 
-/// A peer whose heartbeats were late and whose probe answer was lost had its VIP taken; when
+/// A peer whose heartbeats were lost and whose probe answer was lost had its VIP taken; when
 /// its heartbeats resume with the same incarnation it never stopped answering: the taker
 /// counts an overlap and gives the VIP back.
 #[test]
-fn a_vip_taken_from_a_quiet_peer_that_comes_back_unchanged_is_an_overlap_given_back() {
+fn a_vip_taken_from_a_silent_peer_that_comes_back_unchanged_is_an_overlap_given_back() {
     let mut w = World::new(2);
     w.run_for(Duration::from_secs(3));
     let owner = w.owner();
