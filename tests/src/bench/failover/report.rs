@@ -174,11 +174,12 @@ fn owner_text(r: &Row) -> String {
 
 /// The verdicts against what was *selected* (`systems` × `scenarios`), not against what came
 /// back: a selected row with a target but no trials fails, and so does every system given up
-/// (`aborted`). Targets: with the defaults, p99 ≤ 1 s in the crash-like scenarios, SIGTERM and
-/// restart within grace, over trials that all recovered and all saw the expected owner (the
-/// VIP moved; after a restart within grace, kept by the restarted agent); no lost probe in
-/// SIGTERM and restart within grace, with the expected owner; and, when both were selected,
-/// the fastest settings' crash median ahead of tuned keepalived's.
+/// (`aborted`). Targets: with the defaults, p99 ≤ 1 s in the crash-like scenarios, SIGTERM,
+/// restart within grace and freeze, over trials that all recovered and all saw the expected
+/// owner (the VIP moved; after a restart within grace or a freeze, kept by the victim's
+/// agent); no lost probe in SIGTERM, restart within grace and freeze, with the expected owner;
+/// and, when both were selected, the fastest settings' crash median ahead of tuned
+/// keepalived's. Rejoin gets an informational line (lost probes, gap, moved back).
 pub fn verdicts(
     systems: &[System],
     scenarios: &[Scenario],
@@ -250,8 +251,9 @@ pub fn verdicts(
             continue;
         };
         let lost = r.lost().max;
-        let owner = match sc.expected_owner(d) {
-            Some(Expect::Stays) => "the VIP kept by the victim's agent",
+        let owner = match (sc, sc.expected_owner(d)) {
+            (Scenario::Freeze, _) => "the VIP kept by the frozen agent",
+            (_, Some(Expect::Stays)) => "the VIP kept by the restarted agent",
             _ => "the VIP moved",
         };
         v.push(Verdict {
@@ -483,8 +485,9 @@ node answered but probes were lost, the first answer after the last loss, minus 
 Percentiles are nearest-rank over the trials that recovered (unrec = trials where a probed VIP never answered again).
 lost = probes sent after T never answered (the most of any probed VIP); moved = trials where another node answered.
 owner = trials that saw the expected owner: every probed VIP taken over (answered by another node to the end, and
-announced there within the bound), or after restart-in-grace kept by the restarted agent (nobody else answered); a
-trial without it fails its targets however little it lost (- : not judged: partition, keepalived's restart).
+announced there within the bound), or after restart-in-grace / freeze kept by the victim's agent (nobody else answered);
+a trial without it fails its targets however little it lost (- : not judged: partition, rejoin, keepalived's restart
+and freeze).
 sigkill / restart-in-grace: a dead agent's data plane keeps answering, so the client may lose nothing while the
 failover column says when the successor took over. api-outage-crash: the API server refuses the agents from 1 s before
 the crash until the VIPs moved (at most 10 s, then it comes back); for keepalived it is a plain crash (no API).
