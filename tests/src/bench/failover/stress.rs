@@ -302,8 +302,20 @@ pub fn run(
         add_services(rt, &bed.tb, "stress", STRESS_BASE, extra, 1)
     };
     let all: Vec<IpAddr> = main.iter().chain(&added).copied().collect();
-    let result = restore_or_restart(bed, &all, progress)
-        .and_then(|_| measure(bed, s, rt, &all, settings, progress));
+    // keepalived may never settle with this many VIPs (at 0.1 s adverts its one thread falls
+    // behind its GARPs and two nodes stay master): it is counted, not judged, so it is measured
+    // anyway; an agent that does not settle is a failure.
+    let result = match restore_or_restart(bed, &all, progress) {
+        Err(why) if bed.system.is_keepalived() => {
+            progress(&format!(
+                "{name}: stress: no single owner per VIP before the stress, measuring anyway: {}",
+                why.lines().next().unwrap_or("")
+            ));
+            Ok(())
+        }
+        r => r.map(drop),
+    }
+    .and_then(|()| measure(bed, s, rt, &all, settings, progress));
     progress(&format!("{name}: stress: removing the {extra} VIPs"));
     if bed.system.is_keepalived() {
         bed.set_keepalived_vips(main);
