@@ -8,7 +8,8 @@
 //! * `bpf-linker` 0.10.0 (LLVM 22, loaded from that toolchain at run time).
 //! * Test and bench tools: iproute2, bpftool, arping, ndisc6, tcpdump, ethtool, and
 //!   libfaketime (the testbed runs an agent with its wall clock offset, `LD_PRELOAD`ing
-//!   `libfaketime.so.1`; `faketime` is its command-line wrapper, for trying it by hand).
+//!   `libfaketime.so.1`; `faketime` is its command-line wrapper, for trying it by hand), and
+//!   stress-ng (the failover bench's `stress` scenario keeps every CPU busy with it).
 //! * `kubernetes-validate` from PyPI, which checks `deploy/` against the Kubernetes OpenAPI
 //!   schemas it bundles, offline (`tests/tests/deploy/`).
 //! * Upstream Kubernetes programs the tests run against (for now `kubectl`, whose `kubectl
@@ -45,6 +46,7 @@ const APT_PACKAGES: &[&str] = &[
     "util-linux",
     "libfaketime",
     "faketime",
+    "stress-ng",
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";

@@ -12,9 +12,10 @@ use announcer_tests::{
     bench::{
         failover::{
             self, Settings,
-            plot::{path_for, write_cdf},
+            plot::{path_for, write_cdf, write_stress},
             report,
             scenarios::Scenario,
+            stress,
             systems::{FAST_ARGS, System},
         },
         verdict::{any_failed, failed_names},
@@ -43,10 +44,15 @@ struct Args {
     /// lease-per-service-cilium, lease-per-service-kube-vip, announcer-default, announcer-fast.
     #[arg(long, value_delimiter = ',', value_parser = parse_system)]
     systems: Vec<System>,
-    /// Scenarios to run, comma-separated (default all): crash, link-down, sigkill,
-    /// restart-in-grace, sigterm, api-outage-crash, partition, crash-100.
+    /// Scenarios to run, comma-separated (default all but stress): crash, link-down, sigkill,
+    /// restart-in-grace, freeze, sigterm, api-outage-crash, partition, rejoin, crash-100; and
+    /// stress, only when named here (one `--stress-duration` run per system).
     #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
     scenarios: Vec<Scenario>,
+    /// How long the stress scenario stresses each system, in seconds (the full run uses
+    /// 1800).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    stress_duration: u64,
     /// Trials of crash-100 (100 VIPs of one node crash together).
     #[arg(long, default_value_t = 3)]
     mass_trials: usize,
@@ -105,6 +111,10 @@ async fn main() -> Result<()> {
         args.trials >= 1 && args.vips >= 1,
         "--trials and --vips must be at least 1"
     );
+    ensure!(
+        args.stress_duration >= 1,
+        "--stress-duration must be at least 1 (s)"
+    );
     let settings = Settings {
         trials: args.trials,
         nodes: args.nodes,
@@ -129,6 +139,7 @@ async fn main() -> Result<()> {
             Some(a) => a.split_whitespace().map(String::from).collect(),
             None => FAST_ARGS.iter().map(|s| s.to_string()).collect(),
         },
+        stress_duration: Duration::from_secs(args.stress_duration),
     };
     progress(&format!("agents run {}", announcer_bin().display()));
     let started = Instant::now();
@@ -139,7 +150,12 @@ async fn main() -> Result<()> {
     let mut plots = Vec::new();
     for &sc in &settings.scenarios {
         let path = path_for(&args.plot, sc);
-        match write_cdf(&results.rows, sc, &path) {
+        let written = if sc == Scenario::Stress {
+            write_stress(&results.stress, &path)
+        } else {
+            write_cdf(&results.rows, sc, &path)
+        };
+        match written {
             Ok(false) => {}
             Err(e) => progress(&format!("plot {}: {e:#}", path.display())),
             Ok(true) => plots.push(
@@ -150,12 +166,19 @@ async fn main() -> Result<()> {
             ),
         }
     }
-    let verdicts = report::verdicts(
+    let mut verdicts = report::verdicts(
         &settings.systems,
         &settings.scenarios,
         &results.rows,
         &results.aborted,
     );
+    verdicts.extend(stress::verdicts(
+        &settings.systems,
+        &settings.scenarios,
+        &results.stress,
+        &results.aborted,
+    ));
+    print!("{}", stress::table(&results.stress));
     print!("{}", report::table(&results.rows, &verdicts, &plots));
     if let Some(idle) = &results.idle {
         print!("{}", idle.text());
@@ -170,6 +193,8 @@ async fn main() -> Result<()> {
             "trials": settings.trials,
             "nodes": settings.nodes,
             "vips": settings.vips,
+            "stress": results.stress,
+            "stress_duration_s": settings.scenarios.contains(&Scenario::Stress).then_some(args.stress_duration),
         });
         let main_plot = plots.first().cloned().unwrap_or_default();
         println!(

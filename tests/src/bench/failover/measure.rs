@@ -79,6 +79,56 @@ pub fn vip_outcome(
     }
 }
 
+/// The longest time `target` went unanswered in `[at, until]`: from the first lost probe of a
+/// run of lost ones to the send time of the next answered probe (or `until`, if none was
+/// answered after it); zero if no probe was lost.
+pub fn max_gap(samples: &[Sample], target: IpAddr, at: Duration, until: Duration) -> Duration {
+    let mut mine: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| is_udp(s) && s.target == target && s.sent >= at && s.sent <= until)
+        .collect();
+    mine.sort_by_key(|s| s.sent);
+    let mut gap = Duration::ZERO;
+    let mut since: Option<Duration> = None;
+    for s in mine {
+        match (s.rtt.is_some(), since) {
+            (false, None) => since = Some(s.sent),
+            (true, Some(from)) => {
+                gap = gap.max(s.sent - from);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = since {
+        gap = gap.max(until.saturating_sub(from));
+    }
+    gap
+}
+
+/// Rejoin figures (the rejoin window runs from the returning node's link coming up to the end
+/// of the trial; the trial's failover and lost probes are those of that window).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RejoinOutcome {
+    /// Whether the crash before it was taken over (another node announced and answered every
+    /// probed VIP within the bound); if not, the rejoin window measures a VIP that never moved.
+    pub taken_over: bool,
+    /// Whether the returning node answered every probed VIP at the end.
+    pub moved_back: bool,
+    /// The longest time one probed VIP went unanswered in the window.
+    #[serde(rename = "max_gap_ms", serialize_with = "ser_ms")]
+    pub max_gap: Duration,
+}
+
+fn ser_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+/// Whether every probed VIP was last answered by `node` (and there was one to judge).
+pub fn moved_back(per_vip: &[VipOutcome], node: &str) -> bool {
+    !per_vip.is_empty() && per_vip.iter().all(|o| o.after.as_deref() == Some(node))
+}
+
 /// A trial over several VIPs: the slowest VIP's failover (the time until the *last* of them
 /// answered again; `None` if any did not), and the most probes one VIP lost.
 pub fn combine(per_vip: &[VipOutcome]) -> (Option<Duration>, u32) {
@@ -384,6 +434,44 @@ mod unit {
             OwnerCheck::NotJudged
         );
         assert_eq!(OwnerCheck::NotJudged.ok(), None);
+    }
+
+    #[test]
+    fn max_gap_is_the_longest_unanswered_run_until_the_next_answer() {
+        let s = timeline(3000, |t| match t {
+            1100..1150 => None,
+            1500..1620 => None,
+            _ => Some("node-a"),
+        });
+        assert_eq!(
+            max_gap(&s, VIP.parse().unwrap(), ms(1000), ms(3000)),
+            ms(120)
+        );
+        // Only the window counts.
+        assert_eq!(
+            max_gap(&s, VIP.parse().unwrap(), ms(1000), ms(1400)),
+            ms(50)
+        );
+    }
+
+    #[test]
+    fn max_gap_is_zero_without_a_loss_and_runs_to_the_end_without_an_answer() {
+        let all = timeline(2000, |_| Some("node-a"));
+        assert_eq!(max_gap(&all, VIP.parse().unwrap(), ms(0), ms(2000)), ms(0));
+        let dark = timeline(2000, |t| (t < 1000).then_some("node-a"));
+        assert_eq!(
+            max_gap(&dark, VIP.parse().unwrap(), ms(500), ms(2000)),
+            ms(1000)
+        );
+    }
+
+    #[test]
+    fn moved_back_needs_every_vip_last_answered_by_the_returning_node() {
+        let (back, stayed) = (seen("node-b", "node-a"), seen("node-b", "node-b"));
+        assert!(moved_back(std::slice::from_ref(&back), "node-a"));
+        assert!(!moved_back(&[back, stayed.clone()], "node-a"));
+        assert!(!moved_back(&[stayed], "node-a"));
+        assert!(!moved_back(&[], "node-a"));
     }
 
     #[test]

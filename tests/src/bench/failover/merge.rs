@@ -13,9 +13,10 @@ use serde_json::{Value, json};
 
 use super::{
     measure::OwnerCheck,
-    plot::{path_for, write_cdf},
+    plot::{path_for, write_cdf, write_stress},
     report::Row,
     scenarios::Scenario,
+    stress::{self, StressRun},
     systems::System,
     trial::Trial,
 };
@@ -52,6 +53,7 @@ fn rows_for_plot(run: &Value) -> Vec<Row> {
             after: None,
             owner: OwnerCheck::NotJudged,
             split: None,
+            rejoin: None,
         };
         let mut trials: Vec<Trial> = r["failover_ms"]
             .as_array()
@@ -149,9 +151,20 @@ pub fn merge(runs: &[impl AsRef<Path>], plot: &Path) -> Result<Value> {
     println!("(failover in ms; see a single run's footer for the definitions)");
     let plot_rows: Vec<Row> = docs.iter().flat_map(rows_for_plot).collect();
     let mut plots = Vec::new();
-    for sc in Scenario::ALL {
+    let stress_runs: Vec<StressRun> = docs
+        .iter()
+        .flat_map(|d| d["stress"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| serde_json::from_value(v).ok())
+        .collect();
+    print!("{}", stress::table(&stress_runs));
+    for sc in Scenario::known() {
         let path = path_for(plot, sc);
-        if write_cdf(&plot_rows, sc, &path)? {
+        let written = if sc == Scenario::Stress {
+            write_stress(&stress_runs, &path)?
+        } else {
+            write_cdf(&plot_rows, sc, &path)?
+        };
+        if written {
             println!("plot: {}", path.display());
             plots.push(path.display().to_string());
         }
@@ -186,6 +199,7 @@ pub fn merge(runs: &[impl AsRef<Path>], plot: &Path) -> Result<Value> {
         "targets": targets,
         "idle": idle.first().cloned().cloned().unwrap_or(Value::Null),
         "aborted": aborted,
+        "stress": stress_runs,
         "plot": plots.first().cloned().unwrap_or_default(),
         "plots": plots,
     }))

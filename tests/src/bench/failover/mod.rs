@@ -38,9 +38,17 @@
 //! stopped agents are restarted and the bench waits until every VIP has one owner that
 //! answers the client ([`scenarios::Bed::restore`]).
 //!
+//! * *Freeze*: the owner's agent is SIGSTOPped for 0.5 s, then resumes; for the agents the VIP
+//!   must stay (its data plane kept answering), keepalived is not judged.
+//! * *Rejoin*: the owner crashes, the VIP moves and settles, then the node comes back (link
+//!   up, agent restarted); its failover time and lost probes are those of the rejoin window
+//!   (from the link coming up), with whether the VIP moved back to the returning node and the
+//!   longest gap the client saw ([`measure::RejoinOutcome`]). Reported, not judged.
+//!
 //! Besides the scenarios: `crash-100` (the node owning most VIPs of a larger set crashes;
-//! the time until the last of its VIPs answers) and the idle cost of the agent with 1,000
-//! VIPs ([`idle`]).
+//! the time until the last of its VIPs answers), the idle cost of the agent with 1,000
+//! VIPs ([`idle`]), and, only when `--scenarios` names it, `stress` ([`stress`]): one long run
+//! per system with every CPU busy and the API slow, counting ownership changes.
 
 pub mod idle;
 pub mod measure;
@@ -48,6 +56,7 @@ pub mod merge;
 pub mod plot;
 pub mod report;
 pub mod scenarios;
+pub mod stress;
 pub mod systems;
 pub mod trial;
 
@@ -87,6 +96,8 @@ pub struct Settings {
     pub idle_window: Duration,
     /// The flags of `announcer-fast` (default [`systems::FAST_ARGS`]).
     pub fast_args: Vec<String>,
+    /// How long the stress scenario stresses each system.
+    pub stress_duration: Duration,
 }
 
 /// Everything measured.
@@ -95,6 +106,8 @@ pub struct Results {
     pub idle: Option<idle::IdleReport>,
     /// Systems given up (restore failed), with why.
     pub aborted: Vec<(System, String)>,
+    /// The stress runs, one per system.
+    pub stress: Vec<stress::StressRun>,
 }
 
 /// `10.78.128.0 + k`, the testbed's VIP numbering.
@@ -145,6 +158,7 @@ pub fn run(s: &Settings, rt: &Handle, progress: &dyn Fn(&str)) -> Results {
         rows: vec![],
         idle: None,
         aborted: vec![],
+        stress: vec![],
     };
     let started = Instant::now();
     for (si, &system) in s.systems.iter().enumerate() {
@@ -243,6 +257,20 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
     } = *c;
     let name = bed.system.name();
     for &scenario in &s.scenarios {
+        if !scenario.has_trials() {
+            let run = stress::run(bed, s, rt, main, settings, progress)?;
+            progress(&format!(
+                "[stress] {name}: {} ownership changes ({} VIPs), {} overlap samples, {} Overlap Events in {:.0} s, load {:.1}",
+                run.ownership_changes,
+                run.vips_changed,
+                run.overlap_samples,
+                run.overlap_events.map_or("-".into(), |e| e.to_string()),
+                run.duration_s,
+                run.load1_mean
+            ));
+            out.stress.push(run);
+            continue;
+        }
         let (vips, trials) = if scenario == Scenario::Crash100 {
             progress(&format!("{name}: adding the crash-100 VIPs"));
             let mass = if bed.system.is_keepalived() {
@@ -308,7 +336,23 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                     )
                 })
                 .unwrap_or_default();
-            progress(&(line + &split));
+            let rejoin = t
+                .rejoin
+                .as_ref()
+                .map(|r| {
+                    format!(
+                        ", moved back {}, max gap {:.0} ms{}",
+                        r.moved_back,
+                        r.max_gap.as_secs_f64() * 1e3,
+                        if r.taken_over {
+                            ""
+                        } else {
+                            " (the crash was NOT taken over)"
+                        }
+                    )
+                })
+                .unwrap_or_default();
+            progress(&(line + &split + &rejoin));
             row.trials.push(t);
         }
         out.rows.push(row);

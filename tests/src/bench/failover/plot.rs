@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 
-use super::{report::Row, scenarios::Scenario};
+use super::{report::Row, scenarios::Scenario, stress::StressRun};
 
 /// The points of an empirical CDF (x ascending, y = fraction ≤ x) as a step line.
 pub fn cdf_steps(sorted_ms: &[f64]) -> Vec<(f64, f64)> {
@@ -70,29 +70,21 @@ pub fn write_cdf(rows: &[Row], scenario: Scenario, path: &Path) -> Result<bool> 
         .y_label_area_size(56)
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.02f64)
         .map_err(|e| err(&e))?;
+    let x_desc = if scenario == Scenario::Rejoin {
+        "ms from the node's return until the client was answered again (log scale; 0 shown at 1 ms)"
+    } else {
+        "ms from the failure until the new owner answered (log scale; 0 shown at 1 ms)"
+    };
     chart
         .configure_mesh()
         .x_labels(16)
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .x_desc("ms from the failure until the new owner answered (log scale; 0 shown at 1 ms)")
+        .x_desc(x_desc)
         .y_desc("fraction of trials ≤ x")
         .draw()
         .map_err(|e| err(&e))?;
-    let colors = [
-        RGBColor(200, 0, 0),
-        RGBColor(255, 140, 0),
-        RGBColor(120, 0, 160),
-        RGBColor(0, 150, 150),
-        RGBColor(0, 0, 220),
-        RGBColor(0, 150, 0),
-    ];
     for (r, v) in &series {
-        // One colour per system in every plot.
-        let i = super::systems::System::ALL
-            .iter()
-            .position(|s| *s == r.system)
-            .unwrap_or(0);
-        let color = colors[i % colors.len()];
+        let color = color_of(Some(r.system));
         let clamped: Vec<f64> = v.iter().map(|x| x.max(lo)).collect();
         let f = r.failover();
         let label = format!(
@@ -113,6 +105,88 @@ pub fn write_cdf(rows: &[Row], scenario: Scenario, path: &Path) -> Result<bool> 
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(true)
+}
+
+/// One colour per system in every plot.
+fn color_of(system: Option<super::systems::System>) -> RGBColor {
+    let colors = [
+        RGBColor(200, 0, 0),
+        RGBColor(255, 140, 0),
+        RGBColor(120, 0, 160),
+        RGBColor(0, 150, 150),
+        RGBColor(0, 0, 220),
+        RGBColor(0, 150, 0),
+    ];
+    let i = super::systems::System::ALL
+        .iter()
+        .position(|s| Some(*s) == system)
+        .unwrap_or(0);
+    colors[i % colors.len()]
+}
+
+/// The cumulative ownership changes of each stress run over time, one line per system, to
+/// `path`. Returns `false` (and writes nothing) without runs.
+pub fn write_stress(runs: &[StressRun], path: &Path) -> Result<bool> {
+    if runs.is_empty() {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let x_hi = runs.iter().map(|r| r.duration_s).fold(1.0, f64::max);
+    let y_hi = runs
+        .iter()
+        .map(|r| r.ownership_changes as f64)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (960, 580)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Ownership changes under stress (every CPU busy, API slowed down)",
+            ("sans-serif", 20),
+        )
+        .margin(16)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..x_hi, 0f64..y_hi)
+        .map_err(|e| err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("s since the stress started")
+        .y_desc("ownership changes so far (VIP x poll)")
+        .draw()
+        .map_err(|e| err(&e))?;
+    for r in runs {
+        let color = color_of(r.system());
+        let mut pts = vec![(0.0, 0.0)];
+        for (i, &t) in r.change_times_s.iter().enumerate() {
+            pts.push((t, i as f64));
+            pts.push((t, (i + 1) as f64));
+        }
+        pts.push((r.duration_s, r.change_times_s.len() as f64));
+        let label = format!(
+            "{} ({} changes, {} overlap samples, load {:.1})",
+            r.system, r.ownership_changes, r.overlap_samples, r.load1_mean
+        );
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()
@@ -148,11 +222,49 @@ mod unit {
                 after: None,
                 owner: OwnerCheck::NotJudged,
                 split: None,
+                rejoin: None,
             }],
         }];
         let path = std::env::temp_dir().join(format!("failover-zero-{}.svg", std::process::id()));
         assert!(write_cdf(&rows, Scenario::Restart, &path).unwrap());
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_stress_plot_has_a_line_per_system_and_none_without_runs() {
+        let run = |system: System, times: Vec<f64>| StressRun {
+            system: system.name().into(),
+            settings: String::new(),
+            duration_s: 60.0,
+            vips: 300,
+            polls: 240,
+            incomplete_polls: 0,
+            ownership_changes: times.len() as u64,
+            vips_changed: times.len(),
+            overlap_samples: 0,
+            unowned_samples: 0,
+            overlap_events: None,
+            overlap_counter: None,
+            api_latency_ms: None,
+            cpu_hog: String::new(),
+            load1_mean: 2.0,
+            load1_max: 2.5,
+            cpu_busy_pct: None,
+            cpus: 2,
+            change_times_s: times,
+        };
+        let dir = std::env::temp_dir().join(format!("failover-stress-{}", std::process::id()));
+        let path = dir.join("s.svg");
+        let runs = [
+            run(System::AnnouncerDefault, vec![]),
+            run(System::KeepalivedTuned, vec![3.0, 3.0, 10.5]),
+        ];
+        assert!(write_stress(&runs, &path).unwrap());
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("keepalived-tuned (3 changes"), "{svg}");
+        assert!(svg.contains("announcer-default (0 changes"));
+        assert!(!write_stress(&[], &dir.join("none.svg")).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -172,6 +284,7 @@ mod unit {
             after: None,
             owner: OwnerCheck::NotJudged,
             split: None,
+            rejoin: None,
         };
         let rows = vec![
             Row {

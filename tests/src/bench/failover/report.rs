@@ -104,6 +104,24 @@ impl Row {
         self.split(|s| s.single_owner_after_heal)
     }
 
+    /// Rejoin: trials in which the VIP moved back to the returning node.
+    pub fn moved_back(&self) -> usize {
+        self.trials
+            .iter()
+            .filter(|t| t.rejoin.as_ref().is_some_and(|r| r.moved_back))
+            .count()
+    }
+
+    /// Rejoin: the longest time a probed VIP went unanswered in the window, per trial (µs).
+    pub fn max_gap(&self) -> Summary {
+        let mut v: Vec<u64> = self
+            .trials
+            .iter()
+            .filter_map(|t| t.rejoin.as_ref().map(|r| us(r.max_gap)))
+            .collect();
+        summarize(&mut v)
+    }
+
     fn probed_vips(&self) -> usize {
         self.trials.iter().map(|t| t.vips).max().unwrap_or(0)
     }
@@ -156,11 +174,12 @@ fn owner_text(r: &Row) -> String {
 
 /// The verdicts against what was *selected* (`systems` × `scenarios`), not against what came
 /// back: a selected row with a target but no trials fails, and so does every system given up
-/// (`aborted`). Targets: with the defaults, p99 ≤ 1 s in the crash-like scenarios, SIGTERM and
-/// restart within grace, over trials that all recovered and all saw the expected owner (the
-/// VIP moved; after a restart within grace, kept by the restarted agent); no lost probe in
-/// SIGTERM and restart within grace, with the expected owner; and, when both were selected,
-/// the fastest settings' crash median ahead of tuned keepalived's.
+/// (`aborted`). Targets: with the defaults, p99 ≤ 1 s in the crash-like scenarios, SIGTERM,
+/// restart within grace and freeze, over trials that all recovered and all saw the expected
+/// owner (the VIP moved; after a restart within grace or a freeze, kept by the victim's
+/// agent); no lost probe in SIGTERM, restart within grace and freeze, with the expected owner;
+/// and, when both were selected, the fastest settings' crash median ahead of tuned
+/// keepalived's. Rejoin gets an informational line (lost probes, gap, moved back).
 pub fn verdicts(
     systems: &[System],
     scenarios: &[Scenario],
@@ -186,6 +205,7 @@ pub fn verdicts(
         Scenario::ApiOutageCrash,
         Scenario::Sigterm,
         Scenario::Restart,
+        Scenario::Freeze,
         Scenario::Crash100,
     ] {
         if !selected(d, sc) {
@@ -221,7 +241,7 @@ pub fn verdicts(
             pass: Some(pass),
         });
     }
-    for sc in [Scenario::Sigterm, Scenario::Restart] {
+    for sc in [Scenario::Sigterm, Scenario::Restart, Scenario::Freeze] {
         if !selected(d, sc) {
             continue;
         }
@@ -231,8 +251,9 @@ pub fn verdicts(
             continue;
         };
         let lost = r.lost().max;
-        let owner = match sc.expected_owner(d) {
-            Some(Expect::Stays) => "the VIP kept by the restarted agent",
+        let owner = match (sc, sc.expected_owner(d)) {
+            (Scenario::Freeze, _) => "the VIP kept by the frozen agent",
+            (_, Some(Expect::Stays)) => "the VIP kept by the restarted agent",
             _ => "the VIP moved",
         };
         v.push(Verdict {
@@ -252,6 +273,11 @@ pub fn verdicts(
     }
     if selected(d, Scenario::Partition) {
         v.push(partition_verdict(rows, d, aborted));
+    }
+    if selected(d, Scenario::Rejoin)
+        && let Some(r) = find(rows, d, Scenario::Rejoin)
+    {
+        v.push(rejoin_info(r));
     }
     let (fast, tuned) = (System::AnnouncerFast, System::KeepalivedTuned);
     if selected(fast, Scenario::Crash) && selected(tuned, Scenario::Crash) {
@@ -321,6 +347,26 @@ fn partition_verdict(rows: &[Row], d: System, aborted: &[(System, String)]) -> V
     }
 }
 
+/// Rejoin: what the client lost while the crashed node came back, and whether the VIP moved
+/// back (informational: lost probes are to be driven to 0, moving back is not judged).
+fn rejoin_info(r: &Row) -> Verdict {
+    let g = r.max_gap();
+    let lost = r.lost().max;
+    Verdict {
+        name: format!("{}_rejoin_lost", r.system.name()),
+        text: format!(
+            "{} rejoin: at most {lost} probes lost and a {:.0} ms gap in a trial while the node rejoined, moved back in {}/{} trials (not judged; to be 0 lost)",
+            r.system.name(),
+            ms(g.max),
+            r.moved_back(),
+            r.trials.len()
+        ),
+        value: Some(lost as f64),
+        limit: Some(0.0),
+        pass: None,
+    }
+}
+
 fn cell(s: &Summary, n: usize) -> [String; 5] {
     if n == 0 {
         return std::array::from_fn(|_| "-".into());
@@ -331,13 +377,23 @@ fn cell(s: &Summary, n: usize) -> [String; 5] {
 /// The table, the definitions, the verdicts and the plot paths.
 pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
     let mut s = String::new();
+    if rows.is_empty() {
+        // A run of stress alone: only the verdicts (its table is [`super::stress::table`]).
+        for v in verdicts {
+            let _ = writeln!(s, "{} {}", v.mark(), v.text);
+        }
+        for p in plots {
+            let _ = writeln!(s, "plot: {p}");
+        }
+        return s;
+    }
     let _ = writeln!(
         s,
         "Failover time (ms) and lost probes per trial (UDP probes every 10 ms per VIP from a client on the same L2)"
     );
     let _ = writeln!(
         s,
-        "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9}",
+        "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
         "system",
         "scenario",
         "trials",
@@ -353,7 +409,9 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
         "moved",
         "owner",
         "overlap50",
-        "single50"
+        "single50",
+        "back",
+        "gapmax"
     );
     for r in rows {
         let f = r.failover();
@@ -376,9 +434,17 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
             None => "-".to_string(),
             Some(_) => format!("{}/{}", r.owner_right(), r.trials.len()),
         };
+        let (back, gap) = if r.scenario == Scenario::Rejoin {
+            (
+                format!("{}/{}", r.moved_back(), r.trials.len()),
+                format!("{:.0}", ms(r.max_gap().max)),
+            )
+        } else {
+            ("-".into(), "-".into())
+        };
         let _ = writeln!(
             s,
-            "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9}",
+            "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
             r.system.name(),
             r.scenario.name(),
             r.trials.len(),
@@ -394,7 +460,9 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
             r.switched(),
             owner,
             ov,
-            so
+            so,
+            back,
+            gap
         );
     }
     s.push_str(FOOTER);
@@ -417,14 +485,20 @@ node answered but probes were lost, the first answer after the last loss, minus 
 Percentiles are nearest-rank over the trials that recovered (unrec = trials where a probed VIP never answered again).
 lost = probes sent after T never answered (the most of any probed VIP); moved = trials where another node answered.
 owner = trials that saw the expected owner: every probed VIP taken over (answered by another node to the end, and
-announced there within the bound), or after restart-in-grace kept by the restarted agent (nobody else answered); a
-trial without it fails its targets however little it lost (- : not judged: partition, keepalived's restart).
+announced there within the bound), or after restart-in-grace / freeze kept by the victim's agent (nobody else answered);
+a trial without it fails its targets however little it lost (- : not judged: partition, rejoin, keepalived's restart
+and freeze).
 sigkill / restart-in-grace: a dead agent's data plane keeps answering, so the client may lose nothing while the
 failover column says when the successor took over. api-outage-crash: the API server refuses the agents from 1 s before
 the crash until the VIPs moved (at most 10 s, then it comes back); for keepalived it is a plain crash (no API).
 partition: the owner and its successor cannot reach each other for 5 s; overlap50 = median time two nodes announced
 (agents' /state, keepalived's eth0 addresses, polled every ~50 ms), single50 = median time from heal to one owner.
 crash-100: the node owning the most VIPs of a larger set crashes; failover = when the last of its (≤ 100) VIPs answered.
+freeze: the owner's agent (keepalived) is SIGSTOPped for 0.5 s, then SIGCONTed; the agent must keep its VIPs.
+rejoin: the owner crashes, the VIP moves and settles (2 s), then the node comes back (link up, agent restarted); every
+figure of the row is for the rejoin window only (from the link coming up): failover = until the client was answered
+again (by the returning node if the VIP moved back), lost = probes lost meanwhile; back = trials in which the VIP moved
+back to the returning node, gapmax = the longest time a probed VIP went unanswered (ms, worst trial). Not judged.
 ";
 
 fn f64_ms(x: u64, n: usize) -> Value {
@@ -461,6 +535,31 @@ pub fn json(rows: &[Row], verdicts: &[Verdict], plot: &str, extra: Value) -> Str
                 "failover_ms": r.failover_us().iter().map(|&x| ms(x)).collect::<Vec<_>>(),
                 "settings": r.settings,
             });
+            if r.scenario == Scenario::Rejoin {
+                let g = r.max_gap();
+                row["moved_back"] = json!(r.moved_back());
+                row["moved_back_trials"] = json!(
+                    r.trials
+                        .iter()
+                        .map(|t| t.rejoin.as_ref().is_some_and(|x| x.moved_back))
+                        .collect::<Vec<_>>()
+                );
+                row["taken_over_before_rejoin"] = json!(
+                    r.trials
+                        .iter()
+                        .filter(|t| t.rejoin.as_ref().is_some_and(|x| x.taken_over))
+                        .count()
+                );
+                row["lost_probes"] = json!(r.trials.iter().map(|t| t.lost).collect::<Vec<_>>());
+                row["max_gap_ms"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.rejoin.as_ref().map(|x| ms(us(x.max_gap))))
+                        .collect::<Vec<_>>()
+                );
+                row["max_gap_p50_ms"] = f64_ms(g.median, g.n);
+                row["max_gap_max_ms"] = f64_ms(g.max, g.n);
+            }
             if r.scenario == Scenario::Partition {
                 row["overlap_p50_ms"] = f64_ms(o.median, o.n);
                 row["overlap_max_ms"] = f64_ms(o.max, o.n);
@@ -506,6 +605,7 @@ mod unit {
             after: Some("node-b".into()),
             owner: OwnerCheck::Moved,
             split: None,
+            rejoin: None,
         }
     }
 
@@ -777,6 +877,96 @@ mod unit {
         assert_eq!(row0["failover_max_ms"], 400.0);
         assert_eq!(row0["lost_probes_p50"], 40);
         assert_eq!(j["targets"].as_array().unwrap().len(), v.len());
+    }
+
+    fn kept() -> Trial {
+        Trial {
+            owner: OwnerCheck::Kept,
+            after: Some("node-a".into()),
+            switched: false,
+            ..trial(Some(0), 0)
+        }
+    }
+
+    #[test]
+    fn a_freeze_passes_only_when_nothing_was_lost_and_the_victim_kept_the_vip() {
+        let judge = |trials| {
+            let r = vec![row(System::AnnouncerDefault, Scenario::Freeze, trials)];
+            let v = verdicts(&[System::AnnouncerDefault], &[Scenario::Freeze], &r, &[]);
+            (
+                pass_of(&v, "announcer-default_freeze_p99"),
+                pass_of(&v, "announcer-default_freeze_lost"),
+            )
+        };
+        assert_eq!(judge(vec![kept(), kept()]), (Some(true), Some(true)));
+        let lossy = Trial { lost: 3, ..kept() };
+        assert_eq!(judge(vec![kept(), lossy]), (Some(true), Some(false)));
+        let taken = Trial {
+            owner: OwnerCheck::NotKept,
+            ..trial(Some(400), 0)
+        };
+        assert_eq!(judge(vec![kept(), taken]), (Some(false), Some(false)));
+    }
+
+    fn rejoined(moved_back: bool, lost: u32, gap_ms: u64) -> Trial {
+        Trial {
+            owner: OwnerCheck::NotJudged,
+            lost,
+            rejoin: Some(crate::bench::failover::measure::RejoinOutcome {
+                taken_over: true,
+                moved_back,
+                max_gap: Duration::from_millis(gap_ms),
+            }),
+            ..trial(Some(gap_ms), lost)
+        }
+    }
+
+    #[test]
+    fn a_rejoin_is_reported_not_judged() {
+        let r = vec![row(
+            System::AnnouncerDefault,
+            Scenario::Rejoin,
+            vec![rejoined(true, 4, 40), rejoined(false, 0, 0)],
+        )];
+        let v = verdicts(&[System::AnnouncerDefault], &[Scenario::Rejoin], &r, &[]);
+        assert_eq!(pass_of(&v, "announcer-default_rejoin_lost"), None);
+        assert!(
+            text_of(&v, "announcer-default_rejoin_lost").contains("moved back in 1/2"),
+            "{v:#?}"
+        );
+        assert!(!crate::bench::verdict::any_failed(&v));
+    }
+
+    #[test]
+    fn rejoin_rows_carry_moved_back_and_the_gap_in_table_and_json() {
+        let r = vec![row(
+            System::AnnouncerDefault,
+            Scenario::Rejoin,
+            vec![rejoined(true, 4, 40), rejoined(false, 0, 0)],
+        )];
+        let t = table(&r, &[], &[]);
+        let line = t.lines().find(|l| l.contains("rejoin")).unwrap();
+        assert!(line.contains("1/2") && line.ends_with(" 40"), "{line}");
+        let j: Value = serde_json::from_str(&json(&r, &[], "", json!({}))).unwrap();
+        let row0 = &j["rows"][0];
+        assert_eq!(row0["moved_back"], 1);
+        assert_eq!(row0["moved_back_trials"], json!([true, false]));
+        assert_eq!(row0["max_gap_ms"], json!([40.0, 0.0]));
+        assert_eq!(row0["max_gap_max_ms"], 40.0);
+        assert_eq!(row0["lost_probes"], json!([4, 0]));
+        assert_eq!(row0["owner_expected"], Value::Null);
+    }
+
+    #[test]
+    fn a_table_without_rows_prints_only_the_verdicts() {
+        let v = vec![Verdict {
+            name: "x".into(),
+            text: "stress: fine".into(),
+            value: None,
+            limit: None,
+            pass: Some(true),
+        }];
+        assert_eq!(table(&[], &v, &[]), "PASS stress: fine\n");
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub enum Scenario {
     Sigkill,
     /// SIGKILL, restarted [`RESTART_AFTER`] later (within the agent's 5 s grace).
     Restart,
+    /// The owner's agent (keepalived's processes) is SIGSTOPped for [`FREEZE_FOR`], then
+    /// SIGCONTed: a paused process, not a dead one.
+    Freeze,
     /// SIGTERM, as in a rolling update; not restarted during the trial.
     Sigterm,
     /// The API server refuses the agents, then the owner crashes. For keepalived the same as
@@ -33,12 +36,35 @@ pub enum Scenario {
     ApiOutageCrash,
     /// The owner and its successor cannot reach each other for [`PARTITION_HOLD`], then heal.
     Partition,
+    /// The owner crashes (as [`Scenario::Crash`]); once the VIP moved and settled
+    /// ([`REJOIN_SETTLE`]) the node comes back (link up, agent restarted). Measured: what the
+    /// client loses while the returning node rejoins, and whether the VIP moves back to it.
+    Rejoin,
+    /// Not a trial: one long run per system with every core busy (`stress-ng`) and, for the
+    /// agents, every API request slowed down; counts ownership changes and double owners of
+    /// [`STRESS_VIPS`] VIPs. Opt-in ([`Scenario::OPT_IN`]): it takes `--stress-duration` per
+    /// system.
+    Stress,
     /// A crash of the node that owns the most VIPs of a large set (100 probed).
     Crash100,
 }
 
 /// How long after the SIGKILL the restart scenario restarts the agent.
 pub const RESTART_AFTER: Duration = Duration::from_secs(1);
+/// How long the freeze scenario keeps the agent stopped.
+pub const FREEZE_FOR: Duration = Duration::from_millis(500);
+/// In the rejoin scenario: how long the VIP stays on the successor (after the takeover was
+/// seen) before the crashed node comes back.
+pub const REJOIN_SETTLE: Duration = Duration::from_secs(2);
+/// In the rejoin scenario: how long the client keeps probing after the returning agent is
+/// ready (keepalived: running), for a move back to show.
+pub const REJOIN_WATCH: Duration = Duration::from_secs(4);
+/// In the rejoin scenario: how long the returning agent may take to get ready.
+pub const REJOIN_READY_BOUND: Duration = Duration::from_secs(30);
+/// VIPs (one Service each, the main set included) of the stress scenario.
+pub const STRESS_VIPS: usize = 300;
+/// The latency added to every API request of the agents in the stress scenario.
+pub const STRESS_API_LATENCY: Duration = Duration::from_millis(200);
 /// How long the partition lasts before it heals.
 pub const PARTITION_HOLD: Duration = Duration::from_secs(5);
 /// In the API-outage scenario: outage start to crash, and how long the outage lasts after
@@ -47,18 +73,34 @@ pub const API_OUTAGE_LEAD: Duration = Duration::from_secs(1);
 pub const API_OUTAGE_HOLD: Duration = Duration::from_secs(10);
 
 impl Scenario {
-    /// Every scenario, in run order (partition after crash: it uses the successor the crashes
-    /// revealed).
-    pub const ALL: [Scenario; 8] = [
+    /// The scenarios of a run without `--scenarios`, in run order (partition after crash: it
+    /// uses the successor the crashes revealed; crash-100 last: it adds VIPs).
+    pub const ALL: [Scenario; 10] = [
         Scenario::Crash,
         Scenario::LinkDown,
         Scenario::Sigkill,
         Scenario::Restart,
+        Scenario::Freeze,
         Scenario::Sigterm,
         Scenario::ApiOutageCrash,
         Scenario::Partition,
+        Scenario::Rejoin,
         Scenario::Crash100,
     ];
+
+    /// Scenarios run only when `--scenarios` names them: stress takes `--stress-duration`
+    /// (10 min by default) per system, which would make the default run 1 h longer.
+    pub const OPT_IN: [Scenario; 1] = [Scenario::Stress];
+
+    /// Every scenario there is: [`Scenario::ALL`], then [`Scenario::OPT_IN`].
+    pub fn known() -> impl Iterator<Item = Scenario> {
+        Scenario::ALL.into_iter().chain(Scenario::OPT_IN)
+    }
+
+    /// Whether it runs trials (a Row of [`super::trial::Trial`]s); stress is one long run.
+    pub fn has_trials(self) -> bool {
+        self != Scenario::Stress
+    }
 
     /// Name in tables, JSON and `--scenarios`.
     pub fn name(self) -> &'static str {
@@ -67,16 +109,19 @@ impl Scenario {
             Scenario::LinkDown => "link-down",
             Scenario::Sigkill => "sigkill",
             Scenario::Restart => "restart-in-grace",
+            Scenario::Freeze => "freeze",
             Scenario::Sigterm => "sigterm",
             Scenario::ApiOutageCrash => "api-outage-crash",
             Scenario::Partition => "partition",
+            Scenario::Rejoin => "rejoin",
+            Scenario::Stress => "stress",
             Scenario::Crash100 => "crash-100",
         }
     }
 
     /// Parses a name of [`Scenario::name`].
     pub fn parse(s: &str) -> Option<Scenario> {
-        Scenario::ALL.into_iter().find(|x| x.name() == s)
+        Scenario::known().find(|x| x.name() == s)
     }
 
     /// What the failure should do to the owner of the victim's VIPs on `system`; a trial
@@ -88,7 +133,12 @@ impl Scenario {
     ///   expire in the second it is down). keepalived has no grace (its VRRP process dies
     ///   with it) and, with `nopreempt`, whichever backup's timer fires first holds the VIP:
     ///   not judged;
-    /// * a partition: both sides may announce; judged by overlap and time to one owner.
+    /// * a freeze: the frozen agent's data plane keeps answering, so a successor that probes it
+    ///   waits, and the agent, back after [`FREEZE_FOR`], keeps its VIPs. keepalived's backups
+    ///   take over once three adverts are missed (0.3 s tuned): not judged;
+    /// * a partition: both sides may announce; judged by overlap and time to one owner;
+    /// * a rejoin: whether the VIP moves back to the returning node is reported, not judged;
+    /// * stress: no trials; judged by its ownership changes.
     pub fn expected_owner(self, system: System) -> Option<Expect> {
         match self {
             Scenario::Crash
@@ -97,9 +147,9 @@ impl Scenario {
             | Scenario::Sigterm
             | Scenario::ApiOutageCrash
             | Scenario::Crash100 => Some(Expect::Moves),
-            Scenario::Restart if system.is_keepalived() => None,
-            Scenario::Restart => Some(Expect::Stays),
-            Scenario::Partition => None,
+            Scenario::Restart | Scenario::Freeze if system.is_keepalived() => None,
+            Scenario::Restart | Scenario::Freeze => Some(Expect::Stays),
+            Scenario::Partition | Scenario::Rejoin | Scenario::Stress => None,
         }
     }
 }
@@ -116,8 +166,12 @@ pub struct Bed {
     /// Nodes whose agent got SIGTERM and may still be handing over.
     terminated: BTreeSet<String>,
     links_down: BTreeSet<String>,
+    /// Nodes whose agent (keepalived) is SIGSTOPped.
+    frozen: BTreeSet<String>,
     partitions: Vec<(String, String)>,
     api_down: bool,
+    /// Whether the agents' API requests are delayed ([`Bed::api_latency`]).
+    api_slow: bool,
     /// Who took over from whom (learned from the trials; partitions pick their pair with it).
     pub successor: BTreeMap<String, String>,
 }
@@ -148,8 +202,10 @@ impl Bed {
             stopped: BTreeSet::new(),
             terminated: BTreeSet::new(),
             links_down: BTreeSet::new(),
+            frozen: BTreeSet::new(),
             partitions: vec![],
             api_down: false,
+            api_slow: false,
             successor: BTreeMap::new(),
         };
         if bed.keepalived.is_some() {
@@ -189,6 +245,7 @@ impl Bed {
             }
             None => self.tb.kill_agent(node),
         }
+        self.frozen.remove(node);
         self.stopped.insert(node.to_owned());
     }
 
@@ -218,6 +275,57 @@ impl Bed {
         self.links_down.insert(node.to_owned());
     }
 
+    /// A crashed node comes back: its link goes up and its agent (keepalived) starts.
+    pub fn rejoin(&mut self, node: &str) {
+        self.tb.link_up(node);
+        self.links_down.remove(node);
+        self.start(node);
+    }
+
+    /// Waits up to `timeout` until `node`'s agent says it is ready (keepalived: its VRRP
+    /// process runs); whether it did.
+    pub fn wait_ready(&self, node: &str, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            let ready = match &self.keepalived {
+                Some(k) => k.running(node),
+                None => self.tb.state(node).is_some_and(|s| s["ready"] == true),
+            };
+            if ready {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    /// SIGSTOP of `node`'s agent (keepalived's whole process group).
+    pub fn freeze(&mut self, node: &str) {
+        match &self.keepalived {
+            Some(k) => k.signal(node, Signal::SIGSTOP),
+            None => self.tb.freeze_agent(node),
+        }
+        self.frozen.insert(node.to_owned());
+    }
+
+    /// SIGCONT of `node`'s agent (keepalived) after [`Bed::freeze`].
+    pub fn thaw(&mut self, node: &str) {
+        match &self.keepalived {
+            Some(k) => k.signal(node, Signal::SIGCONT),
+            None => self.tb.thaw_agent(node),
+        }
+        self.frozen.remove(node);
+    }
+
+    /// Delays every API request of the agents by `delay`, or ends that (`None`); no-op for
+    /// keepalived, which uses no API.
+    pub fn api_latency(&mut self, delay: Option<Duration>) {
+        if self.keepalived.is_none() {
+            self.tb.api_latency(delay);
+            self.api_slow = delay.is_some();
+        }
+    }
+
     pub fn partition(&mut self, a: &str, b: &str) {
         self.tb.partition(a, b);
         self.partitions.push((a.to_owned(), b.to_owned()));
@@ -244,6 +352,12 @@ impl Bed {
     ) -> Option<BTreeMap<IpAddr, String>> {
         if self.api_down {
             self.api_outage(false);
+        }
+        if self.api_slow {
+            self.api_latency(None);
+        }
+        for n in self.frozen.clone() {
+            self.thaw(&n);
         }
         self.heal_all();
         for n in std::mem::take(&mut self.links_down) {
@@ -390,9 +504,59 @@ mod unit {
 
     #[test]
     fn names_round_trip() {
-        for s in Scenario::ALL {
+        for s in Scenario::known() {
             assert_eq!(Scenario::parse(s.name()), Some(s));
         }
         assert_eq!(Scenario::parse("meteor"), None);
+    }
+
+    #[test]
+    fn the_new_scenarios_parse_by_their_names() {
+        assert_eq!(Scenario::parse("freeze"), Some(Scenario::Freeze));
+        assert_eq!(Scenario::parse("rejoin"), Some(Scenario::Rejoin));
+        assert_eq!(Scenario::parse("stress"), Some(Scenario::Stress));
+    }
+
+    #[test]
+    fn stress_is_opt_in_and_the_default_run_has_freeze_and_rejoin() {
+        assert!(!Scenario::ALL.contains(&Scenario::Stress));
+        assert!(Scenario::ALL.contains(&Scenario::Freeze));
+        assert!(Scenario::ALL.contains(&Scenario::Rejoin));
+        assert_eq!(Scenario::known().count(), Scenario::ALL.len() + 1);
+        assert!(!Scenario::Stress.has_trials());
+        assert!(Scenario::ALL.iter().all(|s| s.has_trials()));
+    }
+
+    #[test]
+    fn the_run_order_is_the_declaration_order_with_crash_100_last() {
+        // The binary sorts `--scenarios`: the enum's order is the run order.
+        let mut sorted: Vec<Scenario> = Scenario::known().collect();
+        sorted.sort();
+        assert_eq!(sorted.last(), Some(&Scenario::Crash100));
+        let mut all = Scenario::ALL.to_vec();
+        all.sort();
+        assert_eq!(all, Scenario::ALL);
+    }
+
+    #[test]
+    fn a_frozen_agent_keeps_its_vip() {
+        for s in [System::AnnouncerDefault, System::AnnouncerFast] {
+            assert_eq!(Scenario::Freeze.expected_owner(s), Some(Expect::Stays));
+        }
+    }
+
+    #[test]
+    fn a_frozen_keepalived_is_not_judged() {
+        for s in [System::KeepalivedDefault, System::KeepalivedTuned] {
+            assert_eq!(Scenario::Freeze.expected_owner(s), None);
+        }
+    }
+
+    #[test]
+    fn rejoin_and_stress_judge_no_owner_change() {
+        for s in System::ALL {
+            assert_eq!(Scenario::Rejoin.expected_owner(s), None);
+            assert_eq!(Scenario::Stress.expected_owner(s), None);
+        }
     }
 }

@@ -11,9 +11,13 @@ use serde::Serialize;
 
 use super::{
     measure::{
-        OwnerCheck, OwnerPoll, SplitOutcome, combine, owner_check, split_outcome, vip_outcome,
+        OwnerCheck, OwnerPoll, RejoinOutcome, SplitOutcome, combine, max_gap, moved_back,
+        owner_check, split_outcome, vip_outcome,
     },
-    scenarios::{API_OUTAGE_HOLD, API_OUTAGE_LEAD, Bed, PARTITION_HOLD, RESTART_AFTER, Scenario},
+    scenarios::{
+        API_OUTAGE_HOLD, API_OUTAGE_LEAD, Bed, FREEZE_FOR, PARTITION_HOLD, REJOIN_READY_BOUND,
+        REJOIN_SETTLE, REJOIN_WATCH, RESTART_AFTER, Scenario,
+    },
 };
 
 /// UDP probe interval (per VIP).
@@ -47,6 +51,9 @@ pub struct Trial {
     pub owner: OwnerCheck,
     /// Partition only.
     pub split: Option<SplitOutcome>,
+    /// Rejoin only (its failover, lost probes and owner fields are those of the rejoin
+    /// window).
+    pub rejoin: Option<RejoinOutcome>,
 }
 
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -140,6 +147,10 @@ pub fn run(
     prober.mark(&format!("{} {victim}", scenario.name()));
     let mut polls: Vec<(Instant, usize)> = vec![];
     let mut heal_at = None;
+    // Where the client's view is measured from: the failure, or the return of the crashed node
+    // (rejoin).
+    let mut from = t0;
+    let mut rejoin_takeover = None;
     // Whether another node announced every target and answered it within the bound (only the
     // scenarios that wait for a takeover set it).
     let mut takeover_seen = false;
@@ -167,6 +178,26 @@ pub fn run(
             prober.mark(&format!("restart {victim}"));
             std::thread::sleep(bed.system.restart_settle());
         }
+        Scenario::Freeze => {
+            bed.freeze(&victim);
+            sleep_until(t0 + FREEZE_FOR);
+            bed.thaw(&victim);
+            prober.mark(&format!("thaw {victim}"));
+            std::thread::sleep(bed.system.restart_settle());
+        }
+        Scenario::Rejoin => {
+            bed.crash(&victim);
+            rejoin_takeover = Some(wait_takeover(bed, &targets, &victim, t0 + bound));
+            std::thread::sleep(REJOIN_SETTLE);
+            from = Instant::now();
+            prober.mark(&format!("rejoin {victim}"));
+            bed.rejoin(&victim);
+            if bed.wait_ready(&victim, REJOIN_READY_BOUND) {
+                prober.mark(&format!("ready {victim}"));
+            }
+            std::thread::sleep(REJOIN_WATCH);
+        }
+        Scenario::Stress => unreachable!("stress runs no trials (see super::stress)"),
         Scenario::ApiOutageCrash => {
             bed.crash(&victim);
             takeover_seen = wait_takeover(bed, &targets, &victim, t0 + API_OUTAGE_HOLD);
@@ -220,7 +251,7 @@ pub fn run(
     std::thread::sleep(TAIL);
     let stop = Instant::now();
     let tl = prober.stop();
-    let at = tl.since(t0);
+    let at = tl.since(from);
     let until = tl.since(stop);
     let per_vip: Vec<_> = targets
         .iter()
@@ -238,7 +269,7 @@ pub fn run(
     let after = first.and_then(|o| o.after.clone());
     if let Some(a) = after
         .as_ref()
-        .filter(|_| switched && scenario != Scenario::Partition)
+        .filter(|_| switched && !matches!(scenario, Scenario::Partition | Scenario::Rejoin))
     {
         bed.successor.insert(victim.clone(), a.clone());
     }
@@ -252,6 +283,15 @@ pub fn run(
             .collect();
         split_outcome(&polls, tl.since(h))
     });
+    let rejoin = rejoin_takeover.map(|taken_over| RejoinOutcome {
+        taken_over,
+        moved_back: moved_back(&per_vip, &victim),
+        max_gap: targets
+            .iter()
+            .map(|v| max_gap(&tl.samples, *v, at, until))
+            .max()
+            .unwrap_or_default(),
+    });
     Trial {
         victim,
         vips: targets.len(),
@@ -261,6 +301,7 @@ pub fn run(
         after,
         owner,
         split,
+        rejoin,
     }
 }
 

@@ -189,6 +189,22 @@ impl Testbed {
         }
     }
 
+    /// Sends SIGSTOP to `node`'s agent (a frozen process: a long GC-like pause, a stalled
+    /// VM); its data plane keeps answering. [`Self::thaw_agent`] resumes it; dropping the
+    /// testbed SIGKILLs it frozen or not.
+    pub fn freeze_agent(&self, node: &str) {
+        if let Some(a) = self.agents.get(node).filter(|a| a.running()) {
+            a.child.signal(libc::SIGSTOP);
+        }
+    }
+
+    /// Sends SIGCONT to `node`'s agent (after [`Self::freeze_agent`]).
+    pub fn thaw_agent(&self, node: &str) {
+        if let Some(a) = self.agents.get(node).filter(|a| a.running()) {
+            a.child.signal(libc::SIGCONT);
+        }
+    }
+
     /// Waits up to `timeout` for `node`'s agent to exit: its exit code (128 + signal if a
     /// signal ended it), `None` if it is still running.
     pub fn wait_agent_exit(&mut self, node: &str, timeout: Duration) -> Option<i32> {

@@ -545,6 +545,22 @@ impl Testbed {
         }
     }
 
+    /// Delays every request of the agents (tokens = node names) by `delay` on the in-repo API
+    /// server (a slow or overloaded apiserver), or ends that (`None`); replaces any other fault.
+    /// The admin client is not affected.
+    pub fn api_latency(&self, delay: Option<Duration>) {
+        let api = self.api();
+        match delay {
+            Some(d) => api.set_faults(
+                self.nodes
+                    .iter()
+                    .map(|n| Fault::latency(d).for_client(n.name.clone()))
+                    .collect(),
+            ),
+            None => api.clear_faults(),
+        }
+    }
+
     /// Crash `node`: its link goes down and its agent (and anything spawned with
     /// [`Self::spawn_in_node`], e.g. keepalived) is SIGKILLed. Pins and XDP stay, as after a
     /// power loss the node would simply be gone from the LAN.
