@@ -229,6 +229,28 @@ impl World {
             .collect()
     }
 
+    /// How many map writes (takeovers and refreshes) node `i` has asked for.
+    fn installs(&self, i: usize) -> usize {
+        self.nodes[i]
+            .outputs
+            .iter()
+            .filter(|o| matches!(o, Output::Install { .. }))
+            .count()
+    }
+
+    /// Runs `ms` milliseconds, asserting at each that only `owner` answers.
+    fn hold_owner(&mut self, owner: usize, ms: u32) {
+        for _ in 0..ms {
+            self.run_for(MS);
+            assert_eq!(
+                self.answering(),
+                vec![owner],
+                "at {:?}",
+                self.t - self.origin
+            );
+        }
+    }
+
     fn owner(&self) -> usize {
         let names: Vec<NodeName> = (0..self.nodes.len()).map(World::name).collect();
         let o = rendezvous::owner(self.vip, &names).unwrap();
@@ -370,16 +392,8 @@ fn restart_within_grace_changes_nothing() {
     w.run_for(Duration::from_secs(2));
     // Restart with a new incarnation; the pinned entry is still there.
     let before = restart_with_entry(&mut w, owner);
-    for _ in 0..5000 {
-        w.run_for(MS);
-        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
-    }
-    assert!(
-        !w.nodes[other]
-            .outputs
-            .iter()
-            .any(|o| matches!(o, Output::Install { .. }))
-    );
+    w.hold_owner(owner, 5000);
+    assert_eq!(w.installs(other), 0);
     let re = w.nodes[owner].outputs[before..]
         .iter()
         .filter(|o| matches!(o, Output::Announce { .. }))
@@ -490,22 +504,11 @@ fn an_agent_frozen_for_half_a_second_keeps_its_vip() {
     w.run_for(Duration::from_secs(3));
     let owner = w.owner();
     w.nodes[owner].agent = false;
-    for _ in 0..500 {
-        w.run_for(MS);
-        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
-    }
+    w.hold_owner(owner, 500);
     w.nodes[owner].agent = true;
-    for _ in 0..3000 {
-        w.run_for(MS);
-        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
-    }
-    for (i, n) in w.nodes.iter().enumerate().filter(|(i, _)| *i != owner) {
-        assert!(
-            !n.outputs
-                .iter()
-                .any(|o| matches!(o, Output::Install { .. })),
-            "node {i} installed the VIP"
-        );
+    w.hold_owner(owner, 3000);
+    for i in (0..3).filter(|i| *i != owner) {
+        assert_eq!(w.installs(i), 0, "node {i} installed the VIP");
     }
 }
 
@@ -543,31 +546,15 @@ fn an_agent_killed_just_before_a_refresh_and_back_within_its_grace_keeps_its_vip
     let owner = w.owner();
     let other = 1 - owner;
     let c = w.nodes[owner].core.config().clone();
-    let installs = |w: &World| {
-        w.nodes[owner]
-            .outputs
-            .iter()
-            .filter(|o| matches!(o, Output::Install { .. }))
-            .count()
-    };
     // Just after a refresh, then one interval less a millisecond: the next is due.
-    let n = installs(&w);
-    while installs(&w) == n {
+    let n = w.installs(owner);
+    while w.installs(owner) == n {
         w.run_for(MS);
     }
     w.run_for(c.refresh_interval() - MS);
     w.nodes[owner].agent = false;
     w.run_for(c.grace - 100 * MS);
     restart_with_entry(&mut w, owner);
-    for _ in 0..5000 {
-        w.run_for(MS);
-        assert_eq!(w.answering(), vec![owner], "at {:?}", w.t - w.origin);
-    }
-    assert!(
-        !w.nodes[other]
-            .outputs
-            .iter()
-            .any(|o| matches!(o, Output::Install { .. })),
-        "the successor installed the VIP"
-    );
+    w.hold_owner(owner, 5000);
+    assert_eq!(w.installs(other), 0, "the successor installed the VIP");
 }
