@@ -70,7 +70,7 @@ fn main() {
             println!("{l}");
         }
         println!(
-            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {}, overlaps {} ({} to count, counted {}), lease writes {:.2}/s, hash {:016x}",
+            "seed {seed} scenario {}: {} violation(s), failovers {:?} ms, lost samples {} (+{} unserved before a first owner), overlaps {} ({} to count, counted {}), lease writes {:.2}/s, hash {:016x}",
             rep.scenario.map_or("?", |s| s.name()),
             rep.violations.len(),
             rep.failover_ms
@@ -78,6 +78,7 @@ fn main() {
                 .map(|x| x.round() as u64)
                 .collect::<Vec<_>>(),
             rep.lost_samples,
+            rep.unserved_samples,
             rep.overlaps,
             rep.overlaps_required,
             rep.overlaps_counted,

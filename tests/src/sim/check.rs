@@ -65,8 +65,15 @@ pub struct RunReport {
     /// Failover (or takeover) times measured, in milliseconds.
     pub failover_ms: Vec<f64>,
     /// (VIP, sample) pairs where some client's traffic was lost although a live eligible node
-    /// existed.
+    /// existed, because the node its cache points to is down or cut off: a move that broke
+    /// traffic.
     pub lost_samples: u64,
+    /// (VIP, sample) pairs where a live eligible node existed and some client had not
+    /// resolved the VIP yet (no client cut off): a VIP nobody could serve before (its first endpoint, or the only node it may
+    /// use joining) waiting for its first owner. The world counts a node live from its
+    /// start plus the warm-up, and an eligibility change from the instant it happens, while
+    /// the agents learn both through their watches, so a few such samples are expected.
+    pub unserved_samples: u64,
     /// Episodes of a VIP answered by two nodes or more ([`Episode`]).
     pub overlaps: u64,
     /// … of which an Overlap Event must count ([`Episode::required`]).
@@ -565,7 +572,11 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     for s in c.samples(WARM, end) {
         for (v, st) in s.vips.iter().enumerate() {
             if c.eligible(s, v) & s.live != 0 && !st.flows {
-                rep.lost_samples += 1;
+                if st.cut_off {
+                    rep.lost_samples += 1;
+                } else {
+                    rep.unserved_samples += 1;
+                }
             }
         }
     }

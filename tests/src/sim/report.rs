@@ -23,6 +23,8 @@ pub struct ScenarioStats {
     pub failover_runs: u64,
     /// Lost (VIP, sample) pairs.
     pub lost_samples: u64,
+    /// (VIP, sample) pairs waiting for a first owner ([`RunReport::unserved_samples`]).
+    pub unserved_samples: u64,
     /// Overlap episodes.
     pub overlaps: u64,
     /// … that an Overlap Event had to count (over 1 s).
@@ -95,6 +97,7 @@ impl Summary {
         s.failover_ms.extend(&r.failover_ms);
         s.failover_runs += u64::from(!r.failover_ms.is_empty());
         s.lost_samples += r.lost_samples;
+        s.unserved_samples += r.unserved_samples;
         s.overlaps += r.overlaps;
         s.overlaps_required += r.overlaps_required;
         s.overlaps_uncounted += r.overlaps_uncounted;
@@ -127,7 +130,7 @@ impl Summary {
     /// A fixed-width table, one line per scenario.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n",
+            "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>9}\n",
             "scenario",
             "runs",
             "failed",
@@ -135,6 +138,7 @@ impl Summary {
             "p99 ms",
             "max ms",
             "lost",
+            "unserved",
             "overlaps",
             "to count",
             "counted",
@@ -145,7 +149,7 @@ impl Summary {
         for (sc, s) in &self.by_scenario {
             let _ = writeln!(
                 t,
-                "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2} {:>8.0} {:>9}",
+                "{:<31} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9.2} {:>8.0} {:>9}",
                 sc.name(),
                 s.runs,
                 s.failed,
@@ -153,6 +157,7 @@ impl Summary {
                 ms(s.quantile_ms(0.99)),
                 ms(s.quantile_ms(1.0)),
                 s.lost_samples,
+                s.unserved_samples,
                 s.overlaps,
                 s.overlaps_required,
                 s.overlaps_counted,
@@ -184,6 +189,8 @@ impl Summary {
                     "max_ms": s.quantile_ms(1.0).map(round1),
                     "lost_samples": s.lost_samples,
                     "lost_ms": s.lost_samples * 10,
+                    "unserved_samples": s.unserved_samples,
+                    "unserved_ms": s.unserved_samples * 10,
                     "overlaps": s.overlaps,
                     "overlaps_required": s.overlaps_required,
                     "overlaps_uncounted": s.overlaps_uncounted,

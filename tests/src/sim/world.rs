@@ -93,6 +93,9 @@ pub struct VipState {
     pub cached: u16,
     /// Every client's traffic reaches a node (its cached node is up with its link up).
     pub flows: bool,
+    /// Some client's cached node is down or its link is: traffic it sent before now goes
+    /// nowhere (as opposed to a client that has not resolved the VIP yet).
+    pub cut_off: bool,
 }
 
 /// Ground truth at one instant.

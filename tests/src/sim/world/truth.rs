@@ -41,10 +41,11 @@ impl<A: Agent> World<A> {
         }
         let mut vips = Vec::with_capacity(self.plan.vips.len());
         for (v, &answerers) in answering.iter().enumerate() {
-            let (mut cached, mut flows) = (0u16, true);
+            let (mut cached, mut flows, mut cut_off) = (0u16, true, false);
             for c in 0..self.clients.len() {
                 let mut target = self.clients[c].cache[v];
                 let ok = target.is_some_and(|t| self.nodes[t].up && self.nodes[t].link);
+                cut_off |= target.is_some() && !ok;
                 let cl = &mut self.clients[c];
                 if ok {
                     cl.stale_since[v] = None;
@@ -78,6 +79,7 @@ impl<A: Agent> World<A> {
                 answerers,
                 cached,
                 flows,
+                cut_off,
             });
         }
         let latest = self.eligibility.len() - 1;
