@@ -23,16 +23,23 @@
 //! # Taking over
 //! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
 //! previous owner's *data plane* still answers. A peer ranked above us that is still a member
-//! but whose heartbeats stopped ([`Config::suspect_after`]) is a *suspect*: its agent may have died (SIGKILL, OOM) while its
-//! XDP entries keep answering and its node keeps serving traffic. *Every* suspect ranked above
+//! but whose heartbeats stopped ([`Config::suspect_after`], one heartbeat overdue by half a
+//! period) is a *suspect*: its agent may have died (SIGKILL, OOM) while its XDP entries keep
+//! answering and its node keeps serving traffic. The node ranked next after the suspects asks
+//! at once, although the owner still counts in the ranking (until [`Config::dead_after`]): a
+//! crash is taken over after one and a half periods and a probe, while a node that is only
+//! slow (its heartbeat late, its data plane answering) moves nothing, and nodes further down
+//! stay quiet. *Every* suspect ranked above
 //! us is asked (two silent members above us may be a crashed node and, below it, the node that
 //! took over from it and then lost its agent). We send a unicast ARP request or NS for the VIP
 //! to the MAC that suspect answers the VIP with (its published link for the VIP's subnet, else
 //! its heartbeat MAC) ([`Output::Probe`]); the shell counts only an answer to that very probe
 //! (it carries a nonce only our XDP responder echoes):
 //!
-//! * silence for `probe_timeout`: the node is gone (crash, link down, partition): take over now,
-//!   one map write ([`Output::Install`]) then the burst ([`Output::Announce`]);
+//! * silence for `probe_timeout` ([`FIRST_PROBES`] probes, any answer counts): the node is gone
+//!   (crash, link down, partition): it counts as gone for us until its next heartbeat
+//!   (`Peer::probed_silent`), and we take over now, one map write ([`Output::Install`]) then
+//!   the burst ([`Output::Announce`]);
 //! * an answer: only the agent died, clients are still served. Probe again every
 //!   [`Config::reprobe_interval`] until the entries lapse (at most [`Config::entry_ttl`] after
 //!   its last refresh), its agent returns, or its Lease expires. Taking over at once would make two
@@ -42,8 +49,10 @@
 //!
 //! The VIP is taken when every suspect is silent. A heartbeat from a suspect before then
 //! cancels the takeover: silence of the heartbeats *and* of the data plane is required, so
-//! one lost datagram never moves a VIP, and a crash is taken over about
-//! `suspect_after + probe_timeout` after the old owner's last heartbeat.
+//! a false takeover takes a late heartbeat and every probe answer lost, and a crash is taken
+//! over about `suspect_after + probe_timeout` after the old owner's last heartbeat (250 ms at
+//! the defaults). Should a quiet owner come back with the same incarnation after all, it never
+//! stopped answering: we count an overlap and give the VIP back (see *Restarts, ...*).
 //!
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
 //!
@@ -111,8 +120,8 @@ use std::{
 use announcer_ebpf::wire::MacAddr;
 
 use super::{
-    Beat, Config, EventKind, IfaceName, Input, Instant, LeaseView, LeaseWriteResult, NodeEventKind,
-    NodeName, Output, VipSpec,
+    Beat, Config, EventKind, FIRST_PROBES, IfaceName, Input, Instant, LeaseView, LeaseWriteResult,
+    NodeEventKind, NodeName, Output, VipSpec,
     lease::Observed,
     peer::Peer,
     rendezvous,
@@ -845,11 +854,12 @@ impl Core {
         }
         let us = self.config.node.clone();
         let ours = self.config.config_hash;
+        let dead_after = self.config.dead_after();
         // Only nodes with a Lease have state: a beat from any other name allocates nothing.
         let Some(p) = self.peers.get_mut(&beat.node) else {
             return;
         };
-        if p.beat(now, &beat, &us) {
+        if p.beat(now, &beat, &us, dead_after) {
             if p.config == ours {
                 p.config_mismatch = None;
             } else if p.config_mismatch.is_none() {
@@ -965,11 +975,22 @@ impl Core {
             return;
         }
         let alone = *self.alone_since.get_or_insert(now);
+        // A peer's heartbeats reach us again since a moment: a heal, most likely, and it has
+        // not heard ours yet (that takes a heartbeat each way). Give it `dead_after` to say it
+        // hears us rather than step back as the fault ends (a one-way fault, where its
+        // heartbeats never stopped reaching us, is not deferred).
+        let dead_after = self.config.dead_after();
+        let resuming = self.peers.values().any(|p| {
+            p.beating(now, dead_after)
+                && p.beating_since
+                    .is_some_and(|t| t > alone && now < t + dead_after)
+        });
         if self.standby.is_some()
             || !self.ready
             || self.leaving.is_some()
             || self.trusted_since.is_none()
-            || now < alone + self.config.dead_after()
+            || now < alone + dead_after
+            || resuming
         {
             return;
         }
@@ -1342,8 +1363,15 @@ impl Core {
             p.was_beating = beating;
             match (alive, p.was_alive) {
                 (true, None) => {
-                    // Dead or unknown before: did it keep its incarnation?
-                    let same = p.incarnation_at_death == Some(p.incarnation);
+                    // Dead or unknown before: did it keep its incarnation? Only its heartbeats
+                    // can say, and only those of an incarnation heard before it died: ranked
+                    // again by a Lease renewal alone (a restarted agent before its first
+                    // heartbeat), the incarnation known may be a stale one, and a first
+                    // heartbeat just now is a new life whatever number it carries.
+                    let old_life = p
+                        .incarnation_since
+                        .is_some_and(|t| now.saturating_duration_since(t) >= dead_after);
+                    let same = p.incarnation_at_death == Some(p.incarnation) && beating && old_life;
                     if !out.iter().any(|(m, _)| *m == n) {
                         out.push((n.clone(), same));
                     }
@@ -1488,11 +1516,17 @@ impl Core {
         // Or the node we took it from owns it again with the same incarnation: it was only
         // quiet (heartbeats late, not dead) while its probe went unanswered, so it kept
         // answering too.
-        let back = |from: &NodeName, inc: u64| {
-            owner == Some(from) && self.peers.get(from).is_some_and(|p| p.incarnation == inc)
+        // (Its heartbeats must say so: a Lease renewed by a restarted agent ranks it again
+        // before its first heartbeat, while the incarnation known is still the old one.)
+        let back = |from: &NodeName, inc: u64, since: Instant| {
+            owner == Some(from)
+                && self
+                    .peers
+                    .get(from)
+                    .is_some_and(|p| p.incarnation == inc && p.last_beat.is_some_and(|b| b > since))
         };
-        if let Some((from, _, since)) = v.took_from.clone().filter(|(from, inc, _)| {
-            revived.iter().any(|(n, same)| *same && above.contains(&n)) || back(from, *inc)
+        if let Some((from, _, since)) = v.took_from.clone().filter(|(from, inc, since)| {
+            revived.iter().any(|(n, same)| *same && above.contains(&n)) || back(from, *inc, *since)
         }) {
             self.vips.get_mut(&ip).expect("present").took_from = None;
             self.stats.overlaps += 1;
@@ -1567,6 +1601,10 @@ impl Core {
     fn take(&mut self, now: Instant, ip: IpAddr) {
         let me = self.config.node.clone();
         let ttl = self.config.entry_ttl();
+        // Who may still be answering it: the first member ranked above us that neither left
+        // nor stepped back, and had finished its warm-up (one still in it was only starting
+        // and has no entry to answer with, unless it found some in the map at start, which
+        // its probe answers would have shown).
         let displaced = {
             let v = &self.vips[&ip];
             v.ranking
@@ -1577,6 +1615,7 @@ impl Core {
                         p.member(now, self.trusted_since) && !p.leaving && !p.standby
                     })
                 })
+                .filter(|n| self.peers[*n].ready)
                 .map(|n| (n.clone(), self.peers[n].incarnation, now))
         };
         let failover = self.failover(now, ip);
@@ -1659,7 +1698,7 @@ impl Core {
     /// node with many VIPs goes silent, its successors send one probe per node and interval,
     /// not one per VIP.
     fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
-        let deadline = self.send_probe(now, ip, mac);
+        let deadline = self.send_probe(now, ip, mac, self.config.first_probe_wait());
         let v = self.vips.get_mut(&ip).expect("present");
         if v.spec.local.is_none() {
             return;
@@ -1677,9 +1716,9 @@ impl Core {
         self.probing.insert(ip);
     }
 
-    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight; the deadline of
-    /// the one in flight.
-    fn send_probe(&mut self, now: Instant, ip: IpAddr, mac: MacAddr) -> Instant {
+    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight; the deadline
+    /// (`now + wait`, or that of the one in flight).
+    fn send_probe(&mut self, now: Instant, ip: IpAddr, mac: MacAddr, wait: Duration) -> Instant {
         let in_flight = self
             .probing
             .iter()
@@ -1698,7 +1737,7 @@ impl Core {
                 mac,
             });
         }
-        now + self.config.probe_timeout
+        now + wait
     }
 
     /// Drive pending probes: an answered probe is repeated at its deadline; silence past the
@@ -1728,6 +1767,8 @@ impl Core {
             }
             let mut resend = Vec::new();
             let mut silenced = Vec::new();
+            let first_wait = self.config.first_probe_wait();
+            let timeout = self.config.probe_timeout;
             for p in v
                 .probes
                 .iter_mut()
@@ -1735,10 +1776,13 @@ impl Core {
             {
                 if p.answered {
                     p.answered = false;
-                    resend.push(p.mac);
+                    resend.push((p.mac, timeout));
                 } else if p.heard && p.losses + 1 < PROBE_LOSSES_AFTER_ANSWER {
                     p.losses += 1;
-                    resend.push(p.mac);
+                    resend.push((p.mac, timeout));
+                } else if !p.heard && p.losses + 1 < FIRST_PROBES {
+                    p.losses += 1;
+                    resend.push((p.mac, first_wait));
                 } else {
                     p.silent = true;
                     silenced.push(p.target.clone());
@@ -1749,8 +1793,8 @@ impl Core {
                     peer.probed_silent_after = peer.last_beat;
                 }
             }
-            for mac in resend {
-                let deadline = self.send_probe(now, ip, mac);
+            for (mac, wait) in resend {
+                let deadline = self.send_probe(now, ip, mac, wait);
                 let v = self.vips.get_mut(&ip).expect("present");
                 for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.silent) {
                     p.deadline = deadline;

@@ -23,6 +23,9 @@ pub(crate) struct Peer {
     pub released: bool,
     /// When its last heartbeat arrived (local clock).
     pub last_beat: Option<Instant>,
+    /// When its heartbeats started arriving again: the first after a silence of `dead_after`
+    /// (or ever).
+    pub beating_since: Option<Instant>,
     /// A probe of its data plane went unanswered while it was silent after the heartbeat of
     /// this time: it counts as gone until another heartbeat arrives (see
     /// [`Peer::probed_silent`]).
@@ -78,6 +81,7 @@ impl Peer {
             lease: None,
             released: false,
             last_beat: None,
+            beating_since: None,
             probed_silent_after: None,
             incarnation: 0,
             mac: None,
@@ -124,9 +128,12 @@ impl Peer {
     /// Record a verified heartbeat. A beat from an older incarnation than the last one seen
     /// is ignored (the replay check in the codec already drops those; this keeps the core
     /// safe on its own).
-    pub fn beat(&mut self, now: Instant, beat: &Beat, us: &NodeName) -> bool {
+    pub fn beat(&mut self, now: Instant, beat: &Beat, us: &NodeName, dead_after: Duration) -> bool {
         if beat.incarnation < self.incarnation {
             return false;
+        }
+        if self.last_beat.is_none_or(|t| now >= t + dead_after) {
+            self.beating_since = Some(now);
         }
         self.last_beat = Some(now);
         self.renewals_while_silent = 0;

@@ -558,3 +558,85 @@ fn an_agent_killed_just_before_a_refresh_and_back_within_its_grace_keeps_its_vip
     w.hold_owner(owner, 5000);
     assert_eq!(w.installs(other), 0, "the successor installed the VIP");
 }
+
+/// How long after the owner's last heartbeat a crash is taken over: one heartbeat overdue by
+/// half a period, then the probes' silence, whatever the heartbeat misses say.
+#[test]
+fn a_crash_is_taken_over_one_and_a_half_periods_and_a_probe_timeout_after_the_last_heartbeat() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let c = w.nodes[owner].core.config().clone();
+    // Crash just after a heartbeat: the worst case.
+    let beats = |w: &World| {
+        let out = &w.nodes[owner].outputs;
+        out.iter()
+            .filter(|o| matches!(o, Output::SendHeartbeat(_)))
+            .count()
+    };
+    let n = beats(&w);
+    while beats(&w) == n {
+        w.run_for(MS);
+    }
+    w.nodes[owner].up = false;
+    let last_beat = w.t;
+    while w.answering().is_empty() {
+        w.run_for(MS);
+        assert!(w.t - last_beat < Duration::from_secs(1), "nobody took over");
+    }
+    let took = w.t - last_beat;
+    let bound = c.suspect_after() + c.probe_timeout;
+    assert!(took <= bound + 2 * MS, "took {took:?}, bound {bound:?}");
+    assert!(
+        took < c.dead_after(),
+        "took {took:?}: no earlier than dead_after"
+    );
+}
+
+/// Only the node ranked next for a VIP probes its quiet owner early: one late heartbeat
+/// costs the owner one probe, not one per peer.
+#[test]
+fn only_the_node_ranked_next_probes_a_quiet_owner() {
+    let mut w = World::new(3);
+    w.run_for(Duration::from_secs(3));
+    let names: Vec<NodeName> = (0..3).map(World::name).collect();
+    let ranked: Vec<usize> = rendezvous::ranking(w.vip, &names)
+        .into_iter()
+        .map(|n| names.iter().position(|m| m == n).unwrap())
+        .collect();
+    let (owner, next, last) = (ranked[0], ranked[1], ranked[2]);
+    let probes = |w: &World, i: usize| {
+        let out = &w.nodes[i].outputs;
+        out.iter()
+            .filter(|o| matches!(o, Output::Probe { .. }))
+            .count()
+    };
+    let before = (probes(&w, next), probes(&w, last));
+    // Its heartbeats are lost for 220 ms: two of them, one of which reaches nobody.
+    w.cut.extend([(owner, next), (owner, last)]);
+    w.hold_owner(owner, 220);
+    w.cut.clear();
+    w.hold_owner(owner, 2000);
+    assert!(probes(&w, next) > before.0, "the next node did not probe");
+    assert_eq!(probes(&w, last), before.1, "the last node probed");
+}
+
+/// A heartbeat late and the first probe's answer lost: the second probe's answer still
+/// counts, so the VIP stays where it is.
+#[test]
+fn a_late_heartbeat_and_one_lost_probe_answer_move_nothing() {
+    let mut w = World::new(2);
+    w.run_for(Duration::from_secs(3));
+    let owner = w.owner();
+    let other = 1 - owner;
+    w.cut.insert((owner, other));
+    w.lose_answers = 1;
+    w.hold_owner(owner, 220);
+    w.cut.clear();
+    w.hold_owner(owner, 2000);
+    assert_eq!(
+        w.lose_answers, 0,
+        "no probe answer was lost: the test tests nothing"
+    );
+    assert_eq!(w.installs(other), 0, "the successor installed the VIP");
+}

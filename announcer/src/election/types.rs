@@ -462,8 +462,14 @@ pub mod defaults {
     pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 }
 
+/// A suspect that never answered is asked this many times, `probe_timeout / FIRST_PROBES`
+/// apart, before its silence counts: the verdict still comes `probe_timeout` after the first
+/// probe, but one lost answer (on top of one late heartbeat, all it takes to become a suspect
+/// at [`Config::suspect_after`]) no longer makes two owners. An answer to any of them counts.
+pub const FIRST_PROBES: u32 = 2;
+
 /// Timings of the node-lease election. At the defaults ([`defaults`]): crash failover within
-/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 400 ms of the old owner's last
+/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 250 ms of the old owner's last
 /// heartbeat, and `1 / lease_renew` = 0.33 Lease writes per second per node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -524,15 +530,17 @@ impl Config {
         self.heartbeat_interval * self.heartbeat_misses
     }
 
-    /// How long after its last heartbeat a peer is a *suspect*: its successors probe its data
-    /// plane and take its VIPs only if the probe goes unanswered while it stays silent (a
-    /// heartbeat meanwhile cancels the takeover). Today equal to
-    /// [`dead_after`](Self::dead_after). Probing after 1.5 periods (a 250 ms crash failover at
-    /// the defaults) is built (`wip-early-probe`) but not shipped: in the simulator it gave an
-    /// isolated node's VIPs overlaps that no Overlap Event counted, and a false takeover under
-    /// 30 % probe-answer loss with 1 % heartbeat loss.
+    /// How long after its last heartbeat a peer is a *suspect*: one and a half periods, one
+    /// heartbeat overdue by half a period. Only the node ranked next for a VIP then probes
+    /// the owner's data plane ([`FIRST_PROBES`] probes over `probe_timeout`) and takes the
+    /// VIP if nothing answers while the heartbeats stay silent; a heartbeat meanwhile cancels.
+    /// A crash is therefore taken over `suspect_after + probe_timeout` = 250 ms after the
+    /// owner's last heartbeat at the defaults, and a false takeover needs a late heartbeat
+    /// *and* every probe answer lost. A peer quiet this long still counts in everyone's
+    /// ranking until [`dead_after`](Self::dead_after) (or until the probe goes unanswered),
+    /// so a busy node that is only slow moves nothing.
     pub fn suspect_after(&self) -> Duration {
-        self.dead_after()
+        self.heartbeat_interval * 3 / 2
     }
 
     /// How long after the API is trusted again (a peer reports `api_ok`) our watches may stay
@@ -556,6 +564,12 @@ impl Config {
     /// two thirds of it: a restart 3.5 s after a SIGKILL lost its VIPs at the 5 s default.)
     pub fn entry_ttl(&self) -> Duration {
         self.grace + self.refresh_interval()
+    }
+
+    /// How long each of the [`FIRST_PROBES`] probes of a suspect that never answered waits
+    /// for its answer: together, `probe_timeout`.
+    pub fn first_probe_wait(&self) -> Duration {
+        self.probe_timeout / FIRST_PROBES
     }
 
     /// How often an old owner whose data plane still answers is probed again.

@@ -238,6 +238,9 @@ pub struct World<A> {
     key: Vec<u8>,
     probe_loss: u16,
     lag: Vec<VTime>,
+    /// When the last watch delivery to each node arrives: a watch is one ordered stream, so
+    /// nothing it brings may overtake what it brought before.
+    watch_at: Vec<VTime>,
     flood_pool: Vec<NodeName>,
     hasher: DefaultHasher,
     same_instant: u64,
@@ -300,6 +303,7 @@ impl<A: Agent> World<A> {
             key: vec![0; n],
             probe_loss: plan.probe_loss,
             lag: vec![Duration::ZERO; n],
+            watch_at: vec![Duration::ZERO; n],
             flood_pool: (0..32)
                 .map(|i| NodeName::from(format!("flood-{i}")))
                 .collect(),
@@ -483,12 +487,20 @@ impl<A: Agent> World<A> {
     }
 
     fn deliver(&mut self, at: VTime, node: usize, run: Option<u64>, input: Input) {
-        // A lagging watch: everything the watches bring arrives late (in order).
+        // A lagging watch: everything the watches bring arrives late, and in order (two Lease
+        // writes 3 ms apart must not reach a watcher reversed, as kube-apiserver's watches
+        // never do).
         let watched = matches!(
             input,
             Input::LeaseSeen(_) | Input::LeaseGone(_) | Input::Vips(_) | Input::WatchHealth(_)
         );
-        let at = if watched { at + self.lag[node] } else { at };
+        let at = if watched {
+            let at = (at + self.lag[node]).max(self.watch_at[node]);
+            self.watch_at[node] = at;
+            at
+        } else {
+            at
+        };
         self.queue.push(at, Ev::Deliver { node, run, input });
     }
 
