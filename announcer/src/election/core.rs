@@ -1363,15 +1363,14 @@ impl Core {
             p.was_beating = beating;
             match (alive, p.was_alive) {
                 (true, None) => {
-                    // Dead or unknown before: did it keep its incarnation? Only its heartbeats
-                    // can say, and only those of an incarnation heard before it died: ranked
-                    // again by a Lease renewal alone (a restarted agent before its first
-                    // heartbeat), the incarnation known may be a stale one, and a first
-                    // heartbeat just now is a new life whatever number it carries.
-                    let old_life = p
-                        .incarnation_since
-                        .is_some_and(|t| now.saturating_duration_since(t) >= dead_after);
-                    let same = p.incarnation_at_death == Some(p.incarnation) && beating && old_life;
+                    // Dead or unknown before: did it keep its incarnation? Ranked again by the
+                    // API alone (its Lease renewed while its heartbeats are cut), the one we
+                    // know is all there is; but heartbeats of an incarnation first heard just
+                    // now are a new life, whatever number they carry.
+                    let new_life = beating
+                        && p.incarnation_since
+                            .is_some_and(|t| now.saturating_duration_since(t) < dead_after);
+                    let same = p.incarnation_at_death == Some(p.incarnation) && !new_life;
                     if !out.iter().any(|(m, _)| *m == n) {
                         out.push((n.clone(), same));
                     }
@@ -1516,17 +1515,11 @@ impl Core {
         // Or the node we took it from owns it again with the same incarnation: it was only
         // quiet (heartbeats late, not dead) while its probe went unanswered, so it kept
         // answering too.
-        // (Its heartbeats must say so: a Lease renewed by a restarted agent ranks it again
-        // before its first heartbeat, while the incarnation known is still the old one.)
-        let back = |from: &NodeName, inc: u64, since: Instant| {
-            owner == Some(from)
-                && self
-                    .peers
-                    .get(from)
-                    .is_some_and(|p| p.incarnation == inc && p.last_beat.is_some_and(|b| b > since))
+        let back = |from: &NodeName, inc: u64| {
+            owner == Some(from) && self.peers.get(from).is_some_and(|p| p.incarnation == inc)
         };
-        if let Some((from, _, since)) = v.took_from.clone().filter(|(from, inc, since)| {
-            revived.iter().any(|(n, same)| *same && above.contains(&n)) || back(from, *inc, *since)
+        if let Some((from, _, since)) = v.took_from.clone().filter(|(from, inc, _)| {
+            revived.iter().any(|(n, same)| *same && above.contains(&n)) || back(from, *inc)
         }) {
             self.vips.get_mut(&ip).expect("present").took_from = None;
             self.stats.overlaps += 1;
