@@ -767,21 +767,24 @@ mod unit {
         row(system, scenario, trials)
     }
 
+    /// What the verdicts `names` say of announcer-default's `trials` in `scenario` alone.
+    fn judge_default(
+        scenario: Scenario,
+        trials: Vec<Trial>,
+        limits: Limits,
+        names: [&str; 2],
+    ) -> (Option<bool>, Option<bool>) {
+        let d = System::AnnouncerDefault;
+        let v = verdicts(&[d], &[scenario], &[row(d, scenario, trials)], &[], limits);
+        (pass_of(&v, names[0]), pass_of(&v, names[1]))
+    }
+
     #[test]
     fn a_crash_at_the_defaults_passes_only_with_p99_and_median_within_the_targets() {
         let judge = |ms: &[u64]| {
-            let r = vec![crash_row(System::AnnouncerDefault, Scenario::Crash, ms)];
-            let v = verdicts(
-                &[System::AnnouncerDefault],
-                &[Scenario::Crash],
-                &r,
-                &[],
-                Limits::TARGETS,
-            );
-            (
-                pass_of(&v, "announcer-default_crash_p99"),
-                pass_of(&v, "announcer-default_crash_p50"),
-            )
+            let trials = crash_row(System::AnnouncerDefault, Scenario::Crash, ms).trials;
+            let names = ["announcer-default_crash_p99", "announcer-default_crash_p50"];
+            judge_default(Scenario::Crash, trials, Limits::TARGETS, names)
         };
         assert_eq!(judge(&[180, 190, 240]), (Some(true), Some(true)));
         assert_eq!(judge(&[180, 190, 260]), (Some(false), Some(true)));
@@ -965,18 +968,11 @@ mod unit {
             ..trial(Some(300), 0)
         };
         let judge = |trials| {
-            let r = vec![row(System::AnnouncerDefault, Scenario::Restart, trials)];
-            let v = verdicts(
-                &[System::AnnouncerDefault],
-                &[Scenario::Restart],
-                &r,
-                &[],
-                Limits::REGRESSION,
-            );
-            (
-                pass_of(&v, "announcer-default_restart-in-grace_p99"),
-                pass_of(&v, "announcer-default_restart-in-grace_lost"),
-            )
+            let names = [
+                "announcer-default_restart-in-grace_p99",
+                "announcer-default_restart-in-grace_lost",
+            ];
+            judge_default(Scenario::Restart, trials, Limits::REGRESSION, names)
         };
         assert_eq!(
             judge(vec![kept.clone(), kept.clone()]),
