@@ -283,14 +283,21 @@ impl Shell {
                 self.ctx.specs(&self.core, &mut self.services).map(Input::Vips).into_iter().collect()
             }
             _ = self.links.tick() => self.link_check(),
-            () = sleep_until(deadline) => self.tick_inputs(),
+            () = sleep_until(deadline) => {
+                // Let the socket readers run first (tokio's yield resumes us after the I/O
+                // driver is polled): a heartbeat or probe answer the kernel already holds is
+                // proof of life, and a loop that woke late must not judge without it.
+                tokio::task::yield_now().await;
+                self.tick_inputs()
+            }
         }
     }
 
     /// A deadline passed: the heartbeats and probe answers already received go first. The
     /// select above picks among ready branches at random, so without this a loop that woke
     /// late (a busy node) would judge a peer silent, or a probe unanswered, with the proof of
-    /// the contrary waiting in a channel: a slow node must look slow, not dead.
+    /// the contrary waiting in a channel (or, before the yield above, in a socket): a slow
+    /// node must look slow, not dead.
     fn tick_inputs(&mut self) -> Vec<Input> {
         let mut inputs = Vec::new();
         while let Ok(v) = self.beats.try_recv() {
