@@ -767,6 +767,22 @@ mod unit {
         row(system, scenario, trials)
     }
 
+    /// The verdicts on `system`'s `trials` in `scenario`, selected alone.
+    fn one_row(
+        system: System,
+        scenario: Scenario,
+        trials: Vec<Trial>,
+        limits: Limits,
+    ) -> Vec<Verdict> {
+        verdicts(
+            &[system],
+            &[scenario],
+            &[row(system, scenario, trials)],
+            &[],
+            limits,
+        )
+    }
+
     /// What the verdicts `names` say of announcer-default's `trials` in `scenario` alone.
     fn judge_default(
         scenario: Scenario,
@@ -774,8 +790,7 @@ mod unit {
         limits: Limits,
         names: [&str; 2],
     ) -> (Option<bool>, Option<bool>) {
-        let d = System::AnnouncerDefault;
-        let v = verdicts(&[d], &[scenario], &[row(d, scenario, trials)], &[], limits);
+        let v = one_row(System::AnnouncerDefault, scenario, trials, limits);
         (pass_of(&v, names[0]), pass_of(&v, names[1]))
     }
 
@@ -812,14 +827,9 @@ mod unit {
     #[test]
     fn the_fastest_settings_pass_only_with_a_crash_median_within_50_ms() {
         let judge = |ms: &[u64]| {
-            let r = vec![crash_row(System::AnnouncerFast, Scenario::Crash, ms)];
-            let v = verdicts(
-                &[System::AnnouncerFast],
-                &[Scenario::Crash],
-                &r,
-                &[],
-                Limits::TARGETS,
-            );
+            let fast = System::AnnouncerFast;
+            let trials = crash_row(fast, Scenario::Crash, ms).trials;
+            let v = one_row(fast, Scenario::Crash, trials, Limits::TARGETS);
             pass_of(&v, "announcer-fast_crash_p50")
         };
         assert_eq!(judge(&[40, 45, 90]), Some(true));
@@ -1035,14 +1045,8 @@ mod unit {
     #[test]
     fn a_partition_that_never_heals_to_one_owner_fails() {
         let judge = |trials| {
-            let r = vec![row(System::AnnouncerDefault, Scenario::Partition, trials)];
-            let v = verdicts(
-                &[System::AnnouncerDefault],
-                &[Scenario::Partition],
-                &r,
-                &[],
-                Limits::REGRESSION,
-            );
+            let d = System::AnnouncerDefault;
+            let v = one_row(d, Scenario::Partition, trials, Limits::REGRESSION);
             pass_of(&v, "announcer-default_partition_single_owner_p99")
         };
         assert_eq!(judge(vec![healed(Some(50)), healed(Some(60))]), Some(true));
