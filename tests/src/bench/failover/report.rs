@@ -880,12 +880,10 @@ mod unit {
 
     #[test]
     fn a_row_without_trials_fails() {
-        let r = vec![row(System::AnnouncerDefault, Scenario::Crash, vec![])];
-        let v = verdicts(
-            &[System::AnnouncerDefault],
-            &[Scenario::Crash],
-            &r,
-            &[],
+        let v = one_row(
+            System::AnnouncerDefault,
+            Scenario::Crash,
+            vec![],
             Limits::REGRESSION,
         );
         assert_eq!(pass_of(&v, "announcer-default_crash_p99"), Some(false));
@@ -927,16 +925,10 @@ mod unit {
 
     #[test]
     fn a_trial_in_which_the_vip_did_not_move_fails_the_p99() {
-        let r = vec![row(
+        let v = one_row(
             System::AnnouncerDefault,
             Scenario::Crash,
             vec![trial(Some(300), 30), unmoved()],
-        )];
-        let v = verdicts(
-            &[System::AnnouncerDefault],
-            &[Scenario::Crash],
-            &r,
-            &[],
             Limits::REGRESSION,
         );
         assert_eq!(pass_of(&v, "announcer-default_crash_p99"), Some(false));
@@ -949,16 +941,10 @@ mod unit {
     #[test]
     fn sigterm_where_the_owner_did_not_change_fails_both_sigterm_targets() {
         // An agent that ignores SIGTERM: nothing lost, 0 ms, and nobody took over.
-        let r = vec![row(
+        let v = one_row(
             System::AnnouncerDefault,
             Scenario::Sigterm,
             vec![unmoved(), unmoved()],
-        )];
-        let v = verdicts(
-            &[System::AnnouncerDefault],
-            &[Scenario::Sigterm],
-            &r,
-            &[],
             Limits::REGRESSION,
         );
         assert_eq!(pass_of(&v, "announcer-default_sigterm_p99"), Some(false));
@@ -1056,16 +1042,10 @@ mod unit {
 
     #[test]
     fn crash_100_is_judged_like_a_crash() {
-        let r = vec![row(
+        let v = one_row(
             System::AnnouncerDefault,
             Scenario::Crash100,
             vec![trial(Some(400), 40), trial(Some(1_200), 120)],
-        )];
-        let v = verdicts(
-            &[System::AnnouncerDefault],
-            &[Scenario::Crash100],
-            &r,
-            &[],
             Limits::REGRESSION,
         );
         assert_eq!(pass_of(&v, "announcer-default_crash-100_p99"), Some(false));
@@ -1110,12 +1090,10 @@ mod unit {
     #[test]
     fn a_freeze_passes_only_when_nothing_was_lost_and_the_victim_kept_the_vip() {
         let judge = |trials| {
-            let r = vec![row(System::AnnouncerDefault, Scenario::Freeze, trials)];
-            let v = verdicts(
-                &[System::AnnouncerDefault],
-                &[Scenario::Freeze],
-                &r,
-                &[],
+            let v = one_row(
+                System::AnnouncerDefault,
+                Scenario::Freeze,
+                trials,
                 Limits::REGRESSION,
             );
             (
@@ -1148,16 +1126,10 @@ mod unit {
 
     #[test]
     fn a_rejoin_is_reported_not_judged() {
-        let r = vec![row(
+        let v = one_row(
             System::AnnouncerDefault,
             Scenario::Rejoin,
             vec![rejoined(true, 4, 40), rejoined(false, 0, 0)],
-        )];
-        let v = verdicts(
-            &[System::AnnouncerDefault],
-            &[Scenario::Rejoin],
-            &r,
-            &[],
             Limits::REGRESSION,
         );
         assert_eq!(pass_of(&v, "announcer-default_rejoin_lost"), None);
