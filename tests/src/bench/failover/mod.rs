@@ -9,7 +9,10 @@
 //! plane that keeps answering all sit between the two).
 //!
 //! # Definitions
-//! * The failure is injected at T (one mark on the prober's timeline).
+//! * The failure is injected at T (one mark on the prober's timeline), at a random point of
+//!   the system's heartbeat cycle: each trial waits a random fraction of a second
+//!   ([`trial::PHASE_SPREAD`]) before it, so the figures are those of a crash at any moment,
+//!   not of the one phase a fixed schedule would hit.
 //! * *Failover time*: the send time of the first probe after T answered by a node other than
 //!   the one answering before T, minus T. If no other node answered but probes were lost (the
 //!   same node came back), the send time of the first answer after the last lost probe, minus

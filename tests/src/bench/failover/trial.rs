@@ -24,6 +24,14 @@ use super::{
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(10);
 /// Probing before the failure, to know who answered before it.
 const PRE_ROLL: Duration = Duration::from_secs(1);
+/// On top of [`PRE_ROLL`], a random wait of up to this long, so that the failure lands at a
+/// random point of the system's heartbeat (advert) cycle. Without it, a trial starts a fixed
+/// time after the restore converged, and convergence is seen right after a heartbeat: every
+/// failure then hit the same phase of the cycle, and the measured failover times were those of
+/// one phase (at 100 ms heartbeats, 160–190 ms instead of 150–250 ms), not what a crash at a
+/// random moment costs. One second covers every period compared (keepalived's default advert
+/// interval is the longest).
+pub const PHASE_SPREAD: Duration = Duration::from_secs(1);
 /// Probing after the VIPs moved (the prober's `stop` then waits the 1 s after which it calls
 /// a probe lost, so every probe counted had its chance).
 const TAIL: Duration = Duration::from_millis(300);
@@ -142,7 +150,7 @@ pub fn run(
         std::thread::sleep(API_OUTAGE_LEAD);
     }
     let prober = bed.tb.start_prober(&targets, PROBE_INTERVAL);
-    std::thread::sleep(PRE_ROLL);
+    std::thread::sleep(PRE_ROLL + PHASE_SPREAD.mul_f64(rand::random::<f64>()));
     let t0 = Instant::now();
     prober.mark(&format!("{} {victim}", scenario.name()));
     let mut polls: Vec<(Instant, usize)> = vec![];

@@ -594,6 +594,10 @@ impl Testbed {
     }
 }
 
+/// Set (to anything) to keep a testbed's directory (agent logs, state) after a run that did
+/// not fail too, e.g. to read a benchmark's agent logs.
+pub const KEEP_LOGS_ENV: &str = "ANNOUNCER_TESTBED_KEEP";
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         for a in self.agents.values_mut() {
@@ -612,7 +616,7 @@ impl Drop for Testbed {
             rt.shutdown_background();
         }
         let _ = std::fs::remove_dir_all(&self.pin_root);
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os(KEEP_LOGS_ENV).is_some() {
             eprintln!("testbed logs kept in {}", self.dir.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
