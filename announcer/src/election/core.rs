@@ -1258,16 +1258,31 @@ impl Core {
     }
 
     /// Could still be answering although it is not a candidate: a member whose heartbeats
-    /// stopped ([`Config::suspect_after`]) without it saying goodbye.
+    /// stopped ([`Self::quiet_after`]) without it saying goodbye.
     fn suspect(&self, node: &NodeName, now: Instant) -> Option<MacAddr> {
         let p = self.peers.get(node)?;
-        let silent = !p.beating(now, self.config.suspect_after())
+        let silent = !p.beating(now, self.quiet_after(p))
             && !p.alive_by_api(now, self.api_settled(), self.api_freshness())
             && !p.leaving
             && !p.standby;
         (silent && p.member(now, self.trusted_since))
             .then_some(p.mac)
             .flatten()
+    }
+
+    /// How long `p`'s heartbeats must be silent before it is a suspect: one heartbeat overdue
+    /// by half a period ([`Config::suspect_after`]) if its last heartbeat said it hears ours,
+    /// else the full [`Config::dead_after`]. A peer that does not hear us may not receive our
+    /// frames at all (a link that fails one way), and then neither does our probe: its silence
+    /// would prove nothing, and two heartbeats lost on the way back would be enough for a false
+    /// takeover. So it gets three periods before we ask, as before the early probe (a crash of
+    /// such a peer is taken over `dead_after + probe_timeout` after its last heartbeat).
+    fn quiet_after(&self, p: &Peer) -> Duration {
+        if p.hears_us {
+            self.config.suspect_after()
+        } else {
+            self.config.dead_after()
+        }
     }
 
     /// [`suspect`](Self::suspect) for one VIP: the MAC its data plane answers `vip` with (by its
@@ -1530,14 +1545,22 @@ impl Core {
         }
         if let Some(s) = self.standby {
             // Stepped back: keep answering until peers have seen our Lease say so and taken
-            // over (make before break through the API).
+            // over (make before break through the API), at most `standby_hold`.
             if s.written
-                .is_none_or(|w| now < w + self.config.standby_hold())
+                .is_some_and(|w| now >= w + self.config.standby_hold())
             {
+                self.release(ip);
                 return;
             }
-            self.release(ip);
-            return;
+            // If the new owner's heartbeats reach us after all (the fault healed just as we
+            // stepped back), its data plane can tell us when it answers, as in any handoff
+            // below: let go then, rather than answer beside it for the whole hold.
+            let heard = owner.and_then(|o| self.peers.get(o)).is_some_and(|p| {
+                p.ready && p.beating(now, self.config.dead_after()) && self.config.data_plane
+            });
+            if !heard {
+                return;
+            }
         }
         // Make before break: let go once the new owner is ready and its data plane answers
         // the VIP. Asking its data plane (a probe, as for a takeover) checks what matters
