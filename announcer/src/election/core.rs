@@ -50,8 +50,8 @@
 //! The VIP is taken when every suspect is silent. A heartbeat from a suspect before then
 //! cancels the takeover: silence of the heartbeats *and* of the data plane is required, so
 //! a false takeover takes a late heartbeat and every probe answer lost, and a crash is taken
-//! over about `suspect_after + probe_timeout` after the old owner's last heartbeat (250 ms at
-//! the defaults). Should a quiet owner come back with the same incarnation after all, it never
+//! over about `suspect_after + probe_timeout` after the old owner's last heartbeat (187.5 ms
+//! at the defaults). Should a quiet owner come back with the same incarnation after all, it never
 //! stopped answering: we count an overlap and give the VIP back (see *Restarts, ...*).
 //!
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.

@@ -2,7 +2,7 @@
 //!
 //! Two signals, two jobs. The Lease (written every few seconds through the API server) is
 //! membership and the authority: a node whose Lease expired, was released or deleted is out,
-//! whatever its heartbeats say. Heartbeats (every 100 ms, straight over the announcing network)
+//! whatever its heartbeats say. Heartbeats (every 75 ms, straight over the announcing network)
 //! are the fast failure detector: a member whose heartbeats stop is out of the ranking at once,
 //! long before its Lease could expire.
 

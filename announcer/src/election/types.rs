@@ -440,7 +440,7 @@ pub mod defaults {
 
     /// [`Config::heartbeat_interval`](super::Config::heartbeat_interval),
     /// `--heartbeat-interval`.
-    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+    pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(75);
     /// [`Config::heartbeat_misses`](super::Config::heartbeat_misses), `--heartbeat-misses`.
     pub const HEARTBEAT_MISSES: u32 = 3;
     /// [`Config::lease_duration`](super::Config::lease_duration), `--lease-duration`.
@@ -450,7 +450,7 @@ pub mod defaults {
     /// [`Config::grace`](super::Config::grace), `--grace`.
     pub const GRACE: Duration = Duration::from_secs(5);
     /// [`Config::probe_timeout`](super::Config::probe_timeout), `--probe-timeout`.
-    pub const PROBE_TIMEOUT: Duration = Duration::from_millis(100);
+    pub const PROBE_TIMEOUT: Duration = Duration::from_millis(75);
     /// [`Config::warmup`](super::Config::warmup), `--warmup`.
     pub const WARMUP: Duration = Duration::from_millis(500);
     /// [`Config::handover_timeout`](super::Config::handover_timeout), `--handover-timeout`.
@@ -471,8 +471,16 @@ pub mod defaults {
 pub const FIRST_PROBES: u32 = 3;
 
 /// Timings of the node-lease election. At the defaults ([`defaults`]): crash failover within
-/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 250 ms of the old owner's last
-/// heartbeat, and `1 / lease_renew` = 0.33 Lease writes per second per node.
+/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 112.5 + 75 = 187.5 ms of the
+/// old owner's last heartbeat, and `1 / lease_renew` = 0.33 Lease writes per second per node.
+///
+/// Why 75 ms heartbeats and a 75 ms probe: the takeover must come after the heartbeat that
+/// follows a lost one (`2 × interval` after the last, 150 ms), so that one lost heartbeat
+/// cancels nothing it should not even if every probe answer is lost, and it must come soon
+/// enough for a crash p99 of 250 ms as a client sees it. `1.5 × interval + probe_timeout` is
+/// 187.5 ms: 37.5 ms of slack for the heartbeat after a lost one, 60 ms for the rest (the
+/// announcement reaching the client, its next request). At 100 ms heartbeats the same slack
+/// would need a 100 ms probe and a 250 ms takeover.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// This node.
@@ -536,7 +544,7 @@ impl Config {
     /// heartbeat overdue by half a period. Only the node ranked next for a VIP then probes
     /// the owner's data plane ([`FIRST_PROBES`] probes over `probe_timeout`) and takes the
     /// VIP if nothing answers while the heartbeats stay silent; a heartbeat meanwhile cancels.
-    /// A crash is therefore taken over `suspect_after + probe_timeout` = 250 ms after the
+    /// A crash is therefore taken over `suspect_after + probe_timeout` = 187.5 ms after the
     /// owner's last heartbeat at the defaults, and a false takeover needs a late heartbeat
     /// *and* every probe answer lost. A peer quiet this long still counts in everyone's
     /// ranking until [`dead_after`](Self::dead_after) (or until the probe goes unanswered),

@@ -37,7 +37,7 @@
 //!   ignore the trailer (it is padding to ARP, and outside the IPv6 payload, so no checksum
 //!   covers it). Our XDP responder gives it back: the ARP answer is rewritten in place, and
 //!   the NA answer to a 32-byte NS keeps up to 8 trailer bytes. Without it, a blind spoofer
-//!   sending every 20 ms would still land inside a 100 ms probe window.
+//!   sending every 20 ms would still land inside a 50 ms probe window.
 //!
 //! What the nonce does not stop: a host that *sees* the probe can copy it. A switch floods
 //! unicast frames for a MAC it has no forwarding entry for, and a spoofer using the dead
