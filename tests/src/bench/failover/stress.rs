@@ -9,7 +9,11 @@
 //! * *overlap samples*: per VIP and poll, two or more owners;
 //! * for the agents, *Overlap Events* (Kubernetes Events with reason `Overlap` in the Services'
 //!   namespace) and the agents' `announcer_partition_overlaps_total`, both as the increase over
-//!   the run.
+//!   the run;
+//! * for the agents, their own counters from `/state` over the run: *takeovers* (a VIP taken
+//!   and given back between two polls still counts here) and the *probes* of an owner's data
+//!   plane that late heartbeats set off, with how many were answered: how often a busy node
+//!   looked quiet, and was found alive.
 //!
 //! A poll in which some agent did not answer `/state` is counted as incomplete and not compared
 //! (a missing answer is not a lost VIP). The CPU load seen is reported with the figures: the
@@ -77,6 +81,16 @@ pub struct StressRun {
     /// Increase of the agents' `announcer_partition_overlaps_total`, summed over the nodes
     /// (agents only; `None` if some agent did not expose it).
     pub overlap_counter: Option<f64>,
+    /// Takeovers the agents counted during the run, summed over the nodes (agents only;
+    /// `None` if some agent did not answer `/state` at the start or the end).
+    #[serde(default)]
+    pub takeovers: Option<u64>,
+    /// Probes of a quiet owner's data plane sent during the run, summed over the nodes.
+    #[serde(default)]
+    pub probes: Option<u64>,
+    /// Of those, answered (the owner was alive: nothing moved).
+    #[serde(default)]
+    pub probes_answered: Option<u64>,
     /// The latency added to every API request of the agents (none for keepalived).
     pub api_latency_ms: Option<u64>,
     /// The command that loaded the CPUs.
@@ -277,6 +291,39 @@ fn overlap_counter(bed: &Bed) -> Option<f64> {
         .sum()
 }
 
+/// The agents' election counters from `/state`, summed over the nodes; `None` if some agent
+/// did not answer.
+fn agent_counters(bed: &Bed) -> Option<Counters> {
+    let mut c = Counters::default();
+    for node in bed.tb.nodes() {
+        let state = bed.tb.state(&node)?;
+        let stat = |k: &str| state["stats"][k].as_u64().unwrap_or(0);
+        c.takeovers += stat("takeovers");
+        c.probes += stat("probes");
+        c.probes_answered += stat("probes_answered");
+    }
+    Some(c)
+}
+
+/// [`agent_counters`]: what the cores counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    pub takeovers: u64,
+    pub probes: u64,
+    pub probes_answered: u64,
+}
+
+impl Counters {
+    /// The increase from `self` to `later` (an agent that restarted meanwhile counts from 0).
+    pub fn since(self, later: Counters) -> Counters {
+        Counters {
+            takeovers: later.takeovers.saturating_sub(self.takeovers),
+            probes: later.probes.saturating_sub(self.probes),
+            probes_answered: later.probes_answered.saturating_sub(self.probes_answered),
+        }
+    }
+}
+
 /// Runs the stress scenario on `bed` (the main set `main` already announced): adds VIPs up to
 /// [`STRESS_VIPS`], waits for one owner each, stresses and polls for `s.stress_duration`,
 /// then removes the VIPs it added.
@@ -339,6 +386,7 @@ fn measure(
     let agents = !bed.system.is_keepalived();
     let events0 = agents.then(|| overlap_events(bed, rt));
     let counter0 = overlap_counter(bed).filter(|_| agents);
+    let counters0 = agent_counters(bed).filter(|_| agents);
     let mut tally = Tally::default();
     tally.record(0.0, poll(bed, vips));
     let hog = CpuHog::start(bed, s.stress_duration + Duration::from_secs(30))?;
@@ -381,6 +429,7 @@ fn measure(
     drop(hog);
     bed.api_latency(None);
     let overlap_events = events0.map(|e0| overlap_events(bed, rt).saturating_sub(e0));
+    let counters = counters0.zip(agent_counters(bed)).map(|(a, b)| a.since(b));
     let overlap_counter = counter0
         .zip(overlap_counter(bed))
         .map(|(a, b)| (b - a).max(0.0));
@@ -403,6 +452,9 @@ fn measure(
         unowned_samples: tally.unowned,
         overlap_events,
         overlap_counter,
+        takeovers: counters.map(|c| c.takeovers),
+        probes: counters.map(|c| c.probes),
+        probes_answered: counters.map(|c| c.probes_answered),
         api_latency_ms: latency.map(|l| l.as_millis() as u64),
         cpu_hog: "stress-ng --cpu 0".into(),
         load1_mean,
@@ -418,7 +470,8 @@ fn measure(
 pub const JUDGED: [System; 2] = [System::AnnouncerDefault, System::AnnouncerFast];
 
 /// One verdict per judged system selected with the stress scenario: no ownership change, no
-/// overlap sample and no Overlap Event; a selected one without a run fails (as the other
+/// overlap sample, no Overlap Event and no takeover counted by the agents (a VIP taken and
+/// given back between two polls); a selected one without a run fails (as the other
 /// scenarios' missing rows do). keepalived gets an informational line.
 pub fn verdicts(
     systems: &[System],
@@ -453,20 +506,24 @@ pub fn verdicts(
             continue;
         };
         let events = r.overlap_events.unwrap_or(0);
+        let takeovers = r.takeovers.unwrap_or(0);
         v.push(Verdict {
             name,
             text: format!(
-                "{} stress: {} ownership changes ({} VIPs), {} overlap samples, {} Overlap Events in {:.0} s, load {:.1} (max {:.1}), {}{}",
+                "{} stress: {} ownership changes ({} VIPs), {} overlap samples, {} Overlap Events, {} takeovers ({} probes, {} answered) in {:.0} s, load {:.1} (max {:.1}), {}{}",
                 system.name(),
                 r.ownership_changes,
                 r.vips_changed,
                 r.overlap_samples,
                 r.overlap_events.map_or("-".into(), |e| e.to_string()),
+                r.takeovers.map_or("-".into(), |e| e.to_string()),
+                r.probes.map_or("-".into(), |e| e.to_string()),
+                r.probes_answered.map_or("-".into(), |e| e.to_string()),
                 r.duration_s,
                 r.load1_mean,
                 r.load1_max,
                 if judged {
-                    "target 0 changes, 0 overlaps"
+                    "target 0 changes, 0 overlaps, 0 takeovers"
                 } else {
                     "not judged"
                 },
@@ -478,8 +535,9 @@ pub fn verdicts(
             ),
             value: Some(r.ownership_changes as f64),
             limit: judged.then_some(0.0),
-            pass: judged
-                .then_some(r.ownership_changes == 0 && r.overlap_samples == 0 && events == 0),
+            pass: judged.then_some(
+                r.ownership_changes == 0 && r.overlap_samples == 0 && events == 0 && takeovers == 0,
+            ),
         });
     }
     v
@@ -499,7 +557,7 @@ pub fn table(runs: &[StressRun]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<27} {:>10} {:>5} {:>6} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6} {:>6} {:>5}",
+        "{:<27} {:>10} {:>5} {:>6} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7} {:>6} {:>7} {:>8} {:>7} {:>6} {:>6} {:>5}",
         "system",
         "duration_s",
         "vips",
@@ -510,6 +568,9 @@ pub fn table(runs: &[StressRun]) -> String {
         "unowned",
         "events",
         "counter",
+        "takes",
+        "probes",
+        "answered",
         "api_ms",
         "load1",
         "l1max",
@@ -519,7 +580,7 @@ pub fn table(runs: &[StressRun]) -> String {
     for r in runs {
         let _ = writeln!(
             s,
-            "{:<27} {:>10.0} {:>5} {:>6} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7} {:>7} {:>6.1} {:>6.1} {:>5}",
+            "{:<27} {:>10.0} {:>5} {:>6} {:>8} {:>7} {:>8} {:>8} {:>7} {:>7} {:>6} {:>7} {:>8} {:>7} {:>6.1} {:>6.1} {:>5}",
             r.system,
             r.duration_s,
             r.vips,
@@ -530,6 +591,9 @@ pub fn table(runs: &[StressRun]) -> String {
             r.unowned_samples,
             opt(r.overlap_events.map(|e| e.to_string())),
             opt(r.overlap_counter.map(|c| format!("{c:.0}"))),
+            opt(r.takeovers.map(|c| c.to_string())),
+            opt(r.probes.map(|c| c.to_string())),
+            opt(r.probes_answered.map(|c| c.to_string())),
             opt(r.api_latency_ms.map(|l| l.to_string())),
             r.load1_mean,
             r.load1_max,
@@ -543,8 +607,9 @@ pub fn table(runs: &[StressRun]) -> String {
 const FOOTER: &str = "\
 changes = VIP x poll whose owner set differed from the previous complete poll (changed = VIPs that did at least once);
 overlaps / unowned = VIP x poll with two or more / no owners; events = Overlap Events raised during the run, counter =
-increase of announcer_partition_overlaps_total over the nodes (agents only); api_ms = latency added to every API
-request of the agents; load1 / l1max = mean / max 1-minute load average over the polls; busy% = CPU busy share.
+increase of announcer_partition_overlaps_total over the nodes (agents only); takes / probes / answered = takeovers,
+probes of a quiet owner's data plane and probe answers the agents counted during the run (a move shorter than a poll
+shows in takes); api_ms = latency added to every API request of the agents; load1 / l1max = mean / max 1-minute load average over the polls; busy% = CPU busy share.
 ";
 
 #[cfg(test)]
@@ -618,6 +683,9 @@ mod unit {
             unowned_samples: 0,
             overlap_events: (!system.is_keepalived()).then_some(0),
             overlap_counter: None,
+            takeovers: (!system.is_keepalived()).then_some(0),
+            probes: None,
+            probes_answered: None,
             api_latency_ms: Some(200),
             cpu_hog: "stress-ng --cpu 0".into(),
             load1_mean: 3.0,
@@ -657,6 +725,35 @@ mod unit {
             pass_of(&v, "announcer-default_stress_ownership_changes"),
             Some(false)
         );
+    }
+
+    #[test]
+    fn a_takeover_between_two_polls_fails_the_agent() {
+        let mut r = run(System::AnnouncerFast, 0, 0);
+        r.takeovers = Some(1);
+        let v = verdicts(&[System::AnnouncerFast], &[Scenario::Stress], &[r], &[]);
+        assert_eq!(
+            pass_of(&v, "announcer-fast_stress_ownership_changes"),
+            Some(false)
+        );
+        assert!(v[0].text.contains("1 takeovers"), "{v:#?}");
+    }
+
+    #[test]
+    fn counters_count_the_increase_and_a_restarted_agent_from_zero() {
+        let a = Counters {
+            takeovers: 5,
+            probes: 10,
+            probes_answered: 9,
+        };
+        let b = Counters {
+            takeovers: 5,
+            probes: 14,
+            probes_answered: 13,
+        };
+        let d = a.since(b);
+        assert_eq!((d.takeovers, d.probes, d.probes_answered), (0, 4, 4));
+        assert_eq!(b.since(a).probes, 0);
     }
 
     #[test]
