@@ -8,6 +8,8 @@
 
 pub mod announced;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::election::ElectionStats;
@@ -54,8 +56,9 @@ pub struct AgentState {
     pub ready: bool,
     /// Whether the data plane is real (`false` with `--no-dataplane`).
     pub dataplane: bool,
-    /// VIPs announced here.
-    pub owned: Vec<OwnedVip>,
+    /// VIPs announced here (shared: the agent republishes its state every 250 ms and copies
+    /// this list only when it changed).
+    pub owned: Arc<[OwnedVip]>,
     /// Peers.
     pub peers: Vec<PeerState>,
     /// Election counters.

@@ -156,7 +156,8 @@ fn state(
                 iface: iface.to_string(),
                 service: Some(svc.to_string()),
             })
-            .collect(),
+            .collect::<Vec<_>>()
+            .into(),
         peers: Vec::new(),
         stats: counts.clone(),
         api_ok: *ctx.kube.watches.healthy.borrow(),

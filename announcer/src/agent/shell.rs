@@ -19,7 +19,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::{sync::mpsc, task::JoinHandle, time::Interval};
+use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{
     context::{Context, IfaceFingerprint, config_fingerprint},
@@ -31,6 +31,7 @@ use super::{
     metrics::{LossTracker, Recorder},
     net::{
         heartbeat_socket::{self, HeartbeatSocket, unix_ms_now},
+        link_watch::{self, LinkWatch},
         probe::{Answer, Probes},
     },
     persist::StateDir,
@@ -45,9 +46,6 @@ use crate::{
 
 /// How often `/state` is refreshed when nothing happens.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
-
-/// How often interfaces are re-read (link up/down, addresses).
-const LINK_CHECK: Duration = Duration::from_millis(250);
 
 /// [`run`] on a thread of its own, with a single-threaded runtime of its own: the heartbeat
 /// socket, the probe socket and the core's timers never wait for a worker that is decoding a
@@ -120,6 +118,10 @@ struct Shell {
     peers: BTreeMap<NodeName, SocketAddr>,
     /// Each VIP's Service, for `/state`.
     services: BTreeMap<IpAddr, String>,
+    /// Bumped whenever `services` is recomputed.
+    services_version: u64,
+    /// `/state`'s owned list.
+    owned: OwnedCache,
     loss: LossTracker,
     /// Probes in flight, by the MAC asked: when each was sent, for the round trip.
     probes_sent: HashMap<MacAddr, Instant>,
@@ -137,7 +139,7 @@ struct Shell {
     answers: mpsc::Receiver<Answer>,
     healthy: tokio::sync::watch::Receiver<bool>,
     changed: tokio::sync::watch::Receiver<u64>,
-    links: Interval,
+    links: LinkWatch,
 }
 
 impl Shell {
@@ -205,7 +207,10 @@ impl Shell {
         let (probes, answers) = Probes::new(256);
         ctx.report.sources.set_probes(probes.stats());
         let mut services = BTreeMap::new();
-        let links = tokio::time::interval(LINK_CHECK);
+        let (links, no_netlink) = LinkWatch::new();
+        if let Some(e) = no_netlink {
+            tracing::warn!(error = %e, every = ?link_watch::POLL, "cannot subscribe to link changes (rtnetlink); re-reading the interfaces periodically instead");
+        }
         let mut healthy = ctx.kube.watches.healthy.clone();
         let changed = ctx.kube.watches.changed.clone();
 
@@ -231,6 +236,8 @@ impl Shell {
             probes,
             peers: BTreeMap::new(),
             services,
+            services_version: 0,
+            owned: OwnedCache::default(),
             loss: LossTracker::default(),
             probes_sent: HashMap::new(),
             pending_write: None,
@@ -280,9 +287,9 @@ impl Shell {
             }
             Ok(()) = self.changed.changed() => {
                 self.changed.borrow_and_update();
-                self.ctx.specs(&self.core, &mut self.services).map(Input::Vips).into_iter().collect()
+                self.vip_specs().map(Input::Vips).into_iter().collect()
             }
-            _ = self.links.tick() => self.link_check(),
+            () = self.links.changed() => self.link_check(),
             () = sleep_until(deadline) => {
                 // Let the socket readers run first (tokio's yield resumes us after the I/O
                 // driver is polled): a heartbeat or probe answer the kernel already holds is
@@ -308,6 +315,12 @@ impl Shell {
         }
         inputs.push(Input::Tick);
         inputs
+    }
+
+    /// The VIPs from the watches ([`Context::specs`]), which also refreshes `services`.
+    fn vip_specs(&mut self) -> Option<Vec<crate::election::VipSpec>> {
+        self.services_version += 1;
+        self.ctx.specs(&self.core, &mut self.services)
     }
 
     fn beat_input(&mut self, v: Verified) -> Input {
@@ -338,7 +351,7 @@ impl Shell {
             for (iface, up) in self.ctx.link_states() {
                 inputs.push(Input::Link { iface, up });
             }
-            if let Some(specs) = self.ctx.specs(&self.core, &mut self.services) {
+            if let Some(specs) = self.vip_specs() {
                 inputs.push(Input::Vips(specs));
             }
         }
@@ -364,8 +377,10 @@ impl Shell {
         // `/state` is for people and tests: rebuild it when something was done, else at most
         // every 250 ms (heartbeats arrive hundreds of times a second on large clusters).
         if acted || exit || self.last_publish.elapsed() >= PUBLISH_EVERY {
-            self.ctx
-                .publish(state(&self.core, &self.ctx, &self.services));
+            let owned = self
+                .owned
+                .get(&self.core, &self.services, self.services_version);
+            self.ctx.publish(state(&self.core, &self.ctx, owned));
             self.last_publish = Instant::now();
         }
         exit
@@ -545,7 +560,49 @@ fn learn_key(node: &NodeName, key: Option<&str>, keyring: &RwLock<Keyring>, ctx:
     }
 }
 
-fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> AgentState {
+/// The owned VIPs as `/state` shows them, rebuilt only when the core's owned set or the
+/// Services' names changed ([`Core::owned_version`], [`Shell::services_version`]): the state is
+/// republished every [`PUBLISH_EVERY`] for the peers' heartbeat ages, and with 1,000 VIPs
+/// rebuilding this list each time was a tenth of an idle agent's CPU.
+struct OwnedCache {
+    key: Option<(u64, u64)>,
+    vips: Arc<[OwnedVip]>,
+}
+
+impl Default for OwnedCache {
+    fn default() -> Self {
+        OwnedCache {
+            key: None,
+            vips: Arc::new([]),
+        }
+    }
+}
+
+impl OwnedCache {
+    fn get(
+        &mut self,
+        core: &Core,
+        services: &BTreeMap<IpAddr, String>,
+        services_version: u64,
+    ) -> Arc<[OwnedVip]> {
+        let key = (core.owned_version(), services_version);
+        if self.key != Some(key) {
+            self.vips = core
+                .owned()
+                .into_iter()
+                .map(|(vip, iface)| OwnedVip {
+                    vip,
+                    iface: iface.to_string(),
+                    service: services.get(&vip).cloned(),
+                })
+                .collect();
+            self.key = Some(key);
+        }
+        Arc::clone(&self.vips)
+    }
+}
+
+fn state(core: &Core, ctx: &Context, owned: Arc<[OwnedVip]>) -> AgentState {
     let now = Instant::now();
     AgentState {
         node: ctx.args.node_name.clone(),
@@ -553,15 +610,7 @@ fn state(core: &Core, ctx: &Context, services: &BTreeMap<IpAddr, String>) -> Age
         incarnation: core.incarnation(),
         ready: core.is_ready(),
         dataplane: ctx.net.plane.enabled(),
-        owned: core
-            .owned()
-            .into_iter()
-            .map(|(vip, iface)| OwnedVip {
-                vip,
-                iface: iface.to_string(),
-                service: services.get(&vip).cloned(),
-            })
-            .collect(),
+        owned,
         peers: core
             .peers(now)
             .into_iter()

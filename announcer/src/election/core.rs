@@ -324,6 +324,8 @@ pub struct Core {
     holding: BTreeSet<IpAddr>,
     /// A Lease or link change that needs a full reconcile at the next tick.
     dirty: bool,
+    /// Bumped whenever a VIP is installed here or stops being ([`Core::owned_version`]).
+    owned_version: u64,
 }
 
 impl Core {
@@ -368,6 +370,7 @@ impl Core {
             config_mismatch_reported: false,
             holding: BTreeSet::new(),
             dirty: false,
+            owned_version: 0,
             config,
         }
     }
@@ -472,6 +475,7 @@ impl Core {
                         .or_insert_with(|| Vip::placeholder(vip, now));
                     v.installed = Some(iface.clone());
                     v.found = true;
+                    self.owned_version += 1;
                     let ttl = self.config.entry_ttl();
                     self.out.push_back(Output::Install { vip, iface, ttl });
                 }
@@ -629,6 +633,13 @@ impl Core {
             .iter()
             .filter_map(|(ip, v)| Some((*ip, v.installed.clone()?)))
             .collect()
+    }
+
+    /// Changes whenever [`owned`](Self::owned) may have: a caller that shows the owned VIPs
+    /// rebuilds its copy only then (with 1,000 VIPs, rebuilding it four times a second was a
+    /// tenth of an idle agent's CPU).
+    pub fn owned_version(&self) -> u64 {
+        self.owned_version
     }
 
     /// Peers as seen from here.
@@ -1649,6 +1660,7 @@ impl Core {
         v.handoff = None;
         v.installed = Some(iface.clone());
         v.took_from = displaced;
+        self.owned_version += 1;
         self.probing.remove(&ip);
         self.holding.remove(&ip);
         v.reported = None;
@@ -1700,6 +1712,7 @@ impl Core {
             v.took_from = None;
             v.handoff = None;
             if let Some(iface) = v.installed.take() {
+                self.owned_version += 1;
                 self.stats.releases += 1;
                 self.out.push_back(Output::Remove { vip: ip, iface });
             }
@@ -1863,6 +1876,7 @@ impl Core {
                 // runs out rather than darken the VIP now. A restart within the grace picks
                 // it up again.
                 v.installed = None;
+                self.owned_version += 1;
             }
         }
         if let Some(rv) = self.own_rv.clone() {

@@ -1,5 +1,6 @@
 //! Kernel tests: the XDP program under `BPF_PROG_TEST_RUN` (rules, fuzz), the loaded responder
-//! between two network namespaces, the reachability probe, and the namespace harness itself.
+//! between two network namespaces, the reachability probe, the agent's link watch, and the
+//! namespace harness itself.
 //! Needs root; never skips.
 //!
 //! One binary so that kube, axum and aya are linked once, not once per file.
@@ -7,6 +8,7 @@
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod e2e_responder;
+mod link_watch;
 mod netns_harness;
 mod probe;
 mod xdp_fuzz;

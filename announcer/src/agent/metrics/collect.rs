@@ -237,7 +237,7 @@ fn state(enc: &mut DescriptorEncoder, shared: &PublishedState) -> fmt::Result {
         i64::from(st.api_ok),
     )?;
     let mut per_iface: BTreeMap<&str, i64> = BTreeMap::new();
-    for o in &st.owned {
+    for o in st.owned.iter() {
         *per_iface.entry(o.iface.as_str()).or_default() += 1;
     }
     gauges(

@@ -48,7 +48,8 @@ fn agent_state() -> AgentState {
             vip("192.0.2.1", "eth0"),
             vip("192.0.2.2", "eth0"),
             vip("2001:db8::1", "eth1"),
-        ],
+        ]
+        .into(),
         peers: vec![
             PeerState {
                 node: "node-b".into(),

@@ -2,6 +2,7 @@
 //! sends on them.
 //!
 //! * [`iface`]: this node's interfaces and addresses, and which one a VIP is announced on.
+//! * [`link_watch`]: when they change (the kernel's rtnetlink announcements).
 //! * [`heartbeat_socket`]: the UDP socket heartbeats travel on (the codec is
 //!   [`crate::heartbeat`]).
 //! * [`probe`]: ARP/NS probes of a silent owner's data plane before taking over.
@@ -13,5 +14,6 @@
 
 pub mod heartbeat_socket;
 pub mod iface;
+pub mod link_watch;
 pub mod plane;
 pub mod probe;

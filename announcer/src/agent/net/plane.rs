@@ -139,13 +139,18 @@ impl Plane {
 
     /// Write (or refresh) the entry for `vip` on `iface`, answering with the interface's MAC.
     pub fn install(&mut self, vip: IpAddr, iface: &IfaceName, ttl: Duration) -> Result<(), Error> {
-        self.installed.insert((vip, iface.clone()));
+        let refresh = !self.installed.insert((vip, iface.clone()));
         if !self.enabled {
             return Ok(());
         }
         let i = self.iface(iface)?;
         let mac = i.mac;
-        i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))
+        if refresh {
+            // Written here before: only the deadline moves.
+            i.dp.refresh(Vip::new(vip, None)?, mac, ttl)
+        } else {
+            i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))
+        }
     }
 
     /// Delete the entry.

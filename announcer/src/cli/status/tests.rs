@@ -49,7 +49,7 @@ fn agent() -> AgentReport {
             dataplane: true,
             api_ok: true,
             standby: false,
-            owned: vec![owned("192.0.2.1", "eth0"), owned("192.0.2.2", "eth1")],
+            owned: vec![owned("192.0.2.1", "eth0"), owned("192.0.2.2", "eth1")].into(),
             peers: vec![
                 PeerState {
                     node: "node-b".into(),
