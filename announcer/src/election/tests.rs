@@ -568,16 +568,7 @@ fn a_crash_is_taken_over_one_and_a_half_periods_and_a_probe_timeout_after_the_la
     let owner = w.owner();
     let c = w.nodes[owner].core.config().clone();
     // Crash just after a heartbeat: the worst case.
-    let beats = |w: &World| {
-        let out = &w.nodes[owner].outputs;
-        out.iter()
-            .filter(|o| matches!(o, Output::SendHeartbeat(_)))
-            .count()
-    };
-    let n = beats(&w);
-    while beats(&w) == n {
-        w.run_for(MS);
-    }
+    until_beat(&mut w, owner);
     w.nodes[owner].up = false;
     let last_beat = w.t;
     while w.answering().is_empty() {
