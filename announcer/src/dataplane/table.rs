@@ -197,38 +197,33 @@ impl Dataplane {
     /// Writes (or refreshes) `vip` → `mac` with `lifetime`. This single write is what makes
     /// the program start answering; the counters entry is created alongside if missing.
     pub fn upsert(&mut self, vip: Vip, mac: MacAddr, lifetime: Lifetime) -> Result<()> {
-        if !mac.is_unicast() {
-            return Err(Error::BadMac(mac.to_string()));
-        }
         let expires_ns = match lifetime {
             Lifetime::Permanent => NEVER_EXPIRES,
             Lifetime::Ttl(ttl) => clock::deadline_ns(ttl),
         };
-        let entry = VipEntry {
-            mac: mac.0,
-            flags: 0,
-            expires_ns,
-        };
-        let zero = zeros()?;
+        let entry = entry_for(mac, expires_ns)?;
         let iface = self.iface.as_str();
         let full = |family| move |e: MapError| map_full_or(e, iface, family);
+        // Counters first, so the first answer is already counted.
         match vip.addr {
             IpAddr::V4(a) => {
                 let key = self.key4(a, vip.vlan);
-                // Counters first, so the first answer is already counted.
                 if self.stats_v4.get(&key, 0).is_err() {
-                    self.stats_v4.insert(key, zero, 0).map_err(full("IPv4"))?;
+                    self.stats_v4
+                        .insert(key, zeros()?, 0)
+                        .map_err(full("IPv4"))?;
                 }
-                self.v4.insert(key, entry, 0).map_err(full("IPv4"))
             }
             IpAddr::V6(a) => {
                 let key = self.key6(a, vip.vlan);
                 if self.stats_v6.get(&key, 0).is_err() {
-                    self.stats_v6.insert(key, zero, 0).map_err(full("IPv6"))?;
+                    self.stats_v6
+                        .insert(key, zeros()?, 0)
+                        .map_err(full("IPv6"))?;
                 }
-                self.v6.insert(key, entry, 0).map_err(full("IPv6"))
             }
         }
+        self.write(vip, entry)
     }
 
     /// Pushes the deadline of an entry this handle wrote with [`Self::upsert`] (the agent's
@@ -237,11 +232,12 @@ impl Dataplane {
     /// copy) was half the cost of the refresh. An entry deleted meanwhile by someone else is
     /// written again, with no counters entry until the next [`Self::upsert`].
     pub fn refresh(&mut self, vip: Vip, mac: MacAddr, ttl: Duration) -> Result<()> {
-        let entry = VipEntry {
-            mac: mac.0,
-            flags: 0,
-            expires_ns: clock::deadline_ns(ttl),
-        };
+        let entry = entry_for(mac, clock::deadline_ns(ttl))?;
+        self.write(vip, entry)
+    }
+
+    /// The one write that makes the program answer `vip` (or stop at `expires_ns`).
+    fn write(&mut self, vip: Vip, entry: VipEntry) -> Result<()> {
         let iface = self.iface.as_str();
         let full = |family| move |e: MapError| map_full_or(e, iface, family);
         match vip.addr {
@@ -399,6 +395,18 @@ fn sum(v: PerCpuValues<VipStats>) -> VipStats {
         total += *s;
     }
     total
+}
+
+/// The map value answering with `mac` until `expires_ns`; only a unicast MAC may answer.
+fn entry_for(mac: MacAddr, expires_ns: u64) -> Result<VipEntry> {
+    if !mac.is_unicast() {
+        return Err(Error::BadMac(mac.to_string()));
+    }
+    Ok(VipEntry {
+        mac: mac.0,
+        flags: 0,
+        expires_ns,
+    })
 }
 
 fn zeros() -> Result<PerCpuValues<VipStats>> {
