@@ -81,8 +81,12 @@ pub enum AgentError {
     /// Local interfaces could not be read.
     #[error(transparent)]
     Interfaces(#[from] crate::dataplane::Error),
+    /// The election's own thread.
     #[error("cannot start the election thread: {0}")]
     ElectionThread(#[source] std::io::Error),
+    /// The thread receiving heartbeats.
+    #[error("cannot start the heartbeat receiving thread: {0}")]
+    HeartbeatThread(#[source] std::io::Error),
 }
 
 /// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.

@@ -180,13 +180,14 @@ impl Shell {
         let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
         let (beat_tx, beats) = mpsc::channel::<Verified>(1024);
         {
-            let (socket, verifier, keyring) = (socket.clone(), verifier.clone(), keyring.clone());
+            // Its own thread: a flood on the heartbeat port must not hold up this one (see
+            // `heartbeat_socket`'s docs).
             let mut stop = ctx.stop.clone();
-            tokio::spawn(async move {
-                socket
-                    .receive(verifier, keyring, beat_tx, async move { stop.recv().await })
-                    .await;
-            });
+            socket
+                .spawn_receiver(verifier.clone(), keyring.clone(), beat_tx, async move {
+                    stop.recv().await
+                })
+                .map_err(super::AgentError::HeartbeatThread)?;
         }
 
         let mac = ctx.net.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
@@ -223,6 +224,7 @@ impl Shell {
         }
 
         let term = ctx.term.clone();
+        let loss = LossTracker::new(ctx.args.heartbeat_interval);
         Ok(Shell {
             ctx,
             core,
@@ -238,7 +240,7 @@ impl Shell {
             services,
             services_version: 0,
             owned: OwnedCache::default(),
-            loss: LossTracker::default(),
+            loss,
             probes_sent: HashMap::new(),
             pending_write: None,
             write_tx,
@@ -477,7 +479,7 @@ impl Shell {
 /// Counts the heartbeats `v`'s sender sent since its previous one that never arrived, and the
 /// one-way delay by the two wall clocks.
 fn record_beat(recorder: &Recorder, loss: &mut LossTracker, v: &Verified) {
-    let missed = loss.observe(&v.beat.node, v.beat.incarnation, v.sequence);
+    let missed = loss.observe(&v.beat.node, v.beat.incarnation, v.sent_unix_ms);
     let delay_ms = unix_ms_now() as i128 - i128::from(v.sent_unix_ms);
     recorder.heartbeat(&v.beat.node, missed, delay_ms as f64 / 1000.0);
 }

@@ -244,8 +244,10 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
         vec![NODE_MAC],
         "answered on its TTL after SIGTERM: {r:?}"
     );
-    // Then the entries lapse: 5 s (the default grace) after their last refresh.
-    let lapse = Duration::from_secs(5) + Duration::from_millis(500);
+    // Then the entries lapse: each write gives them the grace plus one refresh interval
+    // (`entry_ttl`, 6 s at the defaults), so they go dark between 5 and 6 s after the agent's
+    // last refresh, which came at most one refresh interval before it exited.
+    let lapse = announcer::election::Config::new("node-a").entry_ttl() + Duration::from_millis(500);
     if let Some(left) = lapse.checked_sub(exited.elapsed()) {
         std::thread::sleep(left);
     }

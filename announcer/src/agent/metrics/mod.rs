@@ -155,24 +155,45 @@ impl Recorder {
     }
 }
 
-/// Counts heartbeats lost per peer from gaps in their sequence numbers (which grow by one per
-/// heartbeat within an incarnation, see [`crate::heartbeat`]). A new incarnation starts
-/// afresh: a restart is not loss.
-#[derive(Debug, Default)]
+/// Estimates the heartbeats lost per peer from the gaps between the send times of those that
+/// arrive: a gap of `k` heartbeat intervals means `k - 1` beats lost (rounded, so jitter of up to
+/// half an interval counts nothing). Both times are the sender's clock, so a skew between the
+/// nodes cancels out; a step of the sender's clock distorts one sample, and a peer with another
+/// heartbeat interval (a configuration roll) is estimated against ours.
+///
+/// Not from sequence numbers: a sender's sequence grows by one per *datagram*, across all of its
+/// recipients (one sealed datagram each, see [`crate::heartbeat`]), so with `n` peers each sees
+/// it grow by `n` per beat, which once counted every heartbeat of a three-node cluster as lost.
+/// A new incarnation starts afresh: a restart is not loss.
+#[derive(Debug)]
 pub struct LossTracker {
+    interval: Duration,
+    /// Per peer: the incarnation and send time (ms since the epoch) of its last heartbeat.
     last: HashMap<NodeName, (u64, u64)>,
 }
 
 impl LossTracker {
-    /// Records heartbeat `(incarnation, sequence)` from `peer`; returns how many of its
-    /// heartbeats since the previous one never arrived. Only verified heartbeats are fed in,
-    /// and the verifier drops reordered ones, so sequences only grow within an incarnation.
-    pub fn observe(&mut self, peer: &NodeName, incarnation: u64, sequence: u64) -> u64 {
+    /// A tracker for heartbeats sent every `interval`.
+    pub fn new(interval: Duration) -> Self {
+        Self {
+            interval: interval.max(Duration::from_millis(1)),
+            last: HashMap::new(),
+        }
+    }
+
+    /// Records the heartbeat of `peer`'s `incarnation` sent at `sent_unix_ms`; returns how
+    /// many of its heartbeats since the previous one are estimated lost. Only verified
+    /// heartbeats are fed in, and the verifier drops reordered ones.
+    pub fn observe(&mut self, peer: &NodeName, incarnation: u64, sent_unix_ms: u64) -> u64 {
         let missed = match self.last.get(peer) {
-            Some(&(inc, seq)) if inc == incarnation => sequence.saturating_sub(seq + 1),
+            Some(&(inc, at)) if inc == incarnation && sent_unix_ms > at => {
+                let gap = Duration::from_millis(sent_unix_ms - at);
+                let periods = (gap.as_secs_f64() / self.interval.as_secs_f64()).round() as u64;
+                periods.saturating_sub(1)
+            }
             _ => 0,
         };
-        self.last.insert(peer.clone(), (incarnation, sequence));
+        self.last.insert(peer.clone(), (incarnation, sent_unix_ms));
         missed
     }
 

@@ -257,20 +257,35 @@ fn recorded_durations_and_loss_are_exported() {
 }
 
 #[test]
-fn loss_is_counted_from_sequence_gaps_within_an_incarnation() {
-    let mut t = LossTracker::default();
+fn loss_is_estimated_from_send_time_gaps_within_an_incarnation() {
+    let mut t = LossTracker::new(Duration::from_millis(75));
     let b = NodeName::from("node-b");
     assert_eq!(
-        t.observe(&b, 1, 10),
+        t.observe(&b, 1, 10_000),
         0,
         "first heartbeat: nothing to compare"
     );
-    assert_eq!(t.observe(&b, 1, 11), 0);
-    assert_eq!(t.observe(&b, 1, 15), 3);
-    assert_eq!(t.observe(&b, 2, 1), 0, "a restart is not loss");
-    assert_eq!(t.observe(&b, 2, 3), 1);
+    assert_eq!(t.observe(&b, 1, 10_075), 0);
+    assert_eq!(
+        t.observe(&b, 1, 10_180),
+        0,
+        "late by 30 ms: jitter, not loss"
+    );
+    assert_eq!(t.observe(&b, 1, 10_480), 3, "300 ms: three lost");
+    assert_eq!(t.observe(&b, 2, 1_000), 0, "a restart is not loss");
+    assert_eq!(t.observe(&b, 2, 1_150), 1);
     t.forget(&b);
-    assert_eq!(t.observe(&b, 2, 9), 0);
+    assert_eq!(t.observe(&b, 2, 9_000), 0);
+}
+
+#[test]
+fn beats_a_peer_sends_to_others_are_not_counted_as_lost() {
+    // Each peer's datagrams take their own sequence numbers from the sender's one counter, so
+    // in a three-node cluster node-a sees node-b's sequence grow by two per beat.
+    let mut t = LossTracker::new(Duration::from_millis(75));
+    let b = NodeName::from("node-b");
+    let lost: u64 = (0..100u64).map(|k| t.observe(&b, 1, 10_000 + 75 * k)).sum();
+    assert_eq!(lost, 0);
 }
 
 #[test]

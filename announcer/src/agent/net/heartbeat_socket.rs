@@ -10,7 +10,27 @@
 //! Sending is best effort and never waits: a heartbeat that cannot be sent now is worth
 //! nothing later, the next one follows within a period. Receiving runs as a task
 //! ([`HeartbeatSocket::receive`]) until its shutdown future completes, like
-//! [`crate::dataplane::logs::forward`].
+//! [`crate::dataplane::logs::forward`]; the agent runs it on a thread of its own
+//! ([`HeartbeatSocket::spawn_receiver`]).
+//!
+//! # Floods
+//!
+//! Anyone on the segment can send datagrams to the heartbeat port, and each costs the receiver
+//! a look at its header (and, from a known sender, an HMAC). Two things keep a flood from
+//! becoming a failover:
+//!
+//! * The receive loop has its own thread. On the election's thread it once shared a runtime
+//!   with the probe answer reader and the core's timers: a flood of 70,000 datagrams a second
+//!   kept that runtime from polling its I/O driver for hundreds of milliseconds, so the answer
+//!   to a probe of a live owner was read after its window had closed, and the successor took
+//!   the VIP (`flood_from_client_namespace_moves_no_vip`). Now a flood delays only the loop
+//!   that reads it; lost heartbeats make the owner a suspect, and the probe, answered by its
+//!   data plane and read in time, keeps the VIP where it is.
+//! * Rejections cost no log line each. A stranger's flood used to write one debug line per
+//!   datagram, which was most of the receive cost; rejections are now counted (the
+//!   `announcer_heartbeats_rejected_total` metric) and summed up at debug level at most once
+//!   per [`REJECT_SUMMARY_EVERY`] ([`RejectSummary`]). Rejections from a known peer (its tag
+//!   verified) still warn, at most once a minute per reason.
 
 use std::{
     fmt,
@@ -21,7 +41,8 @@ use std::{
         Arc, Mutex, RwLock,
         atomic::{AtomicU64, Ordering},
     },
-    time::{SystemTime, UNIX_EPOCH},
+    thread,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use tokio::{net::UdpSocket, sync::mpsc};
@@ -124,11 +145,11 @@ pub struct SendReport {
 /// counters, so one task can receive while another sends.
 #[derive(Clone, Debug)]
 pub struct HeartbeatSocket {
-    /// Receives, through the tokio reactor.
-    rx: Arc<UdpSocket>,
-    /// The same socket (a duplicated descriptor), non-blocking, for sends that never wait:
-    /// tokio's `try_send_to` would refuse until the reactor has seen the socket writable.
-    tx: Arc<std::net::UdpSocket>,
+    /// The socket, non-blocking. [`Self::receive`] registers a duplicate of it with the tokio
+    /// runtime it runs on (so the receiving runtime, not the binding one, polls it); sends go
+    /// out on it directly and never wait: tokio's `try_send_to` would refuse until a reactor
+    /// has seen the socket writable.
+    sock: Arc<std::net::UdpSocket>,
     stats: Arc<HeartbeatStats>,
     /// Told of each authenticated rejection, if set.
     on_rejected_from: Option<RejectedFrom>,
@@ -150,16 +171,13 @@ impl fmt::Debug for RejectedFrom {
 }
 
 impl HeartbeatSocket {
-    /// Binds to `addr` (usually [`DEFAULT_BIND`]). Must be called within a tokio runtime.
+    /// Binds to `addr` (usually [`DEFAULT_BIND`]).
     pub fn bind(addr: SocketAddr) -> Result<Self, HeartbeatError> {
         let err = |source| HeartbeatError::Bind { addr, source };
         let sock = std::net::UdpSocket::bind(addr).map_err(err)?;
         sock.set_nonblocking(true).map_err(err)?;
-        let tx = sock.try_clone().map_err(err)?;
-        let rx = UdpSocket::from_std(sock).map_err(err)?;
         Ok(Self {
-            rx: Arc::new(rx),
-            tx: Arc::new(tx),
+            sock: Arc::new(sock),
             stats: Arc::default(),
             on_rejected_from: None,
         })
@@ -178,7 +196,7 @@ impl HeartbeatSocket {
 
     /// The address actually bound (the port, if 0 was asked for).
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.rx.local_addr()
+        self.sock.local_addr()
     }
 
     /// The counters.
@@ -193,7 +211,7 @@ impl HeartbeatSocket {
     pub fn send(&self, datagram: &[u8], peers: &[SocketAddr]) -> SendReport {
         let mut report = SendReport::default();
         for &peer in peers {
-            match self.tx.send_to(datagram, peer) {
+            match self.sock.send_to(datagram, peer) {
                 Ok(n) if n == datagram.len() => {
                     report.sent += 1;
                     HeartbeatStats::bump(&self.stats.sent);
@@ -226,6 +244,12 @@ impl HeartbeatSocket {
     /// A rejection whose sender is known (its tag verified: a peer's clock or incarnation is
     /// wrong, not a stranger's noise) is logged at warning level, at most once a minute per
     /// reason, e.g. "heartbeats from node-b are rejected: ... (its clock is 10.2 s ahead)".
+    /// Every other rejection is only counted, and summed up at debug level at most once per
+    /// [`REJECT_SUMMARY_EVERY`].
+    ///
+    /// Must be called within a tokio runtime, which then polls the socket. If it cannot
+    /// register the socket with it (the descriptor table is full), the failure is counted as a
+    /// receive error, logged, and nothing is received.
     pub async fn receive(
         &self,
         verifier: Arc<Mutex<Verifier>>,
@@ -233,16 +257,34 @@ impl HeartbeatSocket {
         out: mpsc::Sender<Verified>,
         shutdown: impl Future<Output = ()>,
     ) {
+        let rx = match self.sock.try_clone().and_then(UdpSocket::from_std) {
+            Ok(rx) => rx,
+            Err(error) => {
+                HeartbeatStats::bump(&self.stats.receive_errors);
+                tracing::error!(%error, "cannot receive heartbeats");
+                return;
+            }
+        };
         tokio::pin!(shutdown);
         // One byte more than the largest heartbeat, so an oversized datagram is not read as
         // a complete one.
         let mut buf = vec![0u8; MAX_DATAGRAM + 1];
-        let mut warned: [Option<std::time::Instant>; Reject::ALL.len()] = [None; Reject::ALL.len()];
+        let mut warned: [Option<Instant>; Reject::ALL.len()] = [None; Reject::ALL.len()];
+        let mut quiet = RejectSummary::new(Instant::now());
         loop {
+            if let Some(summary) = quiet.take_due(Instant::now()) {
+                tracing::debug!(
+                    rejected = summary.total(),
+                    over_ms = summary.over.as_millis() as u64,
+                    reasons = %summary,
+                    last_from = ?summary.last_from,
+                    "heartbeat datagrams rejected (counted in announcer_heartbeats_rejected_total)"
+                );
+            }
             let (n, from) = tokio::select! {
                 () = &mut shutdown => return,
                 () = out.closed() => return,
-                r = self.rx.recv_from(&mut buf) => match r {
+                r = rx.recv_from(&mut buf) => match r {
                     Ok(r) => r,
                     Err(error) => {
                         HeartbeatStats::bump(&self.stats.receive_errors);
@@ -274,13 +316,12 @@ impl HeartbeatSocket {
                         (hook.0)(peer, reason.reason());
                     }
                     if rejected.sender.is_some()
-                        && warned[reason.index()]
-                            .is_none_or(|at: std::time::Instant| at.elapsed() >= WARN_EVERY)
+                        && warned[reason.index()].is_none_or(|at| at.elapsed() >= WARN_EVERY)
                     {
-                        warned[reason.index()] = Some(std::time::Instant::now());
+                        warned[reason.index()] = Some(Instant::now());
                         tracing::warn!(%from, reason = reason.reason(), "{rejected}");
                     } else {
-                        tracing::debug!(%from, reason = reason.reason(), "{rejected}");
+                        quiet.add(reason, from);
                     }
                 }
             }
@@ -288,8 +329,106 @@ impl HeartbeatSocket {
     }
 }
 
+impl HeartbeatSocket {
+    /// Runs [`receive`](Self::receive) on a new thread named `heartbeats`, with a
+    /// single-threaded runtime of its own, until `shutdown` completes or `out` is closed. The
+    /// agent receives this way so that a flood on the heartbeat port costs that thread, not
+    /// the election's (see the module docs).
+    pub fn spawn_receiver(
+        &self,
+        verifier: Arc<Mutex<Verifier>>,
+        keyring: Arc<RwLock<Keyring>>,
+        out: mpsc::Sender<Verified>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<thread::JoinHandle<()>> {
+        let socket = self.clone();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()?;
+        thread::Builder::new()
+            .name("heartbeats".into())
+            .spawn(move || rt.block_on(socket.receive(verifier, keyring, out, shutdown)))
+    }
+}
+
 /// How often a rejection from an authenticated peer is logged at warning level, per reason.
-const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// The shortest interval between two debug summaries of rejected datagrams.
+pub const REJECT_SUMMARY_EVERY: Duration = Duration::from_secs(1);
+
+/// Rejected datagrams not worth a line each, summed up for one debug line per
+/// [`REJECT_SUMMARY_EVERY`]: a stranger flooding the port at line rate must not make the agent
+/// write a log line per datagram (which once cost more than the rejection itself). Pure; the
+/// clock is passed in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RejectSummary {
+    /// Since when these were counted.
+    since: Instant,
+    /// Per [`Reject::index`].
+    counts: [u64; Reject::ALL.len()],
+    /// The source of the last one.
+    pub last_from: Option<SocketAddr>,
+    /// How long they were counted over (set when the summary is taken).
+    pub over: Duration,
+}
+
+impl RejectSummary {
+    /// Nothing counted yet, from `now`.
+    pub fn new(now: Instant) -> Self {
+        Self {
+            since: now,
+            counts: [0; Reject::ALL.len()],
+            last_from: None,
+            over: Duration::ZERO,
+        }
+    }
+
+    /// Counts one datagram rejected for `reason`, from `from`.
+    pub fn add(&mut self, reason: Reject, from: SocketAddr) {
+        self.counts[reason.index()] += 1;
+        self.last_from = Some(from);
+    }
+
+    /// Datagrams counted.
+    pub fn total(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Datagrams counted for `reason`.
+    pub fn count(&self, reason: Reject) -> u64 {
+        self.counts[reason.index()]
+    }
+
+    /// The summary to log if anything was counted and [`REJECT_SUMMARY_EVERY`] has passed
+    /// since counting started; counting then starts afresh at `now`.
+    pub fn take_due(&mut self, now: Instant) -> Option<RejectSummary> {
+        let over = now.saturating_duration_since(self.since);
+        if self.total() == 0 {
+            // Nothing to say; the next rejection opens a new window.
+            self.since = now;
+            return None;
+        }
+        if over < REJECT_SUMMARY_EVERY {
+            return None;
+        }
+        let mut summary = std::mem::replace(self, Self::new(now));
+        summary.over = over;
+        Some(summary)
+    }
+}
+
+/// `reason=count` for each reason counted, e.g. `bad_magic=14209 unsupported_version=3`.
+impl fmt::Display for RejectSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for r in Reject::ALL.iter().filter(|r| self.count(**r) > 0) {
+            write!(f, "{sep}{}={}", r.reason(), self.count(*r))?;
+            sep = " ";
+        }
+        Ok(())
+    }
+}
 
 /// The wall clock in milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn unix_ms_now() -> u64 {
@@ -304,4 +443,65 @@ pub fn incarnation_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from() -> SocketAddr {
+        "10.78.1.2:4000".parse().unwrap()
+    }
+
+    #[test]
+    fn a_flood_of_rejections_makes_one_summary_per_interval() {
+        let t0 = Instant::now();
+        let mut s = RejectSummary::new(t0);
+        let mut lines = Vec::new();
+        // 70,000 datagrams over 2.5 s, checked before each one as the receive loop does.
+        for k in 0..70_000u32 {
+            let now = t0 + Duration::from_micros(u64::from(k) * 36);
+            lines.extend(s.take_due(now));
+            s.add(
+                if k % 2 == 0 {
+                    Reject::BadMagic
+                } else {
+                    Reject::UnsupportedVersion
+                },
+                from(),
+            );
+        }
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines.iter().all(|l| l.over >= REJECT_SUMMARY_EVERY));
+        let counted: u64 = lines.iter().map(RejectSummary::total).sum::<u64>() + s.total();
+        assert_eq!(
+            counted, 70_000,
+            "every rejection is in a summary or still counted"
+        );
+        assert_eq!(lines[0].last_from, Some(from()));
+        assert!(
+            lines[0]
+                .to_string()
+                .starts_with("bad_magic=13889 unsupported_version=13889"),
+            "{}",
+            lines[0]
+        );
+    }
+
+    #[test]
+    fn a_lone_rejection_after_a_quiet_spell_waits_for_its_own_interval() {
+        let t0 = Instant::now();
+        let mut s = RejectSummary::new(t0);
+        assert_eq!(
+            s.take_due(t0 + Duration::from_secs(60)),
+            None,
+            "nothing counted"
+        );
+        s.add(Reject::BadTag, from());
+        // The window opened at the quiet check, not at t0.
+        assert_eq!(s.take_due(t0 + Duration::from_millis(60_500)), None);
+        let line = s.take_due(t0 + Duration::from_secs(61)).expect("due");
+        assert_eq!((line.total(), line.to_string()), (1, "bad_tag=1".into()));
+        assert_eq!(s.total(), 0);
+    }
 }
