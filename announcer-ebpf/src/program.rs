@@ -30,7 +30,9 @@ use announcer_ebpf::{
         checksum,
         ethernet::ethertype,
         ipv6::NEXT_HEADER_ICMPV6,
-        ndisc::{HOP_LIMIT, OPT_SOURCE_LLADDR, OPT_TARGET_LLADDR, TYPE_NA, TYPE_NS},
+        ndisc::{
+            HOP_LIMIT, NonceOpt, OPT_NONCE, OPT_SOURCE_LLADDR, OPT_TARGET_LLADDR, TYPE_NA, TYPE_NS,
+        },
     },
 };
 use aya_ebpf::{
@@ -457,9 +459,12 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
 
     // §7.1.1: all options have length > 0 and fit; remember the Source Link-Layer Address.
     // Offset of the first SLLAO within the message (0 if none), read again when answering; it
-    // must be 8 bytes (Ethernet). `saw_sllao` notes that one was seen.
+    // must be 8 bytes (Ethernet). `saw_sllao` notes that one was seen. Likewise the first Nonce
+    // option (RFC 3971 §5.3.2), echoed in the answer if it has a probe's shape (`NonceOpt`).
     let mut sllao_off = 0usize;
     let mut saw_sllao = false;
+    let mut nonce_off = 0usize;
+    let mut saw_nonce = false;
     let mut off = NdiscHdr::LEN;
     let mut n = 0;
     while n < (MAX_ND_LEN - NdiscHdr::LEN) / 8 {
@@ -485,6 +490,12 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
                 return Err(Reject::Malformed(Event::BadSllao));
             }
             sllao_off = off;
+        }
+        if ty == OPT_NONCE && !saw_nonce {
+            saw_nonce = true;
+            if len == NonceOpt::UNITS {
+                nonce_off = off;
+            }
         }
         off += olen;
         n += 1;
@@ -544,13 +555,26 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
         (src, to, NaFlags::SOLICITED | NaFlags::OVERRIDE)
     };
 
-    // Resize the frame to exactly L2 + IPv6 + NA + TLLAO (also dropping Ethernet padding),
-    // with one exception: behind an NS of exactly NS + one option (32 bytes, the shape of the
-    // agent's liveness probes and the size of the NA + TLLAO written over it), up to
-    // PROBE_NONCE_LEN trailer bytes stay where they are, so the probe's nonce comes back to
-    // the prober. The trailer is outside the IPv6 payload: no checksum covers it and IPv6
+    // The probe nonce to echo, read before anything is written over the NS: the answer is
+    // NA + TLLAO + this Nonce option, wherever the option sat in the NS.
+    let nonce = if nonce_off == 0 {
+        None
+    } else {
+        let Some(o) = ptr_at::<[u8; NonceOpt::LEN]>(ctx, icmp + nonce_off) else {
+            return Err(Reject::Malformed(Event::Truncated));
+        };
+        // SAFETY: bounds-checked above. Held as a u128 (two registers), like the addresses.
+        Some(u128::from_be_bytes(unsafe { core::ptr::read_unaligned(o) }))
+    };
+    let na_len = size_of::<NaWithTllao>() + if nonce.is_some() { NonceOpt::LEN } else { 0 };
+
+    // Resize the frame to exactly L2 + IPv6 + the NA (also dropping Ethernet padding), with
+    // one exception: behind an NS of exactly NS + one 8-byte option (32 bytes, the shape of
+    // liveness probes before the Nonce option and the size of the NA + TLLAO written over it),
+    // up to PROBE_NONCE_LEN trailer bytes stay where they are, so an older agent's probe nonce
+    // comes back to it. The trailer is outside the IPv6 payload: no checksum covers it and IPv6
     // receivers ignore it (RFC 8200 §3, Payload Length).
-    let na_end = icmp + size_of::<NaWithTllao>();
+    let na_end = icmp + na_len;
     // SAFETY: helper on our own context. (Subtracting the packet pointers instead would need
     // CAP_PERFMON's pointer arithmetic allowance.)
     let old_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as usize;
@@ -581,6 +605,16 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     let Some(na) = ptr_at::<NaWithTllao>(ctx, icmp) else {
         return Err(Reject::Pass);
     };
+    let echo = match nonce {
+        Some(n) => {
+            let Some(o) = ptr_at::<[u8; NonceOpt::LEN]>(ctx, icmp + size_of::<NaWithTllao>())
+            else {
+                return Err(Reject::Pass);
+            };
+            Some((o, n))
+        }
+        None => None,
+    };
     // SAFETY: bounds-checked above, after the resize.
     let eth = unsafe { &mut *eth };
     eth.dst = mac_dst;
@@ -588,14 +622,13 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     // SAFETY: bounds-checked above, after the resize.
     let (ip, na) = unsafe { (&mut *ip, &mut *na) };
     ip.vtcfl = [0x60, 0, 0, 0];
-    ip.payload_len = (size_of::<NaWithTllao>() as u16).to_be_bytes();
+    ip.payload_len = (na_len as u16).to_be_bytes();
     ip.next_header = NEXT_HEADER_ICMPV6;
     ip.hop_limit = HOP_LIMIT;
     ip.src = target.to_be_bytes();
     ip.dst = ip_dst.to_be_bytes();
-    let mut sum = add_words(add_words(0, target), ip_dst)
-        + size_of::<NaWithTllao>() as u64
-        + u64::from(NEXT_HEADER_ICMPV6);
+    let mut sum =
+        add_words(add_words(0, target), ip_dst) + na_len as u64 + u64::from(NEXT_HEADER_ICMPV6);
     sum += u64::from(u16::from_be_bytes([TYPE_NA, 0]));
     sum += u64::from(u16::from_be_bytes([flags, 0]));
     sum = add_words(sum, target);
@@ -604,6 +637,9 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     sum += u64::from(u16::from_be_bytes([m[0], m[1]]));
     sum += u64::from(u16::from_be_bytes([m[2], m[3]]));
     sum += u64::from(u16::from_be_bytes([m[4], m[5]]));
+    if let Some((_, n)) = echo {
+        sum = add_words(sum, n);
+    }
     // Field by field: a struct literal would be built on the stack and copied with memcpy.
     na.hdr.ty = TYPE_NA;
     na.hdr.code = 0;
@@ -613,6 +649,10 @@ fn answer_ns(ctx: &XdpContext, l3: usize, entry: &VipEntry) -> Result<(), Reject
     na.opt.ty = OPT_TARGET_LLADDR;
     na.opt.len = 1;
     na.opt.addr = entry.mac;
+    if let Some((o, n)) = echo {
+        // SAFETY: bounds-checked above, after the resize.
+        unsafe { core::ptr::write_unaligned(o, n.to_be_bytes()) };
+    }
     Ok(())
 }
 

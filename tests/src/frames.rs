@@ -61,6 +61,31 @@ pub fn ns_multicast(src: Ipv6Addr, target: Ipv6Addr, vlan: Option<u16>) -> Vec<u
     ns(src, dst, target, Some(CLIENT_MAC), vlan)
 }
 
+/// A liveness probe as the agent sends it: a unicast NS for `target` from `src` to the VIP's
+/// MAC, with a Source Link-Layer Address option (if `sllao`) and `nonce` in a Nonce option
+/// (RFC 3971 §5.3.2).
+pub fn ns_probe(
+    src: Ipv6Addr,
+    target: Ipv6Addr,
+    sllao: Option<MacAddr>,
+    vlan: Option<u16>,
+    nonce: [u8; 8],
+) -> Vec<u8> {
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = frame::ndisc(
+        &mut buf,
+        &eth(VIP_MAC, vlan),
+        src,
+        target,
+        &NdiscRepr::NeighborSolicit {
+            target,
+            lladdr: sllao,
+            nonce: Some(nonce),
+        },
+    );
+    buf[..n].to_vec()
+}
+
 /// A DAD probe for `target` (source ::, no SLLAO, RFC 4862 §5.4.2).
 pub fn ns_dad(target: Ipv6Addr, vlan: Option<u16>) -> Vec<u8> {
     let dst = Ipv6Addr::from(solicited_node(&target.octets()));
@@ -89,6 +114,7 @@ pub fn ns(
         &NdiscRepr::NeighborSolicit {
             target,
             lladdr: sllao,
+            nonce: None,
         },
     );
     buf[..n].to_vec()
@@ -153,6 +179,7 @@ pub fn write_na(
             flags,
             target,
             lladdr,
+            nonce: None,
         },
     )
 }
@@ -181,6 +208,7 @@ pub fn write_ns_multicast(
         &NdiscRepr::NeighborSolicit {
             target,
             lladdr: sllao,
+            nonce: None,
         },
     )
 }
@@ -260,32 +288,36 @@ pub fn forged_arp_reply(
 }
 
 /// A forged solicited Neighbor Advertisement "`vip` is-at `claimed`" (TLLAO `claimed`,
-/// Ethernet source `claimed`) to `to_mac`/`to_ip`, followed by `trailer` after the IPv6
-/// payload (where a probe's nonce sits).
+/// Ethernet source `claimed`) to `to_mac`/`to_ip`, carrying `guess` where a probe's nonce sits
+/// (a Nonce option, RFC 3971 §5.3.2).
 pub fn forged_na(
     claimed: MacAddr,
     vip: Ipv6Addr,
     to_mac: MacAddr,
     to_ip: Ipv6Addr,
-    trailer: [u8; 8],
+    guess: [u8; 8],
 ) -> Vec<u8> {
     let mut buf = [0u8; frame::MAX_FRAME];
-    let flags = announcer_ebpf::wire::NaFlags {
-        router: false,
-        solicited: true,
-        override_: true,
-    };
-    let n = write_na(
+    let n = frame::ndisc(
         &mut buf,
-        claimed,
-        to_mac,
+        &EthernetRepr {
+            src: claimed,
+            dst: to_mac,
+            vlan: None,
+            ethertype: 0,
+        },
         vip,
         to_ip,
-        vip,
-        Some(claimed),
-        flags,
+        &NdiscRepr::NeighborAdvert {
+            flags: announcer_ebpf::wire::NaFlags {
+                router: false,
+                solicited: true,
+                override_: true,
+            },
+            target: vip,
+            lladdr: Some(claimed),
+            nonce: Some(guess),
+        },
     );
-    let mut f = buf[..n].to_vec();
-    f.extend_from_slice(&trailer);
-    f
+    buf[..n].to_vec()
 }

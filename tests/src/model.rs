@@ -174,10 +174,12 @@ fn ns(
             },
         )
     };
+    // The first Nonce option, if it has a probe's shape, is echoed (RFC 3971 §5.3.2).
     let na = NdiscRepr::NeighborAdvert {
         flags,
         target,
         lladdr: Some(e.mac),
+        nonce: msg.nonce_option(),
     };
     let mut out = frame[..l3].to_vec();
     out[0..6].copy_from_slice(&mac_dst.0);
@@ -194,10 +196,11 @@ fn ns(
     na.emit(&mut l3buf[Ipv6Hdr::LEN..]);
     ndisc::fill_checksum(&mut l3buf[Ipv6Hdr::LEN..], &target, &ip_dst);
     out.extend_from_slice(&l3buf);
-    // Behind an NS of exactly NS + one option (a liveness probe's shape, the size of the NA
-    // written over it), up to PROBE_NONCE_LEN trailer bytes stay: the probe's nonce.
+    // Behind an NS of exactly NS + one 8-byte option (the shape of a liveness probe before the
+    // Nonce option, the size of an NA + TLLAO written over it), up to PROBE_NONCE_LEN trailer
+    // bytes stay: that probe's nonce.
     let na_end = l3 + Ipv6Hdr::LEN + na.buffer_len();
-    if plen == na.buffer_len() && frame.len() > na_end {
+    if plen == NdiscHdr::LEN + 8 && frame.len() > na_end {
         let keep = (frame.len() - na_end).min(announcer_ebpf::wire::PROBE_NONCE_LEN);
         out.extend_from_slice(&frame[na_end..na_end + keep]);
     }

@@ -119,12 +119,13 @@ mod tests {
         #[test]
         fn ndisc_frames_round_trip(eth in eth(), src in any::<[u8; 16]>(), dst in any::<[u8; 16]>(),
                                    target in any::<[u8; 16]>(), ll in proptest::option::of(mac()),
-                                   na in any::<bool>(), flags in any::<u8>()) {
+                                   na in any::<bool>(), flags in any::<u8>(),
+                                   nonce in proptest::option::of(any::<[u8; 8]>())) {
             let target = Ipv6Addr::from(target);
             let repr = if na {
-                NdiscRepr::NeighborAdvert { flags: NaFlags::from_bits(flags), target, lladdr: ll }
+                NdiscRepr::NeighborAdvert { flags: NaFlags::from_bits(flags), target, lladdr: ll, nonce }
             } else {
-                NdiscRepr::NeighborSolicit { target, lladdr: ll }
+                NdiscRepr::NeighborSolicit { target, lladdr: ll, nonce }
             };
             let (src, dst) = (Ipv6Addr::from(src), Ipv6Addr::from(dst));
             let mut buf = [0u8; MAX_FRAME];

@@ -132,10 +132,13 @@ pub const fn solicited_node(addr: &[u8; 16]) -> [u8; 16] {
 /// ff02::1, the all-nodes multicast address.
 pub const ALL_NODES: [u8; 16] = [0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
 
-/// Bytes of Ethernet trailer (after the L3 payload) that carry a liveness probe's nonce: the
-/// agent's probes put a random one there and the responder's answers carry it back (the ARP
-/// answer is rewritten in place; the NA answer keeps up to this many trailer bytes behind a
-/// 32-byte NS). Outside the IPv6 payload, so no checksum covers it.
+/// Bytes of a liveness probe's nonce: the agent's probes carry a random one and the
+/// responder's answers carry it back. ARP: in the padding of the 60-byte frame, after the
+/// 28-byte packet (the answer is rewritten in place). NS: in a Nonce option (RFC 3971 §5.3.2,
+/// [`ndisc::OPT_NONCE`]), which the NA answer echoes. (Probes before the option carried it in
+/// the Ethernet trailer after the IPv6 payload, and the responder still echoes up to this
+/// many trailer bytes behind a 32-byte NS; but a Linux bridge with `br_netfilter` trims IPv6
+/// frames to their payload length, trailer and all.)
 pub const PROBE_NONCE_LEN: usize = 8;
 
 /// A header layout that may be read from any byte buffer of at least its size.

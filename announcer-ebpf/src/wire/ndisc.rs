@@ -1,9 +1,10 @@
 //! Neighbor Solicitation and Advertisement (RFC 4861 §4.3, §4.4) with link-layer address
-//! options (§4.6.1).
+//! options (§4.6.1) and the Nonce option of RFC 3971 §5.3.2, which carries a liveness probe's
+//! nonce ([`super::PROBE_NONCE_LEN`]).
 
 use core::net::Ipv6Addr;
 
-use super::{Error, Header, MacAddr, Result, assert_layout, checksum};
+use super::{Error, Header, MacAddr, PROBE_NONCE_LEN, Result, assert_layout, checksum};
 
 /// ICMPv6 type of a Neighbor Solicitation.
 pub const TYPE_NS: u8 = 135;
@@ -13,6 +14,9 @@ pub const TYPE_NA: u8 = 136;
 pub const OPT_SOURCE_LLADDR: u8 = 1;
 /// Option type: Target Link-Layer Address.
 pub const OPT_TARGET_LLADDR: u8 = 2;
+/// Option type: Nonce (RFC 3971 §5.3.2, also used by RFC 7527). Receivers that do not know it
+/// ignore it (RFC 4861 §4.6); our responder echoes it from an NS into its NA.
+pub const OPT_NONCE: u8 = 14;
 /// The hop limit every ND message must carry (RFC 4861 §7.1.1).
 pub const HOP_LIMIT: u8 = 255;
 
@@ -49,6 +53,40 @@ pub struct LinkLayerOpt {
 assert_layout!(LinkLayerOpt, 8);
 // SAFETY: repr(C), bytes only.
 unsafe impl Header for LinkLayerOpt {}
+
+/// The Nonce option as probes carry it (16 bytes, length 2): the probe nonce in the first
+/// [`PROBE_NONCE_LEN`] of its 14 nonce bytes, the rest zero. RFC 3971 asks for at least 6
+/// random bytes and a multiple of 8 for the whole option; 8 random bytes need length 2.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NonceOpt {
+    /// [`OPT_NONCE`].
+    pub ty: u8,
+    /// Length in units of 8 bytes: [`NonceOpt::UNITS`].
+    pub len: u8,
+    /// The probe nonce.
+    pub nonce: [u8; PROBE_NONCE_LEN],
+    /// Zero.
+    pub rest: [u8; 6],
+}
+assert_layout!(NonceOpt, 16);
+// SAFETY: repr(C), bytes only.
+unsafe impl Header for NonceOpt {}
+
+impl NonceOpt {
+    /// The option's length field.
+    pub const UNITS: u8 = 2;
+
+    /// The option carrying `nonce`.
+    pub const fn new(nonce: [u8; PROBE_NONCE_LEN]) -> Self {
+        Self {
+            ty: OPT_NONCE,
+            len: Self::UNITS,
+            nonce,
+            rest: [0; 6],
+        }
+    }
+}
 
 /// Neighbor Advertisement flags (RFC 4861 §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -145,6 +183,16 @@ impl<T: AsRef<[u8]>> NdiscPacket<T> {
             .map(|o| MacAddr(o.addr))
     }
 
+    /// The probe nonce carried in the first Nonce option, if there is one of the probes'
+    /// shape ([`NonceOpt`]); a first Nonce option of another length yields `None`.
+    pub fn nonce_option(&self) -> Option<[u8; PROBE_NONCE_LEN]> {
+        self.options()
+            .find(|(t, _)| *t == OPT_NONCE)
+            .filter(|(_, o)| o.len() == NonceOpt::LEN)
+            .and_then(|(_, o)| NonceOpt::ref_from_prefix(o))
+            .map(|o| o.nonce)
+    }
+
     /// Whether the ICMPv6 checksum is right for this message between `src` and `dst`.
     pub fn verify_checksum(&self, src: &Ipv6Addr, dst: &Ipv6Addr) -> bool {
         let b = self.buffer.as_ref();
@@ -184,6 +232,8 @@ pub enum NdiscRepr {
         target: Ipv6Addr,
         /// Source Link-Layer Address option, if present.
         lladdr: Option<MacAddr>,
+        /// A probe nonce in a Nonce option ([`NonceOpt`]), if present.
+        nonce: Option<[u8; PROBE_NONCE_LEN]>,
     },
     /// Neighbor Advertisement (§4.4).
     NeighborAdvert {
@@ -193,6 +243,8 @@ pub enum NdiscRepr {
         target: Ipv6Addr,
         /// Target Link-Layer Address option, if present.
         lladdr: Option<MacAddr>,
+        /// The echoed probe nonce in a Nonce option ([`NonceOpt`]), if present.
+        nonce: Option<[u8; PROBE_NONCE_LEN]>,
     },
 }
 
@@ -209,11 +261,13 @@ impl NdiscRepr {
             TYPE_NS => Ok(NdiscRepr::NeighborSolicit {
                 target,
                 lladdr: packet.lladdr_option(OPT_SOURCE_LLADDR),
+                nonce: packet.nonce_option(),
             }),
             TYPE_NA => Ok(NdiscRepr::NeighborAdvert {
                 flags: NaFlags::from_bits(h.flags[0]),
                 target,
                 lladdr: packet.lladdr_option(OPT_TARGET_LLADDR),
+                nonce: packet.nonce_option(),
             }),
             _ => Err(Error::Unrecognized),
         }
@@ -221,9 +275,9 @@ impl NdiscRepr {
 
     /// Bytes [`emit`](Self::emit) writes.
     pub const fn buffer_len(&self) -> usize {
-        let lladdr = match self {
-            NdiscRepr::NeighborSolicit { lladdr, .. }
-            | NdiscRepr::NeighborAdvert { lladdr, .. } => lladdr,
+        let (lladdr, nonce) = match self {
+            NdiscRepr::NeighborSolicit { lladdr, nonce, .. }
+            | NdiscRepr::NeighborAdvert { lladdr, nonce, .. } => (lladdr, nonce),
         };
         NdiscHdr::LEN
             + if lladdr.is_some() {
@@ -231,22 +285,34 @@ impl NdiscRepr {
             } else {
                 0
             }
+            + if nonce.is_some() { NonceOpt::LEN } else { 0 }
     }
 
     /// Writes the message to the start of `buf` with a zero checksum (see [`fill_checksum`]).
     ///
     /// # Panics
     /// If `buf` is shorter than [`buffer_len`](Self::buffer_len).
+    /// The link-layer address option comes first, then the Nonce option.
     pub fn emit(&self, buf: &mut [u8]) {
-        let (ty, flags, target, opt_ty, lladdr) = match *self {
-            NdiscRepr::NeighborSolicit { target, lladdr } => {
-                (TYPE_NS, 0, target, OPT_SOURCE_LLADDR, lladdr)
-            }
+        let (ty, flags, target, opt_ty, lladdr, nonce) = match *self {
+            NdiscRepr::NeighborSolicit {
+                target,
+                lladdr,
+                nonce,
+            } => (TYPE_NS, 0, target, OPT_SOURCE_LLADDR, lladdr, nonce),
             NdiscRepr::NeighborAdvert {
                 flags,
                 target,
                 lladdr,
-            } => (TYPE_NA, flags.bits(), target, OPT_TARGET_LLADDR, lladdr),
+                nonce,
+            } => (
+                TYPE_NA,
+                flags.bits(),
+                target,
+                OPT_TARGET_LLADDR,
+                lladdr,
+                nonce,
+            ),
         };
         let h = NdiscHdr::mut_from_prefix(buf).expect("buffer too short for ND");
         *h = NdiscHdr {
@@ -265,6 +331,12 @@ impl NdiscRepr {
                 addr: mac.0,
             };
         }
+        if let Some(nonce) = nonce {
+            let at = NdiscHdr::LEN + lladdr.map_or(0, |_| LinkLayerOpt::LEN);
+            let o =
+                NonceOpt::mut_from_prefix(&mut buf[at..]).expect("buffer too short for ND option");
+            *o = NonceOpt::new(nonce);
+        }
     }
 }
 
@@ -282,6 +354,7 @@ mod tests {
             },
             target: "2001:db8::5".parse().unwrap(),
             lladdr: Some(MacAddr([2, 0, 0, 0, 0, 9])),
+            nonce: None,
         };
         let mut buf = [0u8; 32];
         assert_eq!(repr.buffer_len(), 32);
@@ -300,11 +373,44 @@ mod tests {
     }
 
     #[test]
+    fn ns_with_a_nonce_option_round_trips_and_the_option_reads_as_rfc_3971_says() {
+        let repr = NdiscRepr::NeighborSolicit {
+            target: "2001:db8::5".parse().unwrap(),
+            lladdr: Some(MacAddr([2, 0, 0, 0, 0, 9])),
+            nonce: Some(*b"12345678"),
+        };
+        let mut buf = [0u8; 48];
+        assert_eq!(repr.buffer_len(), 48);
+        repr.emit(&mut buf);
+        // Type 14, length 2 (16 bytes), then the nonce, then zeros.
+        assert_eq!(buf[32..34], [OPT_NONCE, 2]);
+        assert_eq!(&buf[34..42], b"12345678");
+        assert_eq!(buf[42..48], [0; 6]);
+        let p = NdiscPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(NdiscRepr::parse(&p).unwrap(), repr);
+    }
+
+    #[test]
+    fn a_nonce_option_of_another_length_is_no_probe_nonce() {
+        let mut buf = [0u8; 32];
+        NdiscRepr::NeighborSolicit {
+            target: "2001:db8::5".parse().unwrap(),
+            lladdr: None,
+            nonce: None,
+        }
+        .emit(&mut buf);
+        buf[24..32].copy_from_slice(&[OPT_NONCE, 1, 1, 2, 3, 4, 5, 6]);
+        let p = NdiscPacket::new_checked(&buf[..]).unwrap();
+        assert_eq!(p.nonce_option(), None);
+    }
+
+    #[test]
     fn zero_length_and_overrunning_options_are_malformed() {
         let mut buf = [0u8; 32];
         NdiscRepr::NeighborSolicit {
             target: "2001:db8::5".parse().unwrap(),
             lladdr: None,
+            nonce: None,
         }
         .emit(&mut buf);
         buf[24] = OPT_SOURCE_LLADDR;

@@ -207,6 +207,7 @@ pub fn unsolicited_na(mac: MacAddr, vip: Ipv6Addr, vlan: Option<u16>) -> Frame {
         },
         target: vip,
         lladdr: Some(mac),
+        nonce: None,
     };
     Frame::build(|buf| frame::ndisc(buf, &eth, vip, Ipv6Addr::from(ALL_NODES), &na))
 }
@@ -586,6 +587,7 @@ mod tests {
                 },
                 target: vip6(),
                 lladdr: Some(MAC),
+                nonce: None,
             }
         );
     }

@@ -648,16 +648,6 @@ pub struct Lan {
     pub hosts: Vec<Netns>,
 }
 
-/// Makes the bridges in `ns` forward IPv6 frames as a hardware switch does: whole. With
-/// `br_netfilter` (built into this kernel, `bridge-nf-call-ip6tables=1` by default) a Linux
-/// bridge trims every IPv6 frame to its payload length (`br_validate_ipv6`), and with it the
-/// Ethernet trailer in which an IPv6 probe carries its nonce, so no NS probe answer would
-/// count (see `docs/safety.md`, "Probe nonces and Linux bridges"). Call after the first bridge
-/// exists (the sysctl appears with it).
-pub fn bridge_keeps_trailers(ns: &Netns) {
-    ns.sysctl("net.bridge.bridge-nf-call-ip6tables", "0");
-}
-
 impl Lan {
     /// Builds the segment; `tag` only makes namespace names readable.
     pub fn new(tag: &str, hosts: &[LanHost]) -> Lan {
@@ -679,7 +669,6 @@ impl Lan {
         ]);
         bridge.ip(&["link", "set", "dev", "br0", "up"]);
         bridge.ip(&["link", "set", "dev", "lo", "up"]);
-        bridge_keeps_trailers(&bridge);
         let mut out = Vec::with_capacity(hosts.len());
         for (i, h) in hosts.iter().enumerate() {
             let ns = Netns::new(&format!("{tag}-h{i}"));

@@ -190,7 +190,7 @@ fn answers_arrive_on_the_channel_for_the_election_with_the_nonce_echoed() {
         ]
     );
     // Only an answer carrying the probe's nonce is accepted: the responder echoed it, for
-    // ARP (in the padding) and NS (the 8-byte trailer).
+    // ARP (in the padding) and NS (in a Nonce option).
     assert_eq!(stats.answers_accepted, 2);
     assert_eq!(stats.dropped_bad_nonce, 0, "{stats:?}");
 }
@@ -208,7 +208,7 @@ const PROBER: LanHost = LanHost {
 
 /// Sends forged "VIP is-at NODE" ARP replies and NAs to the prober (`to_ll` its link-local
 /// address) from inside `ns`, one pair every `every`, until `stop` or `max` pairs; each
-/// carries 8 random trailer bytes (a blind guess at the nonce). Returns the pairs sent.
+/// carries 8 random bytes where the nonce sits (a blind guess at it). Returns the pairs sent.
 fn spoof(ns: &Netns, to_ll: Ipv6Addr, every: Duration, max: usize, stop: &AtomicBool) -> usize {
     let ifindex = ifindex_of(ns, "eth0");
     ns.enter(|| {
@@ -231,6 +231,37 @@ fn spoof(ns: &Netns, to_ll: Ipv6Addr, every: Duration, max: usize, stop: &Atomic
 }
 
 const PROBER_MAC: MacAddr = MacAddr(CLIENT_MAC);
+
+const OWNER: LanHost = LanHost {
+    mac: NODE_MAC,
+    v4: Ipv4Addr::new(10, 77, 0, 2),
+    v6: Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2),
+};
+
+#[test]
+fn an_ns_probe_across_a_bridge_that_trims_ipv6_frames_is_answered() {
+    let _ns = crate::shared(); // see main.rs
+    // Prober and owner on a Linux bridge with br_netfilter's IPv6 hook on (the default once the
+    // module is loaded, and what many Kubernetes nodes and hypervisors run), which trims every
+    // IPv6 frame to its payload length: a nonce after the payload would never arrive.
+    let lan = Lan::new("trim", &[PROBER, OWNER]);
+    lan.bridge
+        .sysctl("net.bridge.bridge-nf-call-ip6tables", "1");
+    let owner = Cli::new(&lan.hosts[1]);
+    owner.load("eth0", "generic");
+    owner.add_vip(VIP4, "eth0", &["--permanent"]);
+    owner.add_vip(VIP6, "eth0", &["--permanent"]);
+    let (answered, stats) =
+        with_prober_in(&lan.hosts[0], Some(CLIENT_V4), async move |p: Prober| {
+            let answered = [
+                p.probe(VIP4.into(), NODE, ANSWERED).await.unwrap(),
+                p.probe(VIP6.into(), NODE, ANSWERED).await.unwrap(),
+            ];
+            (answered, p.stats())
+        });
+    assert_eq!(answered, [true, true], "{stats:?}");
+    assert_eq!(stats.dropped_bad_nonce, 0, "{stats:?}");
+}
 
 #[test]
 fn forged_replies_from_a_spoofer_do_not_answer_a_probe_of_a_dead_owner() {

@@ -200,6 +200,7 @@ fn neighbor_solicitation_gets_a_solicited_advertisement() {
             },
             target: VIP6,
             lladdr: Some(VIP_MAC),
+            nonce: None,
         }
     );
     assert_eq!(counter(&h, Outcome::NsAnswered), 1);
@@ -236,6 +237,7 @@ fn dad_probe_is_answered_to_all_nodes_without_s() {
             },
             target: VIP6,
             lladdr: Some(VIP_MAC),
+            nonce: None,
         }
     );
 }
@@ -485,6 +487,67 @@ fn na_answer_to_a_32_byte_ns_keeps_an_8_byte_trailer() {
     let h = harness_with(&[(VIP6.into(), Some(100))]);
     let tagged = frames::ns(CLIENT6, VIP6, VIP6, Some(CLIENT_MAC), Some(100));
     assert_eq!(na_trailer(&h, &tagged, &NONCE), NONCE);
+}
+
+/// The NA answering `ns`: checked (solicited, for the VIP, at its MAC); its payload length
+/// and echoed probe nonce.
+fn na_nonce(h: &Harness, ns: &[u8]) -> (u16, Option<[u8; 8]>) {
+    let (action, out) = h.run(ns);
+    assert_eq!(action, XDP_TX);
+    let eth = EthernetFrame::new_checked(&out[..]).unwrap();
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    let repr = Ipv6Repr::parse(&ip);
+    assert_eq!(
+        ip.payload().len(),
+        usize::from(repr.payload_len),
+        "no trailer"
+    );
+    let nd = NdiscPacket::new_checked(ip.payload()).unwrap();
+    assert!(nd.verify_checksum(&repr.src, &repr.dst), "NA checksum");
+    let NdiscRepr::NeighborAdvert {
+        flags,
+        target: VIP6,
+        lladdr: Some(VIP_MAC),
+        nonce,
+    } = NdiscRepr::parse(&nd).unwrap()
+    else {
+        panic!("not the VIP's NA");
+    };
+    assert!(flags.solicited && flags.override_);
+    (repr.payload_len, nonce)
+}
+
+#[test]
+fn na_answer_echoes_the_probes_nonce_option() {
+    for vlan in [None, Some(100)] {
+        let h = harness_with(&[(VIP6.into(), vlan)]);
+        let probe = frames::ns_probe(CLIENT6, VIP6, Some(CLIENT_MAC), vlan, NONCE);
+        assert_eq!(
+            na_nonce(&h, &probe),
+            (48, Some(NONCE)),
+            "NA + TLLAO + Nonce option, the NS's size (vlan {vlan:?})"
+        );
+        assert_eq!(counter(&h, Outcome::NsAnswered), 1);
+    }
+}
+
+#[test]
+fn na_answer_echoes_a_nonce_option_wherever_it_sat_and_grows_the_frame_if_needed() {
+    let h = harness_with(&[(VIP6.into(), None)]);
+    // Without an SLLAO: NS + Nonce (40 bytes) grows to NA + TLLAO + Nonce (48).
+    let no_sllao = frames::ns_probe(CLIENT6, VIP6, None, None, NONCE);
+    assert_eq!(na_nonce(&h, &no_sllao), (48, Some(NONCE)));
+    // The Nonce option before the SLLAO.
+    let mut swapped = frames::ns(CLIENT6, VIP6, VIP6, None, None);
+    let mut opt = vec![14, 2];
+    opt.extend_from_slice(&NONCE);
+    opt.extend_from_slice(&[0; 6]);
+    swapped.extend_from_slice(&opt);
+    swapped.extend_from_slice(&[1, 1]);
+    swapped.extend_from_slice(&CLIENT_MAC.0);
+    swapped[18..20].copy_from_slice(&48u16.to_be_bytes());
+    let swapped = refill(swapped);
+    assert_eq!(na_nonce(&h, &swapped), (48, Some(NONCE)));
 }
 
 #[test]

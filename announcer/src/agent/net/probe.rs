@@ -31,22 +31,28 @@
 //! * its Ethernet source is the MAC it claims (ARP `ar$sha`, the NA's Target Link-Layer
 //!   Address option), and that is the MAC we probed, for the VIP we probed, on the interface
 //!   we probed on, before the probe's window closed;
-//! * it echoes the probe's **nonce**: 8 random bytes per probe ([`Nonce`]) in the Ethernet
-//!   trailer, after the L3 payload (ARP: right after the 28-byte packet, in the padding of the
-//!   60-byte frame, bytes 42..50 untagged; NS: after the IPv6 payload length). Receivers
-//!   ignore the trailer (it is padding to ARP, and outside the IPv6 payload, so no checksum
-//!   covers it). Our XDP responder gives it back: the ARP answer is rewritten in place, and
-//!   the NA answer to a 32-byte NS keeps up to 8 trailer bytes. Without it, a blind spoofer
-//!   sending every 20 ms would still land inside a 50 ms probe window.
+//! * it echoes the probe's **nonce**: 8 random bytes per probe ([`Nonce`]). ARP: right after
+//!   the 28-byte packet, in the padding of the 60-byte frame (bytes 42..50 untagged), which
+//!   receivers ignore; the answer is rewritten in place, padding and all. NS: in a Nonce option
+//!   (RFC 3971 §5.3.2, type 14, 16 bytes), which RFC 4861 §4.6 receivers ignore; our responder
+//!   echoes it in its NA. Without it, a blind spoofer sending every 20 ms would still land
+//!   inside a 50 ms probe window.
+//!
+//!   The NS nonce once travelled in the Ethernet trailer after the IPv6 payload. A Linux
+//!   bridge with `br_netfilter` (`bridge-nf-call-ip6tables=1`, common on Kubernetes nodes and
+//!   hypervisors) trims IPv6 frames to their payload length, so the owner never saw the nonce
+//!   and every IPv6 probe read as silence, found by `flood_from_client_namespace_moves_no_vip`
+//!   and guarded by `an_ns_probe_across_a_bridge_that_trims_ipv6_frames_is_answered`.
 //!
 //! What the nonce does not stop: a host that *sees* the probe can copy it. A switch floods
 //! unicast frames for a MAC it has no forwarding entry for, and a spoofer using the dead
 //! owner's MAC as its source moves that entry to its own port. Only the switch (port
 //! security, dynamic ARP inspection) can stop a host that impersonates another MAC.
 //!
-//! An older responder (before the nonce) still echoes the ARP padding, but cuts the NA to its
-//! exact length, so its IPv6 answers do not count. That is fine: a rolling upgrade hands VIPs
-//! over on SIGTERM and does not wait for probes; probing is for agents that died.
+//! An older responder (before the Nonce option) still echoes the ARP padding, but answers an
+//! NS with NA + TLLAO only, so its IPv6 answers do not count (and the responder still echoes
+//! an older agent's trailer nonce behind a 32-byte NS). That is fine: a rolling upgrade hands
+//! VIPs over on SIGTERM and does not wait for probes; probing is for agents that died.
 //!
 //! # Costs
 //!
@@ -77,8 +83,8 @@ use std::{
 };
 
 use announcer_ebpf::wire::{
-    ArpHdr, ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, Header as _, Ipv6Hdr,
-    Ipv6Packet, MacAddr, NdiscPacket, NdiscRepr, PROBE_NONCE_LEN,
+    ArpHdr, ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetRepr, Header as _, Ipv6Packet,
+    MacAddr, NdiscPacket, NdiscRepr, PROBE_NONCE_LEN,
     ethernet::ethertype,
     frame::{self, MAX_FRAME},
     ipv6::NEXT_HEADER_ICMPV6,
@@ -230,7 +236,8 @@ pub fn probe_frame(
         }
         IpAddr::V6(vip) => {
             let from = src.ipv6.ok_or(ProbeError::NoIpv6Source { vip })?;
-            let len = frame::ndisc(
+            // In a Nonce option inside the IPv6 payload, where no bridge trims it.
+            frame::ndisc(
                 &mut buf,
                 &eth,
                 from,
@@ -238,23 +245,21 @@ pub fn probe_frame(
                 &NdiscRepr::NeighborSolicit {
                     target: vip,
                     lladdr: Some(src.mac),
+                    nonce: Some(nonce.0),
                 },
-            );
-            // After the IPv6 payload (longer than the minimum frame, so no padding before).
-            buf[len..len + PROBE_NONCE_LEN].copy_from_slice(&nonce.0);
-            len + PROBE_NONCE_LEN
+            )
         }
     };
     Ok(buf[..len].to_vec())
 }
 
 /// A received frame that answers a probe sent from our MAC, with the nonce it echoes (its
-/// first [`PROBE_NONCE_LEN`] trailer bytes, `None` if it has fewer).
+/// first [`PROBE_NONCE_LEN`] bytes of ARP padding, or an NA's Nonce option; `None` without).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {
     /// Who claims what.
     pub answer: Answer,
-    /// The echoed nonce, if the frame has a trailer long enough.
+    /// The echoed nonce, if the frame carries one.
     pub nonce: Option<Nonce>,
 }
 
@@ -315,6 +320,7 @@ pub fn parse_answer(frame: &[u8], our_mac: MacAddr) -> Option<Reply> {
                 flags,
                 target,
                 lladdr,
+                nonce,
             } = NdiscRepr::parse(&nd).ok()?
             else {
                 return None;
@@ -328,7 +334,7 @@ pub fn parse_answer(frame: &[u8], our_mac: MacAddr) -> Option<Reply> {
                     vip: target.into(),
                     mac,
                 },
-                nonce: nonce_at(eth.payload(), Ipv6Hdr::LEN + ip.payload().len()),
+                nonce: nonce.map(Nonce),
             })
         }
         _ => None,

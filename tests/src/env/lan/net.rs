@@ -14,9 +14,7 @@ use super::{
     IFACE, Node, PREFIX_V4, PREFIX_V6, Testbed, TestbedConfig, VIP_NET4, VIP_NET6, node_mac_of,
     node_name, node_v4, node_v6, node2_mac_of, node2_v4, node2_v6,
 };
-use crate::env::netns::{
-    Netns, add_addr, bridge_keeps_trailers, output_of, set_mac, veth, wait_oper_up,
-};
+use crate::env::netns::{Netns, add_addr, output_of, set_mac, veth, wait_oper_up};
 
 /// The bridge in the bridge namespace.
 pub const BRIDGE: &str = "br0";
@@ -119,7 +117,6 @@ pub(super) fn build(cfg: &TestbedConfig) -> Topology {
     ]);
     bridge.ip(&["link", "set", "dev", BRIDGE, "up"]);
     bridge.ip(&["link", "set", "dev", "lo", "up"]);
-    bridge_keeps_trailers(&bridge);
     add_addr(&bridge, BRIDGE, &format!("{BRIDGE_V4}/{PREFIX_V4}"));
     add_addr(&bridge, BRIDGE, &format!("{BRIDGE_V6}/{PREFIX_V6}"));
 

@@ -104,21 +104,21 @@ fn ns_probe_is_a_unicast_nud_solicitation() {
         NdiscRepr::parse(&nd).unwrap(),
         NdiscRepr::NeighborSolicit {
             target: vip6(),
-            lladdr: Some(OURS)
+            lladdr: Some(OURS),
+            nonce: Some(NONCE.0),
         }
     );
 }
 
 #[test]
-fn ns_probe_carries_the_nonce_after_the_ipv6_payload() {
+fn ns_probe_carries_the_nonce_in_a_nonce_option_inside_the_ipv6_payload() {
     let f = probe6();
     let plen = usize::from(u16::from_be_bytes([f[18], f[19]]));
-    assert_eq!(
-        plen, 32,
-        "NS + SLLAO: the shape the responder echoes a trailer for"
-    );
-    assert_eq!(f.len(), 14 + 40 + 32 + 8);
-    assert_eq!(&f[14 + 40 + 32..], &NONCE.0);
+    assert_eq!(plen, 24 + 8 + 16, "NS + SLLAO + Nonce option");
+    assert_eq!(f.len(), 14 + 40 + plen, "no trailer for a bridge to trim");
+    let opt = &f[14 + 40 + 32..];
+    assert_eq!(opt[..2], [14, 2], "RFC 3971 5.3.2: type 14, 16 bytes");
+    assert_eq!(&opt[2..10], &NONCE.0);
 }
 
 #[test]
@@ -246,13 +246,13 @@ fn arp_reply_without_padding_has_no_nonce() {
     );
 }
 
-/// An NA to us from THEIRS, with `trailer` after the IPv6 payload.
+/// An NA to us from THEIRS, echoing `nonce` in a Nonce option.
 fn na(
     dst: Ipv6Addr,
     flags: NaFlags,
     target: Ipv6Addr,
     lladdr: Option<MacAddr>,
-    trailer: &[u8],
+    nonce: Option<Nonce>,
 ) -> Vec<u8> {
     let mut buf = [0u8; MAX_FRAME];
     let eth = EthernetRepr {
@@ -265,11 +265,10 @@ fn na(
         flags,
         target,
         lladdr,
+        nonce: nonce.map(|n| n.0),
     };
     let n = frame::ndisc(&mut buf, &eth, target, dst, &repr);
-    let mut f = buf[..n].to_vec();
-    f.extend_from_slice(trailer);
-    f
+    buf[..n].to_vec()
 }
 
 const SOLICITED: NaFlags = NaFlags {
@@ -290,18 +289,26 @@ fn answer6(nonce: Option<Nonce>) -> Option<Reply> {
 
 #[test]
 fn the_responders_na_is_an_answer_with_the_nonce() {
-    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), Some(NONCE));
     assert_eq!(parse_answer(&good, OURS), answer6(Some(NONCE)));
-    // No TLLAO: the Ethernet source; no trailer: no nonce.
+    // No TLLAO: the Ethernet source; no Nonce option: no nonce.
     assert_eq!(
-        parse_answer(&na(ll(), SOLICITED, vip6(), None, &[]), OURS),
+        parse_answer(&na(ll(), SOLICITED, vip6(), None, None), OURS),
         answer6(None)
     );
 }
 
 #[test]
+fn a_nonce_in_the_trailer_of_an_na_is_no_nonce() {
+    // How answers carried it before the Nonce option; only the option counts now.
+    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), None);
+    f.extend_from_slice(&NONCE.0);
+    assert_eq!(parse_answer(&f, OURS), answer6(None));
+}
+
+#[test]
 fn neighbor_advertisements_are_validated() {
-    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let good = na(ll(), SOLICITED, vip6(), Some(THEIRS), Some(NONCE));
     let mut hop = good.clone();
     hop[14 + 7] = 254;
     assert_eq!(parse_answer(&hop, OURS), None, "hop limit must be 255");
@@ -310,11 +317,11 @@ fn neighbor_advertisements_are_validated() {
     assert_eq!(parse_answer(&sum, OURS), None, "bad checksum");
     let mut code = good.clone();
     code[14 + 40 + 1] = 1;
-    ndisc::fill_checksum(&mut code[14 + 40..14 + 40 + 32], &vip6(), &ll());
+    ndisc::fill_checksum(&mut code[14 + 40..], &vip6(), &ll());
     assert_eq!(parse_answer(&code, OURS), None, "code must be 0");
     let group: Ipv6Addr = "ff02::2".parse().unwrap();
     assert_eq!(
-        parse_answer(&na(ll(), SOLICITED, group, Some(THEIRS), &NONCE.0), OURS),
+        parse_answer(&na(ll(), SOLICITED, group, Some(THEIRS), Some(NONCE)), OURS),
         None,
         "multicast target"
     );
@@ -331,18 +338,21 @@ fn unsolicited_or_multicast_na_is_not_an_answer() {
     };
     assert_eq!(
         parse_answer(
-            &na(all_nodes, unsolicited, vip6(), Some(THEIRS), &NONCE.0),
+            &na(all_nodes, unsolicited, vip6(), Some(THEIRS), Some(NONCE)),
             OURS
         ),
         None
     );
     assert_eq!(
-        parse_answer(&na(ll(), unsolicited, vip6(), Some(THEIRS), &NONCE.0), OURS),
+        parse_answer(
+            &na(ll(), unsolicited, vip6(), Some(THEIRS), Some(NONCE)),
+            OURS
+        ),
         None
     );
     assert_eq!(
         parse_answer(
-            &na(all_nodes, SOLICITED, vip6(), Some(THEIRS), &NONCE.0),
+            &na(all_nodes, SOLICITED, vip6(), Some(THEIRS), Some(NONCE)),
             OURS
         ),
         None
@@ -351,7 +361,7 @@ fn unsolicited_or_multicast_na_is_not_an_answer() {
 
 #[test]
 fn na_to_another_mac_is_not_an_answer() {
-    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), Some(NONCE));
     f[0..6].copy_from_slice(&MacAddr::BROADCAST.0);
     assert_eq!(parse_answer(&f, OURS), None);
     f[0..6].copy_from_slice(&SPOOFER.0);
@@ -360,7 +370,7 @@ fn na_to_another_mac_is_not_an_answer() {
 
 #[test]
 fn na_whose_ethernet_source_is_not_its_target_lladdr_is_not_an_answer() {
-    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let mut f = na(ll(), SOLICITED, vip6(), Some(THEIRS), Some(NONCE));
     f[6..12].copy_from_slice(&SPOOFER.0);
     assert_eq!(parse_answer(&f, OURS), None);
 }
@@ -589,7 +599,7 @@ fn the_kernel_filter_keeps_only_candidate_answers_to_our_mac() {
     let arp = arp_reply_to(&probe);
     let mut tagged_arp = arp.clone();
     tagged_arp.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
-    let na6 = na(ll(), SOLICITED, vip6(), Some(THEIRS), &NONCE.0);
+    let na6 = na(ll(), SOLICITED, vip6(), Some(THEIRS), Some(NONCE));
     let mut tagged_na = na6.clone();
     tagged_na.splice(12..12, [0x81, 0x00, 0x00, 0x07]);
     assert!(filter_keeps(&arp));
