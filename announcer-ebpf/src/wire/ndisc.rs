@@ -390,8 +390,8 @@ mod tests {
         assert_eq!(NdiscRepr::parse(&p).unwrap(), repr);
     }
 
-    #[test]
-    fn a_nonce_option_of_another_length_is_no_probe_nonce() {
+    /// An NS without options, followed by 8 zero bytes to write one into.
+    fn ns_with_room_for_one_option() -> [u8; 32] {
         let mut buf = [0u8; 32];
         NdiscRepr::NeighborSolicit {
             target: "2001:db8::5".parse().unwrap(),
@@ -399,6 +399,12 @@ mod tests {
             nonce: None,
         }
         .emit(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn a_nonce_option_of_another_length_is_no_probe_nonce() {
+        let mut buf = ns_with_room_for_one_option();
         buf[24..32].copy_from_slice(&[OPT_NONCE, 1, 1, 2, 3, 4, 5, 6]);
         let p = NdiscPacket::new_checked(&buf[..]).unwrap();
         assert_eq!(p.nonce_option(), None);
@@ -406,13 +412,7 @@ mod tests {
 
     #[test]
     fn zero_length_and_overrunning_options_are_malformed() {
-        let mut buf = [0u8; 32];
-        NdiscRepr::NeighborSolicit {
-            target: "2001:db8::5".parse().unwrap(),
-            lladdr: None,
-            nonce: None,
-        }
-        .emit(&mut buf);
+        let mut buf = ns_with_room_for_one_option();
         buf[24] = OPT_SOURCE_LLADDR;
         buf[25] = 0;
         assert_eq!(
