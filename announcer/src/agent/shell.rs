@@ -182,10 +182,10 @@ impl Shell {
         {
             // Its own thread: a flood on the heartbeat port must not hold up this one (see
             // `heartbeat_socket`'s docs).
-            let mut stop = ctx.stop.clone();
+            let stop = ctx.stop.clone();
             socket
-                .spawn_receiver(verifier.clone(), keyring.clone(), beat_tx, async move {
-                    stop.recv().await
+                .spawn_receiver(verifier.clone(), keyring.clone(), beat_tx, move || {
+                    stop.is_shutdown()
                 })
                 .map_err(super::AgentError::HeartbeatThread)?;
         }
