@@ -23,6 +23,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("election", &["ebpf"]),
     ("heartbeat", &["election", "ebpf"]),
     ("ipam", &[]),
+    ("placement", &["dataplane", "election", "ipam", "ebpf"]),
     ("state", &["election", "ebpf"]),
     (
         "agent",
@@ -31,6 +32,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "election",
             "heartbeat",
             "ipam",
+            "placement",
             "state",
             "ebpf",
         ],

@@ -8,10 +8,11 @@
 //!    counters, announcement bursts, the program's log, the system calls underneath. No
 //!    Kubernetes, no election. ([`maps`] and [`wire`], the types shared with the program, are
 //!    re-exported from `announcer-ebpf`.)
-//! 2. The protocols, sans-IO (no sockets; time is an argument): [`election`], the core that
-//!    decides who owns each VIP, and [`heartbeat`], the authenticated heartbeat codec (which
-//!    carries the election's types).
-//!    [`ipam`]: the `AddressPool` resource and the pure address-allocation rules.
+//! 2. The protocols and rules, sans-IO (no sockets; time is an argument): [`election`], the
+//!    core that decides who owns each VIP, and [`heartbeat`], the authenticated heartbeat codec
+//!    (which carries the election's types); [`ipam`], the `AddressPool` resource and the pure
+//!    address-allocation rules; [`placement`], the pure rules for which VIPs are announced and
+//!    which nodes may announce each (and the label-selector parser they filter by).
 //! 3. [`state`]: the agent's `/state` document, which the agent writes and the CLI reads.
 //! 4. [`agent`]: the tokio shell that connects the election to Kubernetes, the network and
 //!    the data plane.
@@ -25,6 +26,7 @@ pub mod election;
 pub mod heartbeat;
 
 pub mod ipam;
+pub mod placement;
 
 pub mod state;
 

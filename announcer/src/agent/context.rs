@@ -18,13 +18,7 @@ use kube::{Client, runtime::events::EventType};
 use super::{
     AgentError,
     config::AgentArgs,
-    kube::{
-        announced::Announced,
-        eligibility::{self, Plan, Selection},
-        events::Events,
-        selector,
-        watch::Watches,
-    },
+    kube::{announced::Announced, events::Events, watch::Watches},
     metrics::{Recorder, Sources},
     net::{
         iface::{self, IfaceConfig, LocalIface},
@@ -36,6 +30,10 @@ use super::{
 };
 use crate::{
     election::{Core, IfaceName, ServiceRef, VipSpec},
+    placement::{
+        eligibility::{self, Plan, Selection},
+        selector,
+    },
     state::AgentState,
     wire::MacAddr,
 };

@@ -4,9 +4,9 @@
 //! sans-IO [`crate::election::Core`], tested over thousands of simulated schedules. This module
 //! only connects it to the world, and [`run`] only wires the parts together:
 //!
-//! * [`kube`]: the API server: watches, the eligibility rules, the node Lease, Events, and
-//!   the lease-per-service mode's election (the comparison baseline, built the way Cilium and
-//!   kube-vip elect);
+//! * [`kube`]: the API server: watches (which the rules of [`crate::placement`] read), the
+//!   node Lease, Events, and the lease-per-service mode's election (the comparison baseline,
+//!   built the way Cilium and kube-vip elect);
 //! * [`net`]: the node: interfaces, the heartbeat socket, probes of an old owner's data plane,
 //!   and the agent's handle on the data plane;
 //! * the node-lease mode's loop (`shell`) and the lease-per-service mode's (`service_shell`),
@@ -35,15 +35,15 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 use self::{
     config::{AgentArgs, ConfigError, Election},
     context::{Context, KubeSide, NodeNet, Reporting},
-    kube::{
-        announced::Announced, eligibility::SelectionError, events::Events, node_lease,
-        watch::Watches,
-    },
+    kube::{announced::Announced, events::Events, node_lease, watch::Watches},
     metrics::Metrics,
     net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
     published::PublishedState,
 };
-use crate::heartbeat::{IdentityError, KeyError};
+use crate::{
+    heartbeat::{IdentityError, KeyError},
+    placement::{eligibility::SelectionError, selector::SelectorError},
+};
 
 /// Why the agent could not start (or had to stop).
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +56,7 @@ pub enum AgentError {
     Selection(#[from] SelectionError),
     /// A label selector flag that does not parse.
     #[error(transparent)]
-    SelectorSyntax(#[from] kube::selector::SelectorError),
+    SelectorSyntax(#[from] SelectorError),
     /// No usable kubeconfig / in-cluster configuration.
     #[error("no Kubernetes configuration: {0}")]
     KubeConfig(String),

@@ -8,8 +8,8 @@
 
 use serde_json::Value;
 
-use announcer::agent::kube::selector::LabelQuery;
-pub(crate) use announcer::agent::kube::selector::SelectorError;
+use announcer::placement::selector::LabelQuery;
+pub(crate) use announcer::placement::selector::SelectorError;
 
 /// A parsed `labelSelector` (the agent's parser, so both read selectors alike).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn label_selectors_read_the_object_labels() {
-        // The grammar is tested with the parser (announcer::agent::selector); this checks the
+        // The grammar is tested with the parser (announcer::placement::selector); this checks the
         // lookup in an object's `metadata.labels`, also when it has none.
         let o = obj(json!({"app": "web"}));
         assert!(LabelSelector::parse("app=web,!tier").unwrap().matches(&o));

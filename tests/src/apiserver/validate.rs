@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::resources::NameRule;
 use super::status::Cause;
 
-pub(crate) use announcer::agent::kube::selector::{
+pub(crate) use announcer::placement::selector::{
     is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
 };
 

@@ -2,7 +2,7 @@
 //! which nodes may announce a VIP, checked the way an operator would (`/state` of every agent,
 //! Events on the Service).
 //!
-//! The rules (see `announcer::agent::eligibility`): `externalTrafficPolicy: Local` restricts a
+//! The rules (see `announcer::placement::eligibility`): `externalTrafficPolicy: Local` restricts a
 //! VIP to nodes hosting a ready endpoint; the `exclude-from-external-load-balancers` label, a
 //! `--node-selector` and a not-Ready node take a node out; a Service with no ready endpoint is
 //! announced nowhere; Services of another `loadBalancerClass` are ignored; a bad ingress IP is

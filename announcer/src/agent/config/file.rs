@@ -21,7 +21,7 @@ use std::{
 use serde::{Deserialize, Deserializer, de};
 
 use super::{AgentFlags, Election, XdpMode};
-use crate::agent::kube::selector;
+use crate::placement::selector;
 
 /// A configuration file that cannot be used.
 #[derive(Debug, thiserror::Error)]

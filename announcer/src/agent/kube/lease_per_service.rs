@@ -46,12 +46,10 @@ use tokio::{
     time::{MissedTickBehavior, timeout},
 };
 
-use super::{
-    eligibility::Plan,
-    node_lease::{APP_LABEL, bounded_name, duration_seconds},
-};
+use super::node_lease::{APP_LABEL, bounded_name, duration_seconds};
 use crate::agent::shutdown::{self, Shutdown, Trigger};
 use crate::election::{Instant, NodeName, ServiceRef, lease::Observed};
+use crate::placement::eligibility::Plan;
 
 /// Prefix of per-Service Lease names.
 pub const LEASE_PREFIX: &str = "announcer-svc-";

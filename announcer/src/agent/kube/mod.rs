@@ -1,10 +1,7 @@
-//! The agent's side of the Kubernetes API: what it watches, what it writes, and the pure rules
-//! in between.
+//! The agent's side of the Kubernetes API: what it watches and what it writes. The pure rules
+//! in between (which VIPs to announce, and where) are [`crate::placement`]'s.
 //!
 //! * [`watch`]: reflector-backed watches of Services, EndpointSlices, Nodes and node Leases.
-//! * [`eligibility`]: which VIPs the cluster wants announced and which nodes may announce
-//!   each, a pure function of the watched objects; [`selector`] parses the label selectors
-//!   it filters by.
 //! * [`node_lease`]: this node's Lease (liveness, heartbeat address and key) and peers' Leases
 //!   as the election core's input.
 //! * [`events`]: Kubernetes Events on Services and on this Node, repeats folded.
@@ -16,11 +13,9 @@
 //! and failure modes are read in one place.
 
 pub mod announced;
-pub mod eligibility;
 pub mod events;
 pub mod lease_per_service;
 pub mod node_lease;
-pub mod selector;
 pub mod watch;
 
 use kube::Client;

@@ -11,7 +11,7 @@
 //! What is watched: Services and EndpointSlices in all namespaces, Nodes, the node Leases
 //! in the agent's namespace (by label), which also carry each node's heartbeat public key, and
 //! the `AddressPool`s (placement, and the allocator's input). The stores are read by
-//! [`super::eligibility::plan`];
+//! [`crate::placement::eligibility::plan`];
 //! [`Watches::changed`] says when to recompute; [`Watches::healthy`] is false while any watch
 //! is failing (the election core counts it as "cannot reach the API server"; the pools' watch
 //! does not count, because a cluster without the `AddressPool` CRD, or an API server without
@@ -50,8 +50,9 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::eligibility::SERVICE_NAME_LABEL;
-use crate::{agent::shutdown::Shutdown, ipam::AddressPool};
+use crate::{
+    agent::shutdown::Shutdown, ipam::AddressPool, placement::eligibility::SERVICE_NAME_LABEL,
+};
 
 /// One of the watched resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -262,7 +262,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     let client = Client::try_from(cfg).unwrap();
     let node = me();
     let plan = Plan {
-        vips: vec![crate::agent::kube::eligibility::VipPlan {
+        vips: vec![crate::placement::eligibility::VipPlan {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
@@ -360,7 +360,7 @@ async fn lease_server() -> Client {
 
 fn plan_for(nodes: &[&str]) -> Plan {
     Plan {
-        vips: vec![crate::agent::kube::eligibility::VipPlan {
+        vips: vec![crate::placement::eligibility::VipPlan {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
