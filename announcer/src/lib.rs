@@ -1,8 +1,9 @@
 //! The announcer: an XDP responder that answers ARP and NDP for Kubernetes LoadBalancer IPs,
 //! the agent that elects which node answers for each, and the `announcer` CLI.
 //!
-//! The modules are layers, each using only the ones before it in this list (the `layers` unit
-//! test checks it, and that no sibling modules name each other in a cycle):
+//! The modules are layers, each using only the ones before it in this list (the layering check
+//! in `xtask`, `xtask/src/layers.rs`, holds them to it, and to no sibling modules naming each
+//! other in a cycle):
 //!
 //! 1. [`dataplane`]: the XDP program from userspace: pins, loader, the VIP table and its
 //!    counters, announcement bursts, the program's log, the system calls underneath. No
@@ -33,6 +34,3 @@ pub mod state;
 pub mod agent;
 
 pub mod cli;
-
-#[cfg(test)]
-mod layers;

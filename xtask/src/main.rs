@@ -5,6 +5,8 @@
 //! else runs the workspace's own binaries and tests.
 
 mod kube_env;
+#[cfg(test)]
+mod layers;
 mod setup;
 mod test_summary;
 

@@ -1,13 +1,18 @@
-//! The layering rule, checked over the source: every `crate::`, `super::` and `self::` path in
-//! `src/` (imports and inline paths alike, comments and strings skipped) is resolved to the
-//! module it names, and
+//! The layering rule, checked over a crate's source: every `crate::`, `super::` and `self::`
+//! path under its `src/` (imports and inline paths alike, comments and strings skipped) is
+//! resolved to the module it names, and
 //!
-//! * a top-level module may only name the layers [`ALLOWED`] lists for it (data plane ←
-//!   protocols ← `/state` ← agent ← CLI), and the CLI only the agent's entry points
-//!   ([`CLI_MAY_USE_FROM_AGENT`]);
+//! * a top-level module may only name the layers its [`Rules::allowed`] row lists (for
+//!   `announcer`, data plane ← protocols ← `/state` ← agent ← CLI), and some layers only the
+//!   entry points [`Rules::entry_points`] names (the CLI only the agent's `run`, error and
+//!   flags);
 //! * within every directory, the sibling modules' references form no cycle (a child naming
 //!   its parent, or the parent its child, is not a cycle: that is how `mod.rs` and its
 //!   children share types).
+//!
+//! Checked for `announcer/src` ([`ANNOUNCER`]) and `tests/src` ([`TESTS_SRC`]). Why in xtask
+//! and not in each crate: one checker, one place for every crate's rule table, and a test of
+//! the checker itself that does not depend on either crate building.
 //!
 //! A failure names the file and line of each offending path.
 
@@ -17,40 +22,109 @@ use std::{
     path::{Path, PathBuf},
 };
 
-/// Which top-level modules each top-level module may name (besides itself).
-const ALLOWED: &[(&str, &[&str])] = &[
-    ("dataplane", &["ebpf"]),
-    ("election", &["ebpf"]),
-    ("heartbeat", &["election", "ebpf"]),
-    ("ipam", &[]),
-    ("placement", &["dataplane", "election", "ipam", "ebpf"]),
-    ("state", &["election", "ebpf"]),
-    (
-        "agent",
-        &[
-            "dataplane",
-            "election",
-            "heartbeat",
-            "ipam",
-            "placement",
-            "state",
-            "ebpf",
-        ],
-    ),
-    ("cli", &["dataplane", "ipam", "state", "agent", "ebpf"]),
+/// One crate's layering rules.
+struct Rules {
+    /// The crate's `src/`, relative to the workspace root.
+    src: &'static str,
+    /// Which top-level modules each top-level module may name (besides itself).
+    allowed: &'static [(&'static str, &'static [&'static str])],
+    /// (layer, used layer, names): `layer` may name only these items of `used layer`.
+    entry_points: &'static [(&'static str, &'static str, &'static [&'static str])],
+    /// Crate-root names that are not modules of the crate, and the layer each belongs to.
+    root_aliases: &'static [(&'static str, &'static str)],
+    /// Files under `src/` that are crates of their own (their `crate` is not this one).
+    other_crates: fn(&Path) -> bool,
+    /// The order of the layers, for the messages.
+    order: &'static str,
+}
+
+/// `announcer`: the data plane, the protocols and rules, `/state`, the agent, the CLI.
+const ANNOUNCER: Rules = Rules {
+    src: "announcer/src",
+    allowed: &[
+        ("dataplane", &["ebpf"]),
+        ("election", &["ebpf"]),
+        ("heartbeat", &["election", "ebpf"]),
+        ("ipam", &[]),
+        ("placement", &["dataplane", "election", "ipam", "ebpf"]),
+        ("state", &["election", "ebpf"]),
+        (
+            "agent",
+            &[
+                "dataplane",
+                "election",
+                "heartbeat",
+                "ipam",
+                "placement",
+                "state",
+                "ebpf",
+            ],
+        ),
+        (
+            "cli",
+            &["dataplane", "ipam", "placement", "state", "agent", "ebpf"],
+        ),
+    ],
+    // What the CLI may name in `agent`: its entry point, its error and its flags.
+    entry_points: &[("cli", "agent", &["run", "AgentError", "config"])],
+    // The shared wire and map types of `announcer-ebpf`, re-exported at the crate root.
+    root_aliases: &[("maps", "ebpf"), ("wire", "ebpf")],
+    other_crates: |rel| rel == Path::new("main.rs"),
+    order: "data plane ← protocols ← state ← agent ← CLI",
+};
+
+/// The building blocks of `tests/src`: what every world and benchmark may use.
+const TEST_BLOCKS: [&str; 7] = [
+    "programs", "netns", "tools", "cli", "frames", "model", "testrun",
 ];
 
-/// What the CLI may name in `agent`: its entry point, its error and its flags.
-const CLI_MAY_USE_FROM_AGENT: &[&str] = &["run", "AgentError", "config"];
+/// The building blocks and the in-process API server: what the test worlds may use.
+const TEST_BELOW_ENV: [&str; 8] = and(TEST_BLOCKS, "apiserver");
 
-/// Crate-root names that are not modules of this crate: the shared wire and map types of
-/// `announcer-ebpf`, and the data plane's modules under their old paths (see `lib.rs`).
-const ROOT_ALIASES: &[(&str, &str)] = &[
-    ("maps", "ebpf"),
-    ("wire", "ebpf"),
-    ("announce", "dataplane"),
-    ("loader", "dataplane"),
-];
+/// The test worlds and everything below them: what the simulator, the plots and the
+/// benchmarks may use.
+const TEST_BELOW_TOP: [&str; 9] = and(TEST_BELOW_ENV, "env");
+
+/// `below` and `next`: the layers a layer above `next` may use (`M` is `N + 1`, or the
+/// constant does not compile).
+const fn and<const N: usize, const M: usize>(
+    below: [&'static str; N],
+    next: &'static str,
+) -> [&'static str; M] {
+    let mut out = [next; M];
+    let mut i = 0;
+    while i < N {
+        out[i] = below[i];
+        i += 1;
+    }
+    out
+}
+
+/// `announcer-tests` (`tests/src`): building blocks ← the in-process API server ← the test
+/// worlds ← the simulator, the plots and the benchmarks.
+const TESTS_SRC: Rules = Rules {
+    src: "tests/src",
+    allowed: &[
+        // Building blocks, bottom up.
+        ("programs", &[]),
+        ("netns", &["programs"]),
+        ("tools", &["programs", "netns"]),
+        ("cli", &["programs", "netns"]),
+        ("frames", &[]),
+        ("model", &[]),
+        ("testrun", &["frames", "model"]),
+        ("apiserver", &TEST_BLOCKS),
+        ("env", &TEST_BELOW_ENV),
+        ("sim", &TEST_BELOW_TOP),
+        ("timeline_plot", &TEST_BELOW_TOP),
+        ("bench", &TEST_BELOW_TOP),
+    ],
+    entry_points: &[],
+    root_aliases: &[],
+    // `bin/`: the benchmarks, the demo and the soak run, each a crate of its own.
+    other_crates: |rel| rel == Path::new("main.rs") || rel.starts_with("bin"),
+    order: "building blocks ← apiserver ← env ← sim, timeline_plot, bench",
+};
 
 /// One path in the source, resolved.
 #[derive(Clone, Debug)]
@@ -323,9 +397,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Every reference in `src/`, and the set of module paths that are files.
-fn scan() -> (Vec<Reference>, BTreeSet<Vec<String>>) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// Every reference in `rules.src`, and the set of module paths that are files.
+fn scan(rules: &Rules) -> (Vec<Reference>, BTreeSet<Vec<String>>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask is in the workspace")
+        .join(rules.src);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
@@ -333,8 +410,8 @@ fn scan() -> (Vec<Reference>, BTreeSet<Vec<String>>) {
     let mut modules = BTreeSet::new();
     for f in files {
         let rel = f.strip_prefix(&src).expect("under src/").to_owned();
-        if rel == Path::new("main.rs") {
-            continue; // The binary: its `crate` is not this one.
+        if (rules.other_crates)(&rel) {
+            continue; // A binary: its `crate` is not this one.
         }
         modules.insert(module_of(&rel));
         let text = std::fs::read_to_string(&f).expect("readable source");
@@ -343,50 +420,55 @@ fn scan() -> (Vec<Reference>, BTreeSet<Vec<String>>) {
     (refs, modules)
 }
 
-/// The layer a crate-root name belongs to.
-fn layer(top: &str) -> &str {
-    ROOT_ALIASES
-        .iter()
-        .find(|(name, _)| *name == top)
-        .map_or(top, |(_, layer)| layer)
+impl Rules {
+    /// The layer a crate-root name belongs to.
+    fn layer<'a>(&self, top: &'a str) -> &'a str {
+        self.root_aliases
+            .iter()
+            .find(|(name, _)| *name == top)
+            .map_or(top, |(_, layer)| layer)
+    }
 }
 
-/// The violations of the layering rule among `refs`.
-fn layering_violations(refs: &[Reference]) -> Vec<String> {
+/// The violations of `rules` among `refs`.
+fn layering_violations(refs: &[Reference], rules: &Rules) -> Vec<String> {
     let mut bad = Vec::new();
     for r in refs {
         let (Some(from), Some(to)) = (r.from.first(), r.to.first()) else {
             continue;
         };
-        let (from_layer, to_layer) = (layer(from), layer(to));
+        let (from_layer, to_layer) = (rules.layer(from), rules.layer(to));
         if from_layer == to_layer {
             continue;
         }
-        let Some((_, allowed)) = ALLOWED.iter().find(|(m, _)| *m == from_layer) else {
+        let Some((_, allowed)) = rules.allowed.iter().find(|(m, _)| *m == from_layer) else {
             bad.push(format!(
-                "{}:{}: module `{from}` is in no layer: add it to ALLOWED in src/layers.rs",
+                "{}:{}: module `{from}` is in no layer: add it to the rules of {} in \
+                 xtask/src/layers.rs",
                 r.file.display(),
-                r.line
+                r.line,
+                rules.src
             ));
             continue;
         };
         let path = format!("crate::{}", r.to.join("::"));
+        let entry_points = rules
+            .entry_points
+            .iter()
+            .find(|(l, used, _)| *l == from_layer && *used == to_layer)
+            .map(|(_, _, names)| *names);
         if !allowed.contains(&to_layer) {
             bad.push(format!(
-                "{}:{}: `{path}`: `{from_layer}` may only use {allowed:?} \
-                 (data plane ← protocols ← state ← agent ← CLI)",
+                "{}:{}: `{path}`: `{from_layer}` may only use {allowed:?} ({})",
                 r.file.display(),
-                r.line
+                r.line,
+                rules.order
             ));
-        } else if from_layer == "cli"
-            && to_layer == "agent"
-            && !r
-                .to
-                .get(1)
-                .is_some_and(|s| CLI_MAY_USE_FROM_AGENT.contains(&s.as_str()))
+        } else if let Some(names) = entry_points
+            && !r.to.get(1).is_some_and(|s| names.contains(&s.as_str()))
         {
             bad.push(format!(
-                "{}:{}: `{path}`: the CLI may only use the agent's {CLI_MAY_USE_FROM_AGENT:?}, \
+                "{}:{}: `{path}`: `{from_layer}` may only use the {to_layer}'s {names:?}, \
                  not its internals",
                 r.file.display(),
                 r.line
@@ -473,23 +555,44 @@ fn find_cycle(g: &BTreeMap<String, BTreeMap<String, Vec<String>>>) -> Option<Vec
         .find_map(|n| visit(n, g, &mut Vec::new(), &mut done))
 }
 
-#[test]
-fn layers_depend_downward_only() {
-    let (refs, _) = scan();
+/// Asserts that the crate `rules` describes breaks none of them.
+fn assert_downward_only(rules: &Rules) {
+    let (refs, _) = scan(rules);
     assert!(
         refs.len() > 100,
-        "the scan found only {} paths: is it reading src/?",
-        refs.len()
+        "the scan found only {} paths: is it reading {}?",
+        refs.len(),
+        rules.src
     );
-    let bad = layering_violations(&refs);
+    let bad = layering_violations(&refs, rules);
     assert!(bad.is_empty(), "layering broken:\n{}", bad.join("\n"));
+}
+
+/// Asserts that no sibling modules of the crate `rules` describes name each other in a cycle.
+fn assert_no_cycle(rules: &Rules) {
+    let (refs, modules) = scan(rules);
+    let bad = sibling_cycles(&refs, &modules);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn layers_depend_downward_only() {
+    assert_downward_only(&ANNOUNCER);
 }
 
 #[test]
 fn sibling_modules_form_no_cycle() {
-    let (refs, modules) = scan();
-    let bad = sibling_cycles(&refs, &modules);
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    assert_no_cycle(&ANNOUNCER);
+}
+
+#[test]
+fn tests_src_layers_depend_downward_only() {
+    assert_downward_only(&TESTS_SRC);
+}
+
+#[test]
+fn tests_src_sibling_modules_form_no_cycle() {
+    assert_no_cycle(&TESTS_SRC);
 }
 
 #[test]
@@ -513,7 +616,7 @@ fn the_checker_sees_grouped_relative_and_inline_paths() {
         ]
     );
     assert_eq!(refs[3].line, 4);
-    let bad = layering_violations(&refs);
+    let bad = layering_violations(&refs, &ANNOUNCER);
     assert_eq!(bad.len(), 5, "{bad:#?}");
     assert!(
         bad[0].starts_with("state.rs:2: `crate::dataplane::Vip`"),
