@@ -16,8 +16,8 @@ use std::{
 use kube::{Client, runtime::events::EventType};
 
 use super::{
-    AgentError,
     config::AgentArgs,
+    error::AgentError,
     kube::{announced::Announced, events::Events, watch::Watches},
     metrics::{Recorder, Sources},
     net::{

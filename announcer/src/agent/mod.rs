@@ -14,7 +14,9 @@
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
 //! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
 //!   [`published`]) and `/metrics`;
-//! * [`config`] (flags and file) and [`persist`] (the state directory: identity, incarnation).
+//! * [`config`] (flags and file) and [`persist`] (the state directory: identity, incarnation);
+//! * [`AgentError`]: why the agent could not start or had to stop (the CLI maps it to an exit
+//!   code).
 
 pub mod config;
 pub mod http;
@@ -27,67 +29,21 @@ pub mod published;
 pub mod shutdown;
 
 mod context;
+mod error;
 mod service_shell;
 mod shell;
 
 use std::{future::Future, path::PathBuf, sync::Arc};
 
+pub use self::error::AgentError;
 use self::{
-    config::{AgentArgs, ConfigError, Election},
+    config::{AgentArgs, Election},
     context::{Context, KubeSide, NodeNet, Reporting},
     kube::{announced::Announced, events::Events, node_lease, watch::Watches},
     metrics::Metrics,
-    net::{heartbeat_socket::HeartbeatError, iface::IfaceConfig, plane::Plane},
+    net::{iface::IfaceConfig, plane::Plane},
     published::PublishedState,
 };
-use crate::{
-    heartbeat::{IdentityError, KeyError},
-    placement::{eligibility::SelectionError, selector::SelectorError},
-};
-
-/// Why the agent could not start (or had to stop).
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// Flags that do not fit together.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// A label selector flag that cannot be used.
-    #[error(transparent)]
-    Selection(#[from] SelectionError),
-    /// A label selector flag that does not parse.
-    #[error(transparent)]
-    SelectorSyntax(#[from] SelectorError),
-    /// No usable kubeconfig / in-cluster configuration.
-    #[error("no Kubernetes configuration: {0}")]
-    KubeConfig(String),
-    /// The Kubernetes client failed.
-    #[error(transparent)]
-    Kube(#[from] ::kube::Error),
-    /// The heartbeat socket.
-    #[error(transparent)]
-    Heartbeat(#[from] HeartbeatError),
-    /// The heartbeat identity (its node name cannot be sent, or a key is unusable).
-    #[error(transparent)]
-    Key(#[from] KeyError),
-    /// This node's heartbeat identity file.
-    #[error(transparent)]
-    Identity(#[from] IdentityError),
-    /// The state directory (identity, incarnation counter).
-    #[error(transparent)]
-    State(#[from] persist::PersistError),
-    /// This node's Node object says nothing to announce from.
-    #[error("node {0}: {1}")]
-    Node(String, String),
-    /// Local interfaces could not be read.
-    #[error(transparent)]
-    Interfaces(#[from] crate::dataplane::Error),
-    /// The election's own thread.
-    #[error("cannot start the election thread: {0}")]
-    ElectionThread(#[source] std::io::Error),
-    /// The thread receiving heartbeats.
-    #[error("cannot start the heartbeat receiving thread: {0}")]
-    HeartbeatThread(#[source] std::io::Error),
-}
 
 /// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.
 pub async fn run(

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::{
     context::Context,
+    error::AgentError,
     kube::lease_per_service::{self, LeaseApiStats, Ownership, Timing},
     shutdown,
 };
@@ -18,7 +19,7 @@ use crate::{
 };
 
 /// Runs until SIGTERM, then releases every Lease it holds.
-pub(super) async fn run(mut ctx: Context) -> Result<(), super::AgentError> {
+pub(super) async fn run(mut ctx: Context) -> Result<(), AgentError> {
     let node = NodeName::from(ctx.args.node_name.as_str());
     let timing = Timing {
         lease_duration: ctx.args.service_lease_duration,

@@ -23,6 +23,7 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{
     context::{Context, IfaceFingerprint, config_fingerprint},
+    error::AgentError,
     kube::{
         events::{announce_event_type, node_event_type},
         node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
@@ -53,7 +54,7 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// Event writes, the Announced condition) stays on the caller's runtime
 /// ([`super::context::KubeSide::rt`]); the two sides meet only through channels and the
 /// watch stores. Map writes and bursts run here: they are what the election decides.
-pub(super) async fn run_on_own_thread(ctx: Context) -> Result<(), super::AgentError> {
+pub(super) async fn run_on_own_thread(ctx: Context) -> Result<(), AgentError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("election".into())
@@ -68,20 +69,20 @@ pub(super) async fn run_on_own_thread(ctx: Context) -> Result<(), super::AgentEr
                     rt.shutdown_timeout(Duration::from_millis(200));
                     r
                 }
-                Err(e) => Err(super::AgentError::ElectionThread(e)),
+                Err(e) => Err(AgentError::ElectionThread(e)),
             };
             let _ = tx.send(r);
         })
-        .map_err(super::AgentError::ElectionThread)?;
+        .map_err(AgentError::ElectionThread)?;
     rx.await.unwrap_or_else(|_| {
-        Err(super::AgentError::ElectionThread(std::io::Error::other(
+        Err(AgentError::ElectionThread(std::io::Error::other(
             "the election thread panicked",
         )))
     })
 }
 
 /// Runs the node-lease election until the handover after `ctx.term` is complete.
-pub(super) async fn run(ctx: Context) -> Result<(), super::AgentError> {
+pub(super) async fn run(ctx: Context) -> Result<(), AgentError> {
     let mut shell = Shell::start(ctx)?;
     loop {
         let inputs = shell.next_input().await;
@@ -146,7 +147,7 @@ impl Shell {
     /// Binds the heartbeat socket, loads this node's identity and incarnation, publishes its
     /// Lease, and gives the core what is known before the first input: entries left from a
     /// previous run, the watches' health, the VIPs.
-    fn start(mut ctx: Context) -> Result<Self, super::AgentError> {
+    fn start(mut ctx: Context) -> Result<Self, AgentError> {
         let node = NodeName::from(ctx.args.node_name.as_str());
         let hb_addr = SocketAddr::new(ctx.net.heartbeat_ip, ctx.args.heartbeat_port);
         let socket = HeartbeatSocket::bind(hb_addr)?.on_rejected_from({
@@ -187,7 +188,7 @@ impl Shell {
                 .spawn_receiver(verifier.clone(), keyring.clone(), beat_tx, move || {
                     stop.is_shutdown()
                 })
-                .map_err(super::AgentError::HeartbeatThread)?;
+                .map_err(AgentError::HeartbeatThread)?;
         }
 
         let mac = ctx.net.heartbeat_mac.unwrap_or(MacAddr([0; 6]));
