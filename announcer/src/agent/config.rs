@@ -258,8 +258,8 @@ impl AgentFlags {
     }
 
     /// The election core's configuration.
-    pub fn election_config(&self, mac: crate::wire::MacAddr) -> election::Config {
-        let mut c = election::Config::new(self.node_name.as_str());
+    pub fn election_config(&self, mac: crate::wire::MacAddr) -> election::ElectionConfig {
+        let mut c = election::ElectionConfig::new(self.node_name.as_str());
         c.mac = mac;
         c.heartbeat_interval = self.heartbeat_interval;
         c.heartbeat_misses = self.heartbeat_misses;

@@ -31,7 +31,7 @@ use super::{
 use crate::{
     election::{Core, IfaceName, ServiceRef, VipSpec},
     placement::{
-        eligibility::{self, Plan, Selection},
+        eligibility::{self, Placement, Selection},
         selector,
     },
     state::AgentState,
@@ -234,8 +234,8 @@ impl Context {
             .collect()
     }
 
-    /// The eligibility plan from the watch stores (`None` before the first lists).
-    pub(super) fn plan(&self) -> Option<Plan> {
+    /// The placement of every VIP, from the watch stores (`None` before the first lists).
+    pub(super) fn plan(&self) -> Option<Placement> {
         if !self.kube.synced {
             return None;
         }
@@ -308,7 +308,7 @@ impl Context {
 
     /// Logs each problem once, and raises it as an Event if `reporter` says this node is
     /// the one to (so that N nodes do not raise the same Event N times).
-    pub(super) fn report_problems(&mut self, plan: &Plan, reporter: impl Fn(&str) -> bool) {
+    pub(super) fn report_problems(&mut self, plan: &Placement, reporter: impl Fn(&str) -> bool) {
         let mut now_seen = BTreeSet::new();
         for p in &plan.problems {
             let key = format!("{}|{}", p.service, p.message);

@@ -35,7 +35,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), AgentError> {
     let mut counts = ElectionStats::default();
     let contender = tokio::spawn(lease_per_service::run(
         ctx.kube.client.clone(),
-        lease_per_service::Config {
+        lease_per_service::ServiceLeaseConfig {
             node: node.clone(),
             namespace: ctx.args.namespace.clone(),
             timing,

@@ -314,14 +314,14 @@ pub struct BurstReport {
 /// A burst ready to run: the frames of one round, how many rounds, and the pause between them.
 /// Shared by [`burst`] and [`burst_blocking`], which differ only in how they sleep.
 #[derive(Debug)]
-struct Plan {
+struct PreparedBurst {
     vip: IpAddr,
     frames: Vec<Frame>,
     rounds: u32,
     interval: Duration,
 }
 
-impl Plan {
+impl PreparedBurst {
     /// The schedule actually used for `vip`: IPv6 paced per RFC 4861 §7.2.6, at least one round.
     fn schedule(vip: IpAddr, cfg: &BurstConfig) -> BurstConfig {
         let cfg = match vip {
@@ -337,7 +337,7 @@ impl Plan {
         }
     }
 
-    /// Builds the plan, or, if `vlan` is not a valid VLAN id, logs and returns the report of a
+    /// Prepares the burst, or, if `vlan` is not a valid VLAN id, logs and returns the report of a
     /// burst in which every frame failed (a frame tagged for the wrong VLAN would announce the
     /// VIP on the wrong network, so nothing is sent).
     fn new(
@@ -414,18 +414,18 @@ pub async fn burst(
     vlan: Option<u16>,
     cfg: &BurstConfig,
 ) -> BurstReport {
-    let plan = match Plan::new(mac, vip, vlan, cfg) {
-        Ok(plan) => plan,
+    let prepared = match PreparedBurst::new(mac, vip, vlan, cfg) {
+        Ok(prepared) => prepared,
         Err(report) => return report,
     };
     let mut report = BurstReport::default();
-    for round in 0..plan.rounds {
+    for round in 0..prepared.rounds {
         if round > 0 {
-            tokio::time::sleep(plan.interval).await;
+            tokio::time::sleep(prepared.interval).await;
         }
-        plan.send_round(round, |f| sock.send(f), &mut report);
+        prepared.send_round(round, |f| sock.send(f), &mut report);
     }
-    plan.finish(report)
+    prepared.finish(report)
 }
 
 /// [`burst`] on the calling thread, sleeping with [`std::thread::sleep`] (for the CLI).
@@ -436,18 +436,18 @@ pub fn burst_blocking(
     vlan: Option<u16>,
     cfg: &BurstConfig,
 ) -> BurstReport {
-    let plan = match Plan::new(mac, vip, vlan, cfg) {
-        Ok(plan) => plan,
+    let prepared = match PreparedBurst::new(mac, vip, vlan, cfg) {
+        Ok(prepared) => prepared,
         Err(report) => return report,
     };
     let mut report = BurstReport::default();
-    for round in 0..plan.rounds {
+    for round in 0..prepared.rounds {
         if round > 0 {
-            std::thread::sleep(plan.interval);
+            std::thread::sleep(prepared.interval);
         }
-        plan.send_round(round, |f| sock.send(f), &mut report);
+        prepared.send_round(round, |f| sock.send(f), &mut report);
     }
-    plan.finish(report)
+    prepared.finish(report)
 }
 
 #[cfg(test)]
@@ -646,7 +646,7 @@ mod tests {
             interval: Duration::from_millis(100),
         };
 
-        let v4 = Plan::new(MAC, VIP4.into(), None, &eager).unwrap();
+        let v4 = PreparedBurst::new(MAC, VIP4.into(), None, &eager).unwrap();
         assert_eq!(
             (v4.rounds, v4.interval),
             (10, Duration::from_millis(100)),
@@ -654,7 +654,7 @@ mod tests {
         );
         assert_eq!(v4.frames, garp_frames(MAC, VIP4, None).to_vec());
 
-        let v6 = Plan::new(MAC, vip6().into(), Some(7), &eager).unwrap();
+        let v6 = PreparedBurst::new(MAC, vip6().into(), Some(7), &eager).unwrap();
         assert_eq!(
             (v6.rounds, v6.interval),
             (3, Duration::from_secs(1)),
@@ -666,9 +666,16 @@ mod tests {
             count: 0,
             interval: Duration::ZERO,
         };
-        assert_eq!(Plan::new(MAC, VIP4.into(), None, &none).unwrap().rounds, 1);
         assert_eq!(
-            Plan::new(MAC, vip6().into(), None, &none).unwrap().rounds,
+            PreparedBurst::new(MAC, VIP4.into(), None, &none)
+                .unwrap()
+                .rounds,
+            1
+        );
+        assert_eq!(
+            PreparedBurst::new(MAC, vip6().into(), None, &none)
+                .unwrap()
+                .rounds,
             1
         );
     }
@@ -676,19 +683,19 @@ mod tests {
     #[test]
     fn bad_vlan_sends_nothing() {
         let cfg = BurstConfig::default();
-        let report = Plan::new(MAC, VIP4.into(), Some(4095), &cfg).unwrap_err();
+        let report = PreparedBurst::new(MAC, VIP4.into(), Some(4095), &cfg).unwrap_err();
         assert_eq!(report, BurstReport { sent: 0, failed: 6 });
-        let report = Plan::new(MAC, vip6().into(), Some(4095), &cfg).unwrap_err();
+        let report = PreparedBurst::new(MAC, vip6().into(), Some(4095), &cfg).unwrap_err();
         assert_eq!(report, BurstReport { sent: 0, failed: 3 });
-        assert!(Plan::new(MAC, VIP4.into(), Some(MAX_VLAN_ID), &cfg).is_ok());
+        assert!(PreparedBurst::new(MAC, VIP4.into(), Some(MAX_VLAN_ID), &cfg).is_ok());
     }
 
     #[test]
     fn a_failed_send_is_counted_and_the_round_goes_on() {
-        let plan = Plan::new(MAC, VIP4.into(), None, &BurstConfig::default()).unwrap();
+        let prepared = PreparedBurst::new(MAC, VIP4.into(), None, &BurstConfig::default()).unwrap();
         let mut seen = Vec::new();
         let mut report = BurstReport::default();
-        plan.send_round(
+        prepared.send_round(
             0,
             |f| {
                 seen.push(f.to_vec());

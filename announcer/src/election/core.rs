@@ -23,10 +23,10 @@
 //! # Taking over
 //! When this node becomes the owner of a VIP it does not answer yet, it first asks whether the
 //! previous owner's *data plane* still answers. A peer ranked above us that is still a member
-//! but whose heartbeats stopped ([`Config::suspect_after`], one heartbeat overdue by half a
+//! but whose heartbeats stopped ([`ElectionConfig::suspect_after`], one heartbeat overdue by half a
 //! period) is a *suspect*: its agent may have died (SIGKILL, OOM) while its XDP entries keep
 //! answering and its node keeps serving traffic. The node ranked next after the suspects asks
-//! at once, although the owner still counts in the ranking (until [`Config::dead_after`]): a
+//! at once, although the owner still counts in the ranking (until [`ElectionConfig::dead_after`]): a
 //! crash is taken over after one and a half periods and a probe, while a node that is only
 //! slow (its heartbeat late, its data plane answering) moves nothing, and nodes further down
 //! stay quiet. *Every* suspect ranked above
@@ -41,7 +41,7 @@
 //!   (`Peer::probed_silent`), and we take over now, one map write ([`Output::Install`]) then
 //!   the burst ([`Output::Announce`]);
 //! * an answer: only the agent died, clients are still served. Probe again every
-//!   [`Config::reprobe_interval`] until the entries lapse (at most [`Config::entry_ttl`] after
+//!   [`ElectionConfig::reprobe_interval`] until the entries lapse (at most [`ElectionConfig::entry_ttl`] after
 //!   its last refresh), its agent returns, or its Lease expires. Taking over at once would make two
 //!   nodes answer for the whole grace period. Once a suspect has answered, it takes
 //!   [`PROBE_LOSSES_AFTER_ANSWER`] unanswered probes in a row to conclude it is gone: a single
@@ -57,8 +57,8 @@
 //! A VIP whose previous owner left gracefully, or that nobody owned, is taken without a probe.
 //!
 //! # Keeping and giving up
-//! Owned entries are rewritten every [`Config::refresh_interval`] (`grace / 5`) with a
-//! lifetime of [`Config::entry_ttl`] (`grace` plus one refresh interval), so a dead agent's
+//! Owned entries are rewritten every [`ElectionConfig::refresh_interval`] (`grace / 5`) with a
+//! lifetime of [`ElectionConfig::entry_ttl`] (`grace` plus one refresh interval), so a dead agent's
 //! entries answer for at least `grace` after its death and stop at most `grace + grace / 5`
 //! after it; an agent restarted within `grace` finds every entry alive. A VIP whose owner is now another node
 //! is removed once that node's heartbeats say it is ready *and its data plane answers the VIP*
@@ -67,7 +67,7 @@
 //! behind ours, or that runs another configuration during a roll (a `ConfigMismatch` node Event
 //! after [`CONFIG_MISMATCH_AFTER`]), may not have the VIP yet, and until it does we keep
 //! answering, so the VIP is never dark. If it shares our view fingerprint and still does not
-//! answer after [`Config::view_hold`], its data plane is broken and we let go. A successor
+//! answer after [`ElectionConfig::view_hold`], its data plane is broken and we let go. A successor
 //! ranked only because the API shows it alive (its frames do not reach us) is handed the VIP
 //! at once.
 //!
@@ -98,11 +98,11 @@
 //!   both ways (`connected`). A node that exchanges them with none, for `dead_after`, while a
 //!   peer whose Lease was renewed since then is better connected (or equally, with a lower
 //!   name), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
-//!   its VIPs for [`Config::standby_hold`] while peers (who treat a standby node like a leaving
+//!   its VIPs for [`ElectionConfig::standby_hold`] while peers (who treat a standby node like a leaving
 //!   one) take them without probing, then lets go; an `Isolated` node Event says why. Bound:
-//!   [`Config::isolation_bound`] (about 5.3 s at the defaults) from the fault to a single owner.
+//!   [`ElectionConfig::isolation_bound`] (about 5.3 s at the defaults) from the fault to a single owner.
 //!   Peers that had taken a VIP from it meanwhile count an overlap. When heartbeats flow both
-//!   ways again for [`Config::rejoin_after`], it steps in (`Rejoined`). Two nodes that cannot
+//!   ways again for [`ElectionConfig::rejoin_after`], it steps in (`Rejoined`). Two nodes that cannot
 //!   hear each other never both step back, so a two-node split cannot darken a VIP; without
 //!   the API nobody steps back (partition rules below).
 //! * Partition between nodes: each side sees the other's heartbeats stop and its probes go
@@ -120,8 +120,8 @@ use std::{
 use announcer_ebpf::wire::MacAddr;
 
 use super::{
-    Beat, Config, EventKind, FIRST_PROBES, IfaceName, Input, Instant, LeaseView, LeaseWriteResult,
-    NodeEventKind, NodeName, Output, VipSpec,
+    Beat, ElectionConfig, EventKind, FIRST_PROBES, IfaceName, Input, Instant, LeaseView,
+    LeaseWriteResult, NodeEventKind, NodeName, Output, VipSpec,
     lease::Observed,
     peer::Peer,
     rendezvous,
@@ -209,7 +209,7 @@ struct Handoff {
 #[derive(Clone, Copy, Debug)]
 struct Standby {
     /// When our Lease saying so was written: we keep answering our VIPs for
-    /// [`Config::standby_hold`] after it, while peers see it and take them.
+    /// [`ElectionConfig::standby_hold`] after it, while peers see it and take them.
     written: Option<Instant>,
 }
 
@@ -264,7 +264,7 @@ struct Leaving {
 /// The election state machine. See the module docs.
 #[derive(Debug)]
 pub struct Core {
-    config: Config,
+    config: ElectionConfig,
     incarnation: u64,
     started: Instant,
     ready: bool,
@@ -331,7 +331,7 @@ pub struct Core {
 impl Core {
     /// A core for `config`, started at `now`. `incarnation` must grow across restarts of the
     /// agent on this node (the shell uses the wall-clock start time in nanoseconds).
-    pub fn new(config: Config, now: Instant, incarnation: u64) -> Self {
+    pub fn new(config: ElectionConfig, now: Instant, incarnation: u64) -> Self {
         Core {
             incarnation,
             started: now,
@@ -688,7 +688,7 @@ impl Core {
     }
 
     /// This node's configuration.
-    pub fn config(&self) -> &Config {
+    pub fn config(&self) -> &ElectionConfig {
         &self.config
     }
 
@@ -1282,8 +1282,8 @@ impl Core {
     }
 
     /// How long `p`'s heartbeats must be silent before it is a suspect: one heartbeat overdue
-    /// by half a period ([`Config::suspect_after`]) if its last heartbeat said it hears ours,
-    /// else the full [`Config::dead_after`]. A peer that does not hear us may not receive our
+    /// by half a period ([`ElectionConfig::suspect_after`]) if its last heartbeat said it hears ours,
+    /// else the full [`ElectionConfig::dead_after`]. A peer that does not hear us may not receive our
     /// frames at all (a link that fails one way), and then neither does our probe: its silence
     /// would prove nothing, and two heartbeats lost on the way back would be enough for a false
     /// takeover. So it gets three periods before we ask, as before the early probe (a crash of

@@ -46,7 +46,7 @@ impl World {
         let vip: IpAddr = "10.0.0.5".parse().unwrap();
         let nodes = (0..n)
             .map(|i| {
-                let mut c = Config::new(format!("node-{i}").as_str());
+                let mut c = ElectionConfig::new(format!("node-{i}").as_str());
                 c.mac = MacAddr([2, 0, 0, 0, 0, i as u8 + 1]);
                 Node {
                     core: Core::new(c, t, 1),

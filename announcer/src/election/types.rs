@@ -281,7 +281,7 @@ pub struct Beat {
     pub hears: Vec<NodeName>,
     /// Fingerprint of the sender's configuration as far as it changes the ranking (selectors,
     /// class, families, timings): a peer with another one is mid-roll and may rank
-    /// differently ([`Config::config_hash`]).
+    /// differently ([`ElectionConfig::config_hash`]).
     pub config: u64,
     /// Fingerprint of the sender's view of the cluster: the VIPs and their eligible sets. A
     /// successor with another view may not have the VIP yet (a lagging watch), so the old owner
@@ -353,7 +353,7 @@ pub enum NodeEventKind {
     /// A peer runs with another configuration fingerprint (Warning, `ConfigMismatch`).
     ConfigMismatch,
     /// Fenced: our Lease has been stale for a Lease duration, or our watches for
-    /// [`Config::watch_stale_after`], while peers reach the API (Warning, `Fenced`).
+    /// [`ElectionConfig::watch_stale_after`], while peers reach the API (Warning, `Fenced`).
     Fenced,
 }
 
@@ -432,46 +432,46 @@ pub enum Output {
     Exit,
 }
 
-/// The default timings of the node-lease election, named once: [`Config::new`] takes them,
+/// The default timings of the node-lease election, named once: [`ElectionConfig::new`] takes them,
 /// the agent's flags default to them (`announcer agent --help` shows them), and the simulator
 /// runs the core with them, so the timings the simulator checks are the ones that ship.
 pub mod defaults {
     use std::time::Duration;
 
-    /// [`Config::heartbeat_interval`](super::Config::heartbeat_interval),
+    /// [`ElectionConfig::heartbeat_interval`](super::ElectionConfig::heartbeat_interval),
     /// `--heartbeat-interval`.
     pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(75);
-    /// [`Config::heartbeat_misses`](super::Config::heartbeat_misses), `--heartbeat-misses`.
+    /// [`ElectionConfig::heartbeat_misses`](super::ElectionConfig::heartbeat_misses), `--heartbeat-misses`.
     pub const HEARTBEAT_MISSES: u32 = 3;
-    /// [`Config::lease_duration`](super::Config::lease_duration), `--lease-duration`.
+    /// [`ElectionConfig::lease_duration`](super::ElectionConfig::lease_duration), `--lease-duration`.
     pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-    /// [`Config::lease_renew`](super::Config::lease_renew), `--lease-renew`.
+    /// [`ElectionConfig::lease_renew`](super::ElectionConfig::lease_renew), `--lease-renew`.
     pub const LEASE_RENEW: Duration = Duration::from_secs(3);
-    /// [`Config::grace`](super::Config::grace), `--grace`.
+    /// [`ElectionConfig::grace`](super::ElectionConfig::grace), `--grace`.
     pub const GRACE: Duration = Duration::from_secs(5);
-    /// [`Config::probe_timeout`](super::Config::probe_timeout), `--probe-timeout`.
+    /// [`ElectionConfig::probe_timeout`](super::ElectionConfig::probe_timeout), `--probe-timeout`.
     pub const PROBE_TIMEOUT: Duration = Duration::from_millis(75);
-    /// [`Config::warmup`](super::Config::warmup), `--warmup`.
+    /// [`ElectionConfig::warmup`](super::ElectionConfig::warmup), `--warmup`.
     pub const WARMUP: Duration = Duration::from_millis(500);
-    /// [`Config::handover_timeout`](super::Config::handover_timeout), `--handover-timeout`.
+    /// [`ElectionConfig::handover_timeout`](super::ElectionConfig::handover_timeout), `--handover-timeout`.
     pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
     /// The longest wait between a failed API watch and its replacement (the watches' backoff
     /// cap). An API server that came back is noticed within this, so the core gives a watch
     /// this long on top of a Lease duration before it calls our view stale
-    /// ([`Config::watch_stale_after`](super::Config::watch_stale_after)).
+    /// ([`ElectionConfig::watch_stale_after`](super::ElectionConfig::watch_stale_after)).
     pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(5);
 }
 
 /// A suspect that never answered is asked this many times, `probe_timeout / FIRST_PROBES`
 /// apart, before its silence counts: the verdict still comes `probe_timeout` after the first
 /// probe, but lost answers (on top of late heartbeats, all it takes to become a suspect at
-/// [`Config::suspect_after`]) no longer make two owners unless every one of them is lost. An
+/// [`ElectionConfig::suspect_after`]) no longer make two owners unless every one of them is lost. An
 /// answer to any of them counts. (With two, the simulator's adversary, which loses 30 % of the
 /// answers, made two owners in 5 of 10,000 runs: two heartbeats lost in a row and both answers.)
 pub const FIRST_PROBES: u32 = 3;
 
 /// Timings of the node-lease election. At the defaults ([`defaults`]): crash failover within
-/// [`suspect_after`](Config::suspect_after) + `probe_timeout` = 112.5 + 75 = 187.5 ms of the
+/// [`suspect_after`](ElectionConfig::suspect_after) + `probe_timeout` = 112.5 + 75 = 187.5 ms of the
 /// old owner's last heartbeat, and `1 / lease_renew` = 0.33 Lease writes per second per node.
 ///
 /// Why 75 ms heartbeats and a 75 ms probe: the takeover must come after the heartbeat that
@@ -482,7 +482,7 @@ pub const FIRST_PROBES: u32 = 3;
 /// announcement reaching the client, its next request). At 100 ms heartbeats the same slack
 /// would need a 100 ms probe and a 250 ms takeover.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct ElectionConfig {
     /// This node.
     pub node: NodeName,
     /// The MAC our heartbeats are sent from, put in every [`Beat`]: peers probe our data
@@ -515,10 +515,10 @@ pub struct Config {
     pub data_plane: bool,
 }
 
-impl Config {
+impl ElectionConfig {
     /// Defaults for `node`: the timings of [`defaults`].
     pub fn new(node: impl Into<NodeName>) -> Self {
-        Config {
+        ElectionConfig {
             node: node.into(),
             mac: MacAddr([0; 6]),
             heartbeat_interval: defaults::HEARTBEAT_INTERVAL,

@@ -4,7 +4,7 @@
 //! Why: the Lease in the API server is the authority on membership, but at one renewal every
 //! few seconds it is far too slow to notice a crashed node. Agents therefore send each other
 //! small UDP heartbeats over the announcing network (every 75 ms by default; a peer is dead
-//! after 3 misses, see [`crate::election::Config`]). A heartbeat claims "I am alive", "I am
+//! after 3 misses, see [`crate::election::ElectionConfig`]). A heartbeat claims "I am alive", "I am
 //! leaving", "I took over your VIPs" or "I hear you", so a forged or replayed one could keep a
 //! dead node's VIPs unannounced or force a takeover. Every heartbeat is therefore
 //! authenticated with a key only its sender and its recipient hold, and replay-protected.

@@ -40,9 +40,11 @@ use super::{
     range::{Family, Range, is_buggy, saturating_i64},
 };
 
-/// What the allocator serves.
+/// Which LoadBalancer Services the allocation rules serve: those of our class, and
+/// class-less ones too if so configured. (The agent's running allocator wraps it in its
+/// `AllocatorConfig`, with the Lease it holds and where.)
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct AllocationScope {
     /// Our `spec.loadBalancerClass`.
     pub class: String,
     /// Whether class-less LoadBalancer Services get addresses too.
@@ -138,9 +140,9 @@ impl PoolReport {
     }
 }
 
-/// The outcome of [`plan`].
+/// The outcome of [`plan`]: what every Service should have, and every pool's usage.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct Allocation {
     /// Every Service the allocator is responsible for (ours, and those whose addresses must be
     /// cleared), with what it should have.
     pub services: BTreeMap<ServiceKey, Assignment>,
@@ -360,7 +362,7 @@ fn is_lb(s: &Service) -> bool {
     s.spec.as_ref().and_then(|sp| sp.type_.as_deref()) == Some("LoadBalancer")
 }
 
-fn is_ours(s: &Service, cfg: &Config) -> bool {
+fn is_ours(s: &Service, cfg: &AllocationScope) -> bool {
     match s
         .spec
         .as_ref()
@@ -427,13 +429,13 @@ impl Claims {
 }
 
 /// Computes what every Service of ours should have, and each pool's usage. Deterministic: the
-/// same objects give the same plan, whatever their order.
+/// same objects give the same allocation, whatever their order.
 pub fn plan(
     pools: &[AddressPool],
     services: &[Service],
     namespaces: &BTreeMap<String, BTreeMap<String, String>>,
-    cfg: &Config,
-) -> Plan {
+    cfg: &AllocationScope,
+) -> Allocation {
     // Validity: the older pool (creationTimestamp, then name) wins an overlap.
     let mut by_age: Vec<&AddressPool> = pools.iter().collect();
     by_age.sort_by(|a, b| {
@@ -460,7 +462,7 @@ pub fn plan(
     let in_our_pools = |ip: IpAddr| usable.iter().any(|p| p.contains(ip));
 
     let mut claims = Claims::default();
-    let mut out = Plan::default();
+    let mut out = Allocation::default();
     let mut sorted: Vec<&Service> = services.iter().collect();
     sorted.sort_by_key(|s| (age(&s.metadata), key_of(s)));
 

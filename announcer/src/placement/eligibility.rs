@@ -19,7 +19,7 @@
 //! * Pools (placement): a VIP inside an `AddressPool` (the oldest one containing it, as the
 //!   allocator decides overlaps) is announced only by nodes matching the pool's
 //!   `nodeSelector` (besides the agent's), and only on interfaces matching its `interfaces`
-//!   ([`VipPlan::interfaces`]; the election core ranks a node only if it has one). A pool
+//!   ([`VipPlacement::interfaces`]; the election core ranks a node only if it has one). A pool
 //!   that says nothing keeps the agent's flags. A VIP in no pool (assigned by another IPAM)
 //!   is placed as before pools existed.
 //! * Nodes: condition `Ready` is `True`, no `node.kubernetes.io/exclude-from-external-load-balancers`
@@ -32,8 +32,8 @@
 //!   nodes hosting a ready endpoint (`nodeName`) are eligible, since kube-proxy drops the
 //!   traffic on the others; under `Cluster`, every eligible node is.
 //!
-//! VIPs that end up with no eligible node are still in [`Plan::vips`] (with an empty set) so the
-//! election core withdraws them, and a [`Problem`] says why.
+//! VIPs that end up with no eligible node are still in [`Placement::vips`] (with an empty set)
+//! so the election core withdraws them, and a [`Problem`] says why.
 
 use std::{
     borrow::Borrow,
@@ -127,18 +127,19 @@ impl Selection {
     }
 }
 
-/// The outcome of [`plan`]: what to announce, and what cannot be announced and why.
+/// The outcome of [`plan`], the placement of every VIP: what to announce and where, and what
+/// cannot be announced and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct Placement {
     /// Every VIP of our Services, sorted by address. Unique addresses.
-    pub vips: Vec<VipPlan>,
+    pub vips: Vec<VipPlacement>,
     /// Why some VIPs are not (or not fully) announced, sorted by Service then VIP.
     pub problems: Vec<Problem>,
 }
 
-/// One VIP and the nodes that may announce it.
+/// One VIP's placement: the nodes (and interfaces) that may announce it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VipPlan {
+pub struct VipPlacement {
     /// The address.
     pub vip: IpAddr,
     /// Its Service.
@@ -156,7 +157,7 @@ pub struct VipPlan {
     pub interfaces: Vec<String>,
 }
 
-impl VipPlan {
+impl VipPlacement {
     /// The election core's view of this VIP, with the interface this node would use.
     pub fn spec(&self, local: Option<IfaceName>) -> VipSpec {
         VipSpec {
@@ -169,7 +170,7 @@ impl VipPlan {
     }
 }
 
-impl Plan {
+impl Placement {
     /// The Services `node` is eligible for, with their VIPs (for the lease-per-service mode).
     pub fn services_for(&self, node: &NodeName) -> BTreeMap<ServiceRef, Vec<IpAddr>> {
         let mut out: BTreeMap<ServiceRef, Vec<IpAddr>> = BTreeMap::new();
@@ -312,8 +313,8 @@ fn endpoints<'a>(
     out
 }
 
-/// Computes the plan without pools: [`plan_placed`] with none.
-pub fn plan<S, E, N>(services: &[S], slices: &[E], nodes: &[N], sel: &Selection) -> Plan
+/// Computes the placement without pools: [`plan_placed`] with none.
+pub fn plan<S, E, N>(services: &[S], slices: &[E], nodes: &[N], sel: &Selection) -> Placement
 where
     S: Borrow<Service>,
     E: Borrow<EndpointSlice>,
@@ -324,7 +325,7 @@ where
 
 /// Where a pool's addresses may be announced: the nodes its `nodeSelector` allows (already
 /// narrowed to the eligible ones) and its interfaces.
-struct Placement {
+struct PoolPlacement {
     name: String,
     nodes: BTreeSet<NodeName>,
     interfaces: Vec<String>,
@@ -337,7 +338,7 @@ fn placements<P: Borrow<AddressPool>>(
     pools: &[P],
     nodes: &[&Node],
     base: &BTreeSet<NodeName>,
-) -> Vec<(AddressPool, Placement, Option<String>)> {
+) -> Vec<(AddressPool, PoolPlacement, Option<String>)> {
     let mut sorted: Vec<&AddressPool> = pools.iter().map(Borrow::borrow).collect();
     sorted.sort_by(|a, b| {
         let key = |p: &AddressPool| {
@@ -369,7 +370,7 @@ fn placements<P: Borrow<AddressPool>>(
                     Some(format!("AddressPool {name}: invalid nodeSelector: {e}")),
                 ),
             };
-            let placement = Placement {
+            let placement = PoolPlacement {
                 name,
                 nodes: allowed,
                 interfaces: p.spec.interfaces.clone(),
@@ -379,7 +380,7 @@ fn placements<P: Borrow<AddressPool>>(
         .collect()
 }
 
-/// Computes the plan. Deterministic: the same objects in any order give the same plan.
+/// Computes the placement. Deterministic: the same objects in any order give the same one.
 /// Takes objects or `Arc`s of them (as reflector stores hold them).
 pub fn plan_placed<S, E, N, P>(
     services: &[S],
@@ -387,7 +388,7 @@ pub fn plan_placed<S, E, N, P>(
     nodes: &[N],
     pools: &[P],
     sel: &Selection,
-) -> Plan
+) -> Placement
 where
     S: Borrow<Service>,
     E: Borrow<EndpointSlice>,
@@ -411,9 +412,9 @@ where
         .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
 
-    // Each address's first claimant, its sharing key, and where its plan is in `out.vips`.
+    // Each address's first claimant, its sharing key, and where its placement is in `out.vips`.
     let mut claimed: BTreeMap<IpAddr, (ServiceRef, Option<&str>, usize)> = BTreeMap::new();
-    let mut out = Plan::default();
+    let mut out = Placement::default();
     for (sref, svc) in ours {
         let local_policy = svc
             .spec
@@ -543,7 +544,7 @@ where
                 continue;
             }
             claimed.insert(vip, (sref.clone(), share_key, out.vips.len()));
-            out.vips.push(VipPlan {
+            out.vips.push(VipPlacement {
                 vip,
                 service: sref.clone(),
                 eligible,

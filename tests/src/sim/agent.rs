@@ -4,12 +4,14 @@
 //! real [`Core`]), so its own tests drive a deliberately naive core ([`super::naive`]) through
 //! the same world and check that the invariants catch what that naive core gets wrong.
 
-use announcer::election::{Config, Core, Input, Instant, Output, stats::ElectionStats as Stats};
+use announcer::election::{
+    Core, ElectionConfig, Input, Instant, Output, stats::ElectionStats as Stats,
+};
 
 /// A sans-IO election state machine, as the simulated shell sees it.
 pub trait Agent {
     /// Start an agent at `now` (a new process: fresh state, a higher `incarnation`).
-    fn start(config: Config, now: Instant, incarnation: u64) -> Self;
+    fn start(config: ElectionConfig, now: Instant, incarnation: u64) -> Self;
     /// Feed one event.
     fn handle(&mut self, now: Instant, input: Input);
     /// The next action, if any.
@@ -23,7 +25,7 @@ pub trait Agent {
 }
 
 impl Agent for Core {
-    fn start(config: Config, now: Instant, incarnation: u64) -> Self {
+    fn start(config: ElectionConfig, now: Instant, incarnation: u64) -> Self {
         Core::new(config, now, incarnation)
     }
 

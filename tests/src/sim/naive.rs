@@ -14,7 +14,7 @@ use std::{
 };
 
 use announcer::election::{
-    Beat, Config, IfaceName, Input, Instant, LeaseWriteResult, NodeName, Output, VipSpec,
+    Beat, ElectionConfig, IfaceName, Input, Instant, LeaseWriteResult, NodeName, Output, VipSpec,
     rendezvous, stats::ElectionStats as Stats,
 };
 
@@ -22,7 +22,7 @@ use super::agent::Agent;
 
 /// See the module docs.
 pub struct NaiveCore {
-    cfg: Config,
+    cfg: ElectionConfig,
     incarnation: u64,
     started: Instant,
     vips: Vec<VipSpec>,
@@ -111,7 +111,7 @@ impl NaiveCore {
 }
 
 impl Agent for NaiveCore {
-    fn start(cfg: Config, now: Instant, incarnation: u64) -> Self {
+    fn start(cfg: ElectionConfig, now: Instant, incarnation: u64) -> Self {
         NaiveCore {
             cfg,
             incarnation,

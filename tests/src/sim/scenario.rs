@@ -7,7 +7,7 @@
 
 use std::{fmt, net::IpAddr, str::FromStr, time::Duration};
 
-use announcer::election::{Config, NodeName, rendezvous};
+use announcer::election::{ElectionConfig, NodeName, rendezvous};
 use rand::{Rng, SeedableRng, seq::IndexedRandom};
 use rand_chacha::ChaCha8Rng;
 
@@ -304,7 +304,7 @@ pub struct Plan {
     /// Heartbeat loss probability.
     pub loss: f64,
     /// Timings every agent uses.
-    pub timing: Config,
+    pub timing: ElectionConfig,
     /// Planned actions, in time order (initial agent starts included).
     pub steps: Vec<(VTime, Action)>,
     /// The node the fault is about, if any.
@@ -348,8 +348,8 @@ pub const ISOLATION_BOUND: Duration = Duration::from_secs(6);
 /// ([`announcer::election::defaults`]), which are also the agent's flag defaults, so that the
 /// simulator checks the timings that ship. `cli_defaults_are_the_simulated_defaults` in
 /// `tests/tests/sim/election.rs` fails if `announcer agent` without flags runs anything else.
-pub fn template_config() -> Config {
-    Config::new("template")
+pub fn template_config() -> ElectionConfig {
+    ElectionConfig::new("template")
 }
 
 fn secs(rng: &mut ChaCha8Rng, lo: f64, hi: f64) -> Duration {

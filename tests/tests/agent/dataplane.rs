@@ -247,7 +247,7 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     // Then the entries lapse: each write gives them the grace plus one refresh interval
     // (`entry_ttl`, 6 s at the defaults), so they go dark between 5 and 6 s after the agent's
     // last refresh, which came at most one refresh interval before it exited.
-    let lapse = announcer::election::Config::new("node-a").entry_ttl() + Duration::from_millis(500);
+    let lapse = announcer::election::ElectionConfig::new("node-a").entry_ttl() + Duration::from_millis(500);
     if let Some(left) = lapse.checked_sub(exited.elapsed()) {
         std::thread::sleep(left);
     }

@@ -324,7 +324,7 @@ fn cli_defaults_are_the_simulated_defaults() {
 
 /// The isolation bound the checker holds the core to ([`ISOLATION_BOUND`], a fixed 6 s) is
 /// no tighter than the one the core documents at the simulated timings
-/// (`Config::isolation_bound`, 5.3 s): defaults whose documented bound outgrows it fail here,
+/// (`ElectionConfig::isolation_bound`, 5.3 s): defaults whose documented bound outgrows it fail here,
 /// by name, rather than as scattered isolation scenarios.
 #[test]
 fn checked_isolation_bound_covers_the_cores_at_the_defaults() {

@@ -54,13 +54,14 @@ use tokio::{sync::watch, time::Instant};
 use self::lease::{Elector, LeaseError, LeaseTimings};
 use crate::{
     agent::{config::AgentArgs, shutdown::Shutdown},
-    ipam::{self, AddressPool, AddressPoolStatus, Plan, Problem, ServiceKey},
+    ipam::{self, AddressPool, AddressPoolStatus, Allocation, Problem, ServiceKey},
 };
 
 /// The `reportingController` of the allocator's Events.
 pub const CONTROLLER: &str = "announcer.dev/allocator";
 
-/// What the allocator needs to know.
+/// What the running allocator needs to know: the rules' [`ipam::AllocationScope`], and where
+/// and how it holds the allocator Lease.
 #[derive(Clone, Debug)]
 pub struct AllocatorConfig {
     /// The agent namespace (where the Lease lives).
@@ -68,7 +69,7 @@ pub struct AllocatorConfig {
     /// This node's name: the Lease holder identity and the Events' instance.
     pub identity: String,
     /// Which Services are ours.
-    pub alloc: ipam::Config,
+    pub scope: ipam::AllocationScope,
     /// How the Lease is held.
     pub lease: LeaseTimings,
 }
@@ -80,7 +81,7 @@ impl AllocatorConfig {
         AllocatorConfig {
             namespace: args.namespace.clone(),
             identity: args.node_name.clone(),
-            alloc: ipam::Config {
+            scope: ipam::AllocationScope {
                 class: args.load_balancer_class.clone(),
                 classless: args.allocate_classless && !args.class_only,
             },
@@ -271,7 +272,7 @@ impl Leader {
             .collect();
         let services = self.services_with_pending();
         let pools: Vec<AddressPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
-        let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.alloc);
+        let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.scope);
         // A Service in a namespace the Namespaces watch has not shown yet (just created: the
         // two watches race) is judged without its namespace's labels: its addresses still
         // count as taken, but nothing is written or reported for it until the namespace shows.
@@ -428,7 +429,7 @@ impl Leader {
     }
 
     /// Records a Warning for each problem a Service did not have at the last recompute.
-    fn report(&mut self, plan: &Plan, services: &[Service]) {
+    fn report(&mut self, plan: &Allocation, services: &[Service]) {
         let uids: HashMap<ServiceKey, String> = services
             .iter()
             .filter_map(|s| {

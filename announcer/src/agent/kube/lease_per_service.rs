@@ -49,7 +49,7 @@ use tokio::{
 use super::node_lease::{APP_LABEL, bounded_name, duration_seconds};
 use crate::agent::shutdown::{self, Shutdown, Trigger};
 use crate::election::{Instant, NodeName, ServiceRef, lease::Observed};
-use crate::placement::eligibility::Plan;
+use crate::placement::eligibility::Placement;
 
 /// Prefix of per-Service Lease names.
 pub const LEASE_PREFIX: &str = "announcer-svc-";
@@ -375,7 +375,7 @@ pub struct Ownership {
 
 /// Configuration of the lease-per-service mode.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
+pub struct ServiceLeaseConfig {
     /// This node (the holder identity).
     pub node: NodeName,
     /// Where the Leases live.
@@ -406,7 +406,7 @@ struct Task {
 #[derive(Clone)]
 struct Ctx {
     api: Api<Lease>,
-    cfg: Arc<Config>,
+    cfg: Arc<ServiceLeaseConfig>,
     out: mpsc::Sender<Ownership>,
     stats: Arc<LeaseApiStats>,
 }
@@ -417,8 +417,8 @@ struct Ctx {
 /// that are deleted) are released the same way. Ownership changes go to `out`.
 pub async fn run(
     client: Client,
-    cfg: Config,
-    mut plan: watch::Receiver<Plan>,
+    cfg: ServiceLeaseConfig,
+    mut plan: watch::Receiver<Placement>,
     out: mpsc::Sender<Ownership>,
     mut shutdown: Shutdown,
     stats: Arc<LeaseApiStats>,

@@ -67,14 +67,14 @@ fn annotated(name: &str, created: i64, annotations: Value) -> Service {
 
 const CLASS: &str = "announcer.dev/l2";
 
-fn cfg() -> Config {
-    Config {
+fn cfg() -> AllocationScope {
+    AllocationScope {
         class: CLASS.into(),
         classless: false,
     }
 }
 
-fn run(pools: &[AddressPool], services: &[Service]) -> Plan {
+fn run(pools: &[AddressPool], services: &[Service]) -> Allocation {
     plan(pools, services, &BTreeMap::new(), &cfg())
 }
 
@@ -85,7 +85,7 @@ fn key(name: &str) -> ServiceKey {
     }
 }
 
-fn ips(p: &Plan, name: &str) -> Vec<String> {
+fn ips(p: &Allocation, name: &str) -> Vec<String> {
     p.services[&key(name)]
         .ips
         .iter()
@@ -93,7 +93,7 @@ fn ips(p: &Plan, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn reasons(p: &Plan, name: &str) -> Vec<Reason> {
+fn reasons(p: &Allocation, name: &str) -> Vec<Reason> {
     p.services[&key(name)]
         .problems
         .iter()
@@ -417,7 +417,7 @@ fn classless_services_are_allocated_only_when_configured() {
         &pools,
         &[s],
         &BTreeMap::new(),
-        &Config {
+        &AllocationScope {
             classless: true,
             ..cfg()
         },

@@ -121,7 +121,7 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn reasons(p: &Plan) -> Vec<(&str, &str)> {
+fn reasons(p: &Placement) -> Vec<(&str, &str)> {
     p.problems
         .iter()
         .map(|p| (p.vip.as_deref().unwrap_or(""), p.reason.event_reason()))
@@ -157,7 +157,7 @@ fn only_load_balancer_services_are_considered() {
         &nodes(&["a"]),
         &Selection::default(),
     );
-    assert_eq!(p, Plan::default());
+    assert_eq!(p, Placement::default());
 }
 
 #[test]
@@ -598,7 +598,7 @@ fn pool(name: &str, addresses: &[&str], f: impl FnOnce(&mut AddressPool)) -> Add
     p
 }
 
-fn vips_of(p: &Plan) -> Vec<IpAddr> {
+fn vips_of(p: &Placement) -> Vec<IpAddr> {
     p.vips.iter().map(|v| v.vip).collect()
 }
 

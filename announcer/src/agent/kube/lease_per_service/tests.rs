@@ -261,8 +261,8 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
     let client = Client::try_from(cfg).unwrap();
     let node = me();
-    let plan = Plan {
-        vips: vec![crate::placement::eligibility::VipPlan {
+    let plan = Placement {
+        vips: vec![crate::placement::eligibility::VipPlacement {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
@@ -280,7 +280,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
     let (out_tx, mut out_rx) = mpsc::channel(8);
     let (stop, shutdown) = shutdown::channel();
     let stats = Arc::new(LeaseApiStats::default());
-    let cfg = Config {
+    let cfg = ServiceLeaseConfig {
         node,
         namespace: "announcer".into(),
         timing: T,
@@ -358,9 +358,9 @@ async fn lease_server() -> Client {
     Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
 }
 
-fn plan_for(nodes: &[&str]) -> Plan {
-    Plan {
-        vips: vec![crate::placement::eligibility::VipPlan {
+fn plan_for(nodes: &[&str]) -> Placement {
+    Placement {
+        vips: vec![crate::placement::eligibility::VipPlacement {
             vip: "10.0.0.5".parse().unwrap(),
             service: ServiceRef {
                 namespace: "default".into(),
@@ -380,11 +380,11 @@ fn plan_for(nodes: &[&str]) -> Plan {
 fn agent(
     client: &Client,
     node: &str,
-    plan: watch::Receiver<Plan>,
+    plan: watch::Receiver<Placement>,
 ) -> (mpsc::Receiver<Ownership>, shutdown::Trigger, JoinHandle<()>) {
     let (out_tx, out_rx) = mpsc::channel(8);
     let (stop, shutdown) = shutdown::channel();
-    let cfg = Config {
+    let cfg = ServiceLeaseConfig {
         node: NodeName::from(node),
         namespace: "announcer".into(),
         timing: Timing {
