@@ -349,7 +349,7 @@ impl Context {
         let Some(li) = self.net.ifaces.iter().find(|i| *i.name == **iface) else {
             return;
         };
-        let src = probe::Source {
+        let src = probe::ProbeSource {
             mac: li.mac.unwrap_or(MacAddr::ZERO),
             ipv4: li.addrs.iter().find_map(|a| match a.ip {
                 IpAddr::V4(v) => Some(v),

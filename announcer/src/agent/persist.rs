@@ -47,7 +47,8 @@ pub enum PersistError {
     },
 }
 
-/// The agent's state directory on the node.
+/// The agent's state directory on the node, opened: the handle its files are read and written
+/// through (the configured path is [`StateDirPath`](crate::agent::config::file::StateDirPath)).
 #[derive(Clone, Debug)]
 pub struct StateDir {
     path: PathBuf,

@@ -151,7 +151,7 @@ async fn api_ok_returns_after_an_outage_without_changes() {
             .iter()
             .filter(|w| w.client == "node-a")
             .count()
-            >= announcer::agent::kube::watch::Source::ALL.len()
+            >= announcer::agent::kube::watch::WatchedResource::ALL.len()
     })
     .await;
     c.wait_for("the agent trusts the API again", T, |c| c.api_ok(true))

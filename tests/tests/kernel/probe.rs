@@ -9,7 +9,7 @@ use std::{
 };
 
 use announcer::{
-    agent::net::probe::{Answer, Prober, Probes, Source},
+    agent::net::probe::{Answer, ProbeSource, Prober, Probes},
     election::IfaceName,
     wire::MacAddr,
 };
@@ -131,10 +131,10 @@ fn the_owner_answers_and_nobody_else_does() {
 fn with_probes<R: Send>(
     ns: &Netns,
     ipv4: Option<Ipv4Addr>,
-    f: impl AsyncFnOnce(Probes, mpsc::Receiver<Answer>, u32, Source) -> R + Send,
+    f: impl AsyncFnOnce(Probes, mpsc::Receiver<Answer>, u32, ProbeSource) -> R + Send,
 ) -> R {
     let ifindex = ifindex_of(ns, CLIENT_IF);
-    let src = Source {
+    let src = ProbeSource {
         mac: MacAddr(CLIENT_MAC),
         ipv4,
         ipv6: Some(link_local(ns, CLIENT_IF)),

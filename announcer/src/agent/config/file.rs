@@ -86,7 +86,7 @@ pub struct ConfigFile {
     /// `--xdp-mode`: `auto`, `native` or `generic`.
     pub xdp_mode: Option<XdpMode>,
     /// `--state-dir`: this node's heartbeat identity and incarnation counter.
-    pub state_dir: Option<StateDir>,
+    pub state_dir: Option<StateDirPath>,
 }
 
 /// `allocator:`.
@@ -181,16 +181,17 @@ fn checked_str<'de, D: Deserializer<'de>, T>(
     d.deserialize_str(V { expecting, check })
 }
 
-/// `stateDir`: an absolute path (the file is shared by every node, so a relative one would
-/// depend on each agent's working directory).
+/// The `stateDir` value: a path, which must be absolute (the file is shared by every node, so a
+/// relative one would depend on each agent's working directory). The directory, opened, is
+/// [`StateDir`](crate::agent::persist::StateDir).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateDir(pub PathBuf);
+pub struct StateDirPath(pub PathBuf);
 
-impl<'de> Deserialize<'de> for StateDir {
+impl<'de> Deserialize<'de> for StateDirPath {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         checked_str(d, "an absolute directory path", |s| {
             if Path::new(s).is_absolute() {
-                Ok(StateDir(PathBuf::from(s)))
+                Ok(StateDirPath(PathBuf::from(s)))
             } else {
                 Err(format!(
                     "invalid state directory {s:?}: not an absolute path"

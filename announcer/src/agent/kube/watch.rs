@@ -56,7 +56,7 @@ use crate::{
 
 /// One of the watched resources.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
+pub enum WatchedResource {
     /// Services, all namespaces.
     Services,
     /// EndpointSlices, all namespaces.
@@ -65,25 +65,25 @@ pub enum Source {
     Nodes,
     /// Node Leases in the agent's namespace.
     Leases,
-    /// `AddressPool`s (cluster-scoped). Optional: see [`Source::required`].
+    /// `AddressPool`s (cluster-scoped). Optional: see [`WatchedResource::required`].
     Pools,
 }
 
-impl Source {
+impl WatchedResource {
     /// Every source, in a fixed order.
-    pub const ALL: [Source; 5] = [
-        Source::Services,
-        Source::EndpointSlices,
-        Source::Nodes,
-        Source::Leases,
-        Source::Pools,
+    pub const ALL: [WatchedResource; 5] = [
+        WatchedResource::Services,
+        WatchedResource::EndpointSlices,
+        WatchedResource::Nodes,
+        WatchedResource::Leases,
+        WatchedResource::Pools,
     ];
 
     /// Whether the agent is healthy only once this watch has listed and while it works. The
     /// pools' is not required: without the CRD (or on an API server that has none) the
     /// agent announces what another IPAM assigned, as before pools existed.
     pub const fn required(self) -> bool {
-        !matches!(self, Source::Pools)
+        !matches!(self, WatchedResource::Pools)
     }
 
     fn index(self) -> usize {
@@ -93,11 +93,11 @@ impl Source {
     /// The resource's plural name, for logs and metric labels.
     pub const fn name(self) -> &'static str {
         match self {
-            Source::Services => "services",
-            Source::EndpointSlices => "endpointslices",
-            Source::Nodes => "nodes",
-            Source::Leases => "leases",
-            Source::Pools => "addresspools",
+            WatchedResource::Services => "services",
+            WatchedResource::EndpointSlices => "endpointslices",
+            WatchedResource::Nodes => "nodes",
+            WatchedResource::Leases => "leases",
+            WatchedResource::Pools => "addresspools",
         }
     }
 }
@@ -105,17 +105,17 @@ impl Source {
 /// How often each watch failed and was replaced, for metrics.
 #[derive(Debug, Default)]
 pub struct WatchCounters {
-    /// Per [`Source`] (in [`Source::ALL`] order): watches replaced after an error or the end
+    /// Per [`WatchedResource`] (in [`WatchedResource::ALL`] order): watches replaced after an error or the end
     /// of their stream.
-    restarts: [AtomicU64; Source::ALL.len()],
+    restarts: [AtomicU64; WatchedResource::ALL.len()],
     /// Per source: errors from the API server or the connection.
-    errors: [AtomicU64; Source::ALL.len()],
+    errors: [AtomicU64; WatchedResource::ALL.len()],
 }
 
 impl WatchCounters {
     /// `(source, restarts, errors)` for every source.
-    pub fn snapshot(&self) -> [(Source, u64, u64); Source::ALL.len()] {
-        Source::ALL.map(|s| {
+    pub fn snapshot(&self) -> [(WatchedResource, u64, u64); WatchedResource::ALL.len()] {
+        WatchedResource::ALL.map(|s| {
             (
                 s,
                 self.restarts[s.index()].load(Ordering::Relaxed),
@@ -139,13 +139,13 @@ pub enum WatchState {
 /// The health of all watches: healthy when every watch has listed and none is failing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthBoard {
-    states: [WatchState; Source::ALL.len()],
+    states: [WatchState; WatchedResource::ALL.len()],
 }
 
 impl Default for HealthBoard {
     fn default() -> Self {
         HealthBoard {
-            states: [WatchState::Starting; Source::ALL.len()],
+            states: [WatchState::Starting; WatchedResource::ALL.len()],
         }
     }
 }
@@ -153,7 +153,7 @@ impl Default for HealthBoard {
 impl HealthBoard {
     /// Records a successful event: `synced` when the event completes a (re)list. A starting
     /// watch becomes Ok only once synced; a failing one on any success. Returns the old state.
-    pub fn success(&mut self, s: Source, synced: bool) -> WatchState {
+    pub fn success(&mut self, s: WatchedResource, synced: bool) -> WatchState {
         let old = self.states[s.index()];
         if old == WatchState::Failing || synced {
             self.states[s.index()] = WatchState::Ok;
@@ -162,18 +162,18 @@ impl HealthBoard {
     }
 
     /// Records a failure. Returns the old state.
-    pub fn failure(&mut self, s: Source) -> WatchState {
+    pub fn failure(&mut self, s: WatchedResource) -> WatchState {
         std::mem::replace(&mut self.states[s.index()], WatchState::Failing)
     }
 
     /// The state of one watch.
-    pub fn state(&self, s: Source) -> WatchState {
+    pub fn state(&self, s: WatchedResource) -> WatchState {
         self.states[s.index()]
     }
 
-    /// Whether all required watches ([`Source::required`]) are listed and none is failing.
+    /// Whether all required watches ([`WatchedResource::required`]) are listed and none is failing.
     pub fn healthy(&self) -> bool {
-        Source::ALL
+        WatchedResource::ALL
             .iter()
             .filter(|s| s.required())
             .all(|s| self.states[s.index()] == WatchState::Ok)
@@ -252,7 +252,7 @@ struct WatchSignals {
 }
 
 impl WatchSignals {
-    fn success(&self, s: Source, synced: bool) {
+    fn success(&self, s: WatchedResource, synced: bool) {
         let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
         if b.success(s, synced) == WatchState::Failing {
             tracing::info!(watch = ?s, "watch recovered");
@@ -262,7 +262,7 @@ impl WatchSignals {
             .send_if_modified(|v| std::mem::replace(v, h) != h);
     }
 
-    fn failure(&self, s: Source, e: &watcher::Error) {
+    fn failure(&self, s: WatchedResource, e: &watcher::Error) {
         self.counters.errors[s.index()].fetch_add(1, Ordering::Relaxed);
         let mut b = self.board.lock().unwrap_or_else(|e| e.into_inner());
         let old = b.failure(s);
@@ -304,7 +304,7 @@ impl Watches {
 
         let (services, w) = reflector::store();
         tasks.push(spawn(
-            Source::Services,
+            WatchedResource::Services,
             Api::all(client.clone()),
             cfg(),
             w,
@@ -316,7 +316,7 @@ impl Watches {
         let (slices, w) = reflector::store();
         let c = cfg().labels(SERVICE_NAME_LABEL);
         tasks.push(spawn(
-            Source::EndpointSlices,
+            WatchedResource::EndpointSlices,
             Api::all(client.clone()),
             c,
             w,
@@ -332,7 +332,7 @@ impl Watches {
             }
         };
         tasks.push(spawn(
-            Source::Nodes,
+            WatchedResource::Nodes,
             Api::all(client.clone()),
             cfg(),
             w,
@@ -352,7 +352,7 @@ impl Watches {
         };
         let c = cfg().labels(lease_selector);
         tasks.push(spawn(
-            Source::Leases,
+            WatchedResource::Leases,
             Api::namespaced(client.clone(), namespace),
             c,
             w,
@@ -363,7 +363,7 @@ impl Watches {
 
         let (pools, w) = reflector::store::<AddressPool>();
         tasks.push(spawn(
-            Source::Pools,
+            WatchedResource::Pools,
             Api::all(client.clone()),
             cfg(),
             w,
@@ -398,7 +398,7 @@ impl Watches {
 /// Spawns one watch: `modify` trims each object before it is stored, `after` runs after each
 /// change has been applied to the store.
 fn spawn<K>(
-    source: Source,
+    source: WatchedResource,
     api: Api<K>,
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
@@ -466,7 +466,7 @@ impl RetryBackoff {
 /// end-of-list event marks the watch healthy again, and the store is swapped atomically, so
 /// objects deleted meanwhile disappear too.
 async fn drive<K>(
-    source: Source,
+    source: WatchedResource,
     (api, cfg, mut writer): (Api<K>, watcher::Config, reflector::store::Writer<K>),
     shared: Arc<WatchSignals>,
     mut shutdown: Shutdown,
@@ -524,10 +524,11 @@ async fn drive<K>(
             if changed {
                 after();
                 let signal = match source {
-                    Source::Services | Source::EndpointSlices | Source::Nodes | Source::Pools => {
-                        Some(&shared.changed)
-                    }
-                    Source::Leases => None,
+                    WatchedResource::Services
+                    | WatchedResource::EndpointSlices
+                    | WatchedResource::Nodes
+                    | WatchedResource::Pools => Some(&shared.changed),
+                    WatchedResource::Leases => None,
                 };
                 if let Some(s) = signal {
                     s.send_modify(|g| *g = g.wrapping_add(1));
@@ -628,17 +629,20 @@ mod tests {
     fn health_needs_every_watch_listed_and_none_failing() {
         let mut b = HealthBoard::default();
         assert!(!b.healthy());
-        for s in Source::ALL {
+        for s in WatchedResource::ALL {
             // Events before the list completes do not make a watch healthy.
             b.success(s, false);
             assert_eq!(b.state(s), WatchState::Starting);
             b.success(s, true);
         }
         assert!(b.healthy());
-        assert_eq!(b.failure(Source::Nodes), WatchState::Ok);
+        assert_eq!(b.failure(WatchedResource::Nodes), WatchState::Ok);
         assert!(!b.healthy());
         // The next successful event of the failed watch restores health.
-        assert_eq!(b.success(Source::Nodes, false), WatchState::Failing);
+        assert_eq!(
+            b.success(WatchedResource::Nodes, false),
+            WatchState::Failing
+        );
         assert!(b.healthy());
     }
 

@@ -14,7 +14,7 @@
 //!   is an ARP Probe (RFC 5227 §2.1.1), which cannot pollute the target's ARP cache.
 //! * IPv6: a unicast Neighbor Solicitation as in Neighbor Unreachability Detection
 //!   (RFC 4861 §7.2.2, §7.3.1): IPv6 destination the VIP itself, Ethernet destination the
-//!   target MAC, source our address on the link (link-local), with a Source Link-Layer Address
+//!   target MAC, source our address on the link (link-local), with a ProbeSource Link-Layer Address
 //!   option, hop limit 255.
 //!
 //! # Only an answer to the probe just sent counts
@@ -183,7 +183,7 @@ pub enum ProbeError {
 
 /// What a probe is sent from: our side of the link.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Source {
+pub struct ProbeSource {
     /// Our MAC on the interface.
     pub mac: MacAddr,
     /// Our IPv4 address on it, if any (else ARP probes are sent from 0.0.0.0).
@@ -197,7 +197,7 @@ pub struct Source {
 /// The probe frame asking `target` whether it has `vip`, carrying `nonce` in its Ethernet
 /// trailer (see the [module docs](self)).
 pub fn probe_frame(
-    src: &Source,
+    src: &ProbeSource,
     vip: IpAddr,
     target: MacAddr,
     nonce: Nonce,
@@ -571,7 +571,7 @@ impl Ledger {
 #[derive(Debug)]
 pub struct Prober {
     sock: PacketSocket,
-    src: Source,
+    src: ProbeSource,
     shared: Ledger,
 }
 
@@ -584,7 +584,7 @@ impl Prober {
         our_ipv4: Option<Ipv4Addr>,
         our_ipv6_link_local: Option<Ipv6Addr>,
     ) -> Result<Self, ProbeError> {
-        let src = Source {
+        let src = ProbeSource {
             mac: our_mac,
             ipv4: our_ipv4,
             ipv6: our_ipv6_link_local,
@@ -593,7 +593,7 @@ impl Prober {
         Self::open_shared(ifindex, src, Ledger::default())
     }
 
-    fn open_shared(ifindex: u32, src: Source, shared: Ledger) -> Result<Self, ProbeError> {
+    fn open_shared(ifindex: u32, src: ProbeSource, shared: Ledger) -> Result<Self, ProbeError> {
         if !src.mac.is_unicast() {
             return Err(ProbeError::NotUnicast { mac: src.mac });
         }
@@ -623,7 +623,7 @@ impl Prober {
     }
 
     /// What probes are sent from.
-    pub fn source(&self) -> &Source {
+    pub fn source(&self) -> &ProbeSource {
         &self.src
     }
 
@@ -954,7 +954,7 @@ impl Probes {
         &mut self,
         iface: &IfaceName,
         ifindex: u32,
-        src: Source,
+        src: ProbeSource,
         vip: IpAddr,
         target: MacAddr,
         window: Duration,

@@ -21,8 +21,8 @@ fn ll() -> Ipv6Addr {
     "fe80::2".parse().unwrap()
 }
 
-fn src(ipv4: Option<Ipv4Addr>, vlan: Option<u16>) -> Source {
-    Source {
+fn src(ipv4: Option<Ipv4Addr>, vlan: Option<u16>) -> ProbeSource {
+    ProbeSource {
         mac: OURS,
         ipv4,
         ipv6: Some(ll()),
@@ -128,7 +128,7 @@ fn every_probe_gets_its_own_nonce() {
 
 #[test]
 fn bad_probes_are_refused() {
-    let no_v6 = Source {
+    let no_v6 = ProbeSource {
         ipv6: None,
         ..src(None, None)
     };
