@@ -213,7 +213,7 @@ impl Context {
             .collect()
     }
 
-    /// The links to publish in our Lease (`None` without a data plane: then every VIP is
+    /// The links to write in our Lease (`None` without a data plane: then every VIP is
     /// "announced" nowhere, and peers need not know where).
     pub(super) fn links(&self) -> Option<Vec<crate::election::Link>> {
         self.net
@@ -319,7 +319,7 @@ impl Context {
             self.report.reported.insert(key);
             tracing::warn!(service = %p.service, vip = ?p.vip, reason = p.reason.event_reason(), "{}", p.message);
             if reporter(&p.service.to_string()) {
-                self.kube.events.publish(
+                self.kube.events.record(
                     &p.service,
                     EventType::Warning,
                     p.reason.event_reason(),
@@ -367,7 +367,8 @@ impl Context {
         }
     }
 
-    pub(super) fn publish(&self, state: AgentState) {
+    /// Publishes `state` as the `/state` document (also the loop's liveness beacon).
+    pub(super) fn publish_state(&self, state: AgentState) {
         self.report.published.set(state);
     }
 }

@@ -82,11 +82,11 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), AgentError> {
                 while let Ok(o) = owns.try_recv() {
                     apply(&mut ctx, &mut owned, o, &node, &mut counts);
                 }
-                ctx.publish(state(&ctx, &owned, &counts));
+                ctx.publish_state(state(&ctx, &owned, &counts));
                 return Ok(());
             }
         }
-        ctx.publish(state(&ctx, &owned, &counts));
+        ctx.publish_state(state(&ctx, &owned, &counts));
     }
 }
 
@@ -134,7 +134,7 @@ fn apply(
         tracing::info!(%vip, service = %o.service, "{note}");
         ctx.kube
             .events
-            .publish(&o.service, EventType::Normal, "Announcing", &note);
+            .record(&o.service, EventType::Normal, "Announcing", &note);
         owned.insert(vip, (iface, o.service.clone()));
     }
 }

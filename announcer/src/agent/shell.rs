@@ -26,7 +26,7 @@ use super::{
     error::AgentError,
     kube::{
         events::{announce_event_type, node_event_type},
-        node_lease::{self, NodeLease, PeerLease, Published, WriteBody},
+        node_lease::{self, LeaseContents, NodeLease, PeerLease, WriteBody},
         watch::LeaseEvent,
     },
     metrics::{LossTracker, Recorder},
@@ -109,7 +109,7 @@ struct Shell {
     node: NodeName,
     socket: HeartbeatSocket,
     lease: Arc<NodeLease>,
-    /// Our heartbeat key, as published in our Lease.
+    /// Our heartbeat key, as written in our Lease.
     public: PublicKey,
     sealer: Sealer,
     keyring: Arc<RwLock<Keyring>>,
@@ -144,7 +144,7 @@ struct Shell {
 }
 
 impl Shell {
-    /// Binds the heartbeat socket, loads this node's identity and incarnation, publishes its
+    /// Binds the heartbeat socket, loads this node's identity and incarnation, writes its
     /// Lease, and gives the core what is known before the first input: entries left from a
     /// previous run, the watches' health, the VIPs.
     fn start(mut ctx: Context) -> Result<Self, AgentError> {
@@ -173,7 +173,7 @@ impl Shell {
         let incarnation = state_dir.next_incarnation(heartbeat_socket::incarnation_now())?;
         let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
         let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
-        lease.publish(Published {
+        lease.set_contents(LeaseContents {
             key: Some(public.to_string()),
             links: ctx.links(),
         });
@@ -338,7 +338,7 @@ impl Shell {
         a.into()
     }
 
-    /// Re-reads the interfaces; if anything the plan depends on changed, republishes our links
+    /// Re-reads the interfaces; if anything the plan depends on changed, rewrites our links
     /// and gives the core the link states and the VIPs again.
     fn link_check(&mut self) -> Vec<Input> {
         self.ctx.refresh_interfaces();
@@ -347,7 +347,7 @@ impl Shell {
         if self.last_plan_inputs.as_ref() != Some(&fingerprint) {
             self.last_plan_inputs = Some(fingerprint);
             // Peers learn new links with our next renewal.
-            self.lease.publish(Published {
+            self.lease.set_contents(LeaseContents {
                 key: Some(self.public.to_string()),
                 links: self.ctx.links(),
             });
@@ -383,7 +383,7 @@ impl Shell {
             let owned = self
                 .owned
                 .get(&self.core, &self.services, self.services_version);
-            self.ctx.publish(state(&self.core, &self.ctx, owned));
+            self.ctx.publish_state(state(&self.core, &self.ctx, owned));
             self.last_publish = Instant::now();
         }
         exit
@@ -457,14 +457,14 @@ impl Shell {
                 message,
                 ..
             } => {
-                // Logged by `publish`, also when the Event itself is not written.
+                // Logged by `record`, also when the Event itself is not written.
                 let (type_, reason) = announce_event_type(&kind);
-                ctx.kube.events.publish(&service, type_, reason, &message);
+                ctx.kube.events.record(&service, type_, reason, &message);
             }
             Output::NodeEvent { kind, message } => {
-                // Logged by `publish_on_node`.
+                // Logged by `record_on_node`.
                 let (type_, reason) = node_event_type(&kind);
-                ctx.kube.events.publish_on_node(type_, reason, &message);
+                ctx.kube.events.record_on_node(type_, reason, &message);
             }
             Output::Exit => return true,
         }
@@ -550,7 +550,7 @@ fn learn_key(node: &NodeName, key: Option<&str>, keyring: &RwLock<Keyring>, ctx:
     match keys.set_peer(node.clone(), parsed) {
         Ok(PeerKeyChange::Changed) => {
             ctx.report.recorder.peer_key_changed(node);
-            ctx.kube.events.publish_on_node(
+            ctx.kube.events.record_on_node(
                 kube::runtime::events::EventType::Warning,
                 "PeerKeyChanged",
                 &format!(

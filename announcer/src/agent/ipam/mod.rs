@@ -448,7 +448,7 @@ impl Leader {
                 if before.is_some_and(|b| b.contains(p)) {
                     continue;
                 }
-                self.publish(key, uids.get(key).cloned(), p);
+                self.record_problem(key, uids.get(key).cloned(), p);
             }
             if !problems.is_empty() {
                 now.insert(key.clone(), problems);
@@ -457,7 +457,7 @@ impl Leader {
         self.reported = now;
     }
 
-    fn publish(&self, key: &ServiceKey, uid: Option<String>, p: &Problem) {
+    fn record_problem(&self, key: &ServiceKey, uid: Option<String>, p: &Problem) {
         tracing::warn!(service = %key, reason = p.reason.as_str(), "{}", p.message);
         let reference = ObjectReference {
             api_version: Some("v1".to_owned()),

@@ -3,8 +3,8 @@
 //! Why Events: they are where users look first (`kubectl describe service`), next to the
 //! Service itself. Why this wrapper around [`kube::runtime::events::Recorder`]:
 //!
-//! * Publishing must never stall or fail the agent: the API server may be slow or down exactly
-//!   when failover happens. [`Events::publish`] returns at once; the write runs in a spawned
+//! * Recording must never stall or fail the agent: the API server may be slow or down exactly
+//!   when failover happens. [`Events::record`] returns at once; the write runs in a spawned
 //!   task, and failures are logged and counted.
 //! * The recorder folds repeats into a series keyed on (type, action, reason, object) but
 //!   *not* the note, so two different notes with one reason ("announcing 10.0.0.5", then
@@ -16,7 +16,7 @@
 //! * `kubectl describe` finds Events by the object's UID, so the reference carries the
 //!   Service's UID when the Service store knows it ([`Events::with_services`]).
 //!
-//! Every published Event is also logged (info for Normal, warn for Warning), so callers do not
+//! Every recorded Event is also logged (info for Normal, warn for Warning), so callers do not
 //! log the same line again.
 
 use std::{
@@ -162,7 +162,7 @@ impl Bucket {
     }
 }
 
-/// Publishes Events on Services without ever blocking or failing the caller.
+/// Records Events on Services (and this Node) without ever blocking or failing the caller.
 #[derive(Clone)]
 pub struct Events {
     client: Client,
@@ -172,14 +172,14 @@ pub struct Events {
     bucket: Arc<Mutex<Bucket>>,
     counters: Arc<Counters>,
     /// Where the writes run: the runtime `new` was called on (the agent's API side), also when
-    /// [`publish`](Self::publish) is called from the election thread, so Event writes never
+    /// [`record`](Self::record) is called from the election thread, so Event writes never
     /// take turns with heartbeats.
     rt: Option<tokio::runtime::Handle>,
 }
 
 impl Events {
     /// Events reported by [`CONTROLLER`] from instance `node`, written on the current tokio
-    /// runtime (or, outside any, on the one current at each publish).
+    /// runtime (or, outside any, on the one current at each record).
     pub fn new(client: Client, node: &NodeName) -> Self {
         Events {
             rt: tokio::runtime::Handle::try_current().ok(),
@@ -230,15 +230,15 @@ impl Events {
     /// Records an Event on `service` (and logs it), unless the same was sent within the
     /// window. Returns at once; must be called within a tokio runtime (otherwise the Event is
     /// logged, counted as failed and dropped).
-    pub fn publish(&self, service: &ServiceRef, type_: EventType, reason: &str, note: &str) {
+    pub fn record(&self, service: &ServiceRef, type_: EventType, reason: &str, note: &str) {
         let reference = self.reference(service);
-        self.publish_to(service, reference, type_, reason, note);
+        self.record_on(service, reference, type_, reason, note);
     }
 
-    /// Like [`publish`](Self::publish), about this node rather than a Service: recorded on
+    /// Like [`record`](Self::record), about this node rather than a Service: recorded on
     /// the Node (`kubectl describe node` shows it). Its UID is the node name, as the kubelet's
     /// own node Events have it.
-    pub fn publish_on_node(&self, type_: EventType, reason: &str, note: &str) {
+    pub fn record_on_node(&self, type_: EventType, reason: &str, note: &str) {
         let Some(node) = self.reporter.instance.clone() else {
             return;
         };
@@ -254,10 +254,10 @@ impl Events {
             namespace: String::new(),
             name: format!("node/{node}"),
         };
-        self.publish_to(&object, reference, type_, reason, note);
+        self.record_on(&object, reference, type_, reason, note);
     }
 
-    fn publish_to(
+    fn record_on(
         &self,
         service: &ServiceRef,
         reference: ObjectReference,
@@ -436,7 +436,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn publish_never_fails_the_caller_and_counts() {
+    async fn recording_never_fails_the_caller_and_counts() {
         // Nothing listens on port 1: the write fails in the background, the caller never sees it.
         let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let ev = Events::new(Client::try_from(cfg).unwrap(), &NodeName::from("node-b"));
@@ -444,13 +444,13 @@ mod tests {
             namespace: "default".into(),
             name: "web".into(),
         };
-        ev.publish(
+        ev.record(
             &svc,
             EventType::Normal,
             "Announcing",
             "announcing 10.0.0.5 from node-b on eth1",
         );
-        ev.publish(
+        ev.record(
             &svc,
             EventType::Normal,
             "Announcing",

@@ -108,12 +108,12 @@ pub fn parse_links(value: &str) -> Result<Vec<Link>, String> {
         .collect()
 }
 
-/// What this node publishes in its Lease besides its renewal.
+/// The contents of this node's Lease besides its renewal: what peers read from it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Published {
+pub struct LeaseContents {
     /// Its heartbeat public key.
     pub key: Option<String>,
-    /// Its links (`None`: publish none).
+    /// Its links (`None`: none written).
     pub links: Option<Vec<Link>>,
 }
 
@@ -124,7 +124,7 @@ pub struct WriteBody {
     pub release: bool,
     /// Stepped back.
     pub standby: bool,
-    /// Peers exchanging heartbeats with it both ways (`None`: publish nothing).
+    /// Peers exchanging heartbeats with it both ways (`None`: nothing written).
     pub connected: Option<u32>,
 }
 
@@ -350,7 +350,7 @@ pub struct NodeLease {
     /// `acquireTime` to keep on replaces: when this process first wrote the Lease.
     acquired: Mutex<Option<Timestamp>>,
     /// Key and links, as last set by the shell; sent with every write.
-    published: Mutex<Published>,
+    contents: Mutex<LeaseContents>,
 }
 
 impl NodeLease {
@@ -369,14 +369,14 @@ impl NodeLease {
             heartbeat,
             duration,
             acquired: Mutex::new(None),
-            published: Mutex::new(Published::default()),
+            contents: Mutex::new(LeaseContents::default()),
         }
     }
 
-    /// Sets what the next writes publish. Returns whether it changed (the caller may then
+    /// Sets what the next writes carry. Returns whether it changed (the caller may then
     /// renew early so peers learn it sooner).
-    pub fn publish(&self, p: Published) -> bool {
-        let mut cur = self.published.lock().unwrap_or_else(|e| e.into_inner());
+    pub fn set_contents(&self, p: LeaseContents) -> bool {
+        let mut cur = self.contents.lock().unwrap_or_else(|e| e.into_inner());
         let changed = *cur != p;
         *cur = p;
         changed
@@ -414,7 +414,7 @@ impl NodeLease {
             annotations.insert(CONNECTED_ANNOTATION.to_owned(), c.to_string());
         }
         {
-            let p = self.published.lock().unwrap_or_else(|e| e.into_inner());
+            let p = self.contents.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(k) = &p.key {
                 annotations.insert(KEY_ANNOTATION.to_owned(), k.clone());
             }
@@ -792,7 +792,7 @@ mod tests {
                 fallback: false,
             },
         ];
-        assert!(nl.publish(Published {
+        assert!(nl.set_contents(LeaseContents {
             key: Some("a2V5".into()),
             links: Some(links.clone()),
         }));

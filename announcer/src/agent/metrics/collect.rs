@@ -2,7 +2,7 @@
 //!
 //! Why at scrape time: the data plane's counters are per-CPU map values that only the kernel
 //! updates, and the agent's counters are kept by their owners (the core, the heartbeat socket,
-//! the Event publisher, the watches). Reading them when scraped costs nothing between scrapes
+//! the Event recorder, the watches). Reading them when scraped costs nothing between scrapes
 //! and is never stale; polling them into metric objects would be both.
 
 use std::{
@@ -86,7 +86,7 @@ impl Sources {
         self.with(|i| i.heartbeat = Some(stats));
     }
 
-    /// The Event publisher's counters.
+    /// The Event recorder's counters.
     pub fn set_events(&self, events: Events) {
         self.with(|i| i.events = Some(events));
     }

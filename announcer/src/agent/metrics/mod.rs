@@ -3,7 +3,7 @@
 //!
 //! Why two kinds of metric: most numbers already exist somewhere — the election core counts
 //! takeovers, handovers and overlaps ([`crate::election::ElectionStats`]), the heartbeat socket
-//! counts what it sent and rejected, the Event publisher and the watches count their failures,
+//! counts what it sent and rejected, the Event recorder and the watches count their failures,
 //! and the XDP program counts every answer in per-CPU maps. Copying them into metric objects
 //! on a timer would add a loop and a lag, so [`collect::Collector`] reads them *at scrape
 //! time* (the per-CPU map values summed over CPUs, as `announcer status` does). What exists
