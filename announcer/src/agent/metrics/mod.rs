@@ -241,7 +241,7 @@ impl Metrics {
         // Counters are registered without `_total`: the encoder appends it.
         registry.register(
             "announcer_heartbeat_missed",
-            "Heartbeats from a peer that never arrived (gaps in its sequence numbers)",
+            "Heartbeats from a peer estimated lost, from the gaps between the send times of those that arrived (a gap of k heartbeat intervals counts k - 1)",
             recorder.heartbeat_missed.clone(),
         );
         registry.register(

@@ -279,6 +279,19 @@ fn loss_is_estimated_from_send_time_gaps_within_an_incarnation() {
 }
 
 #[test]
+fn the_missed_heartbeat_help_says_loss_is_estimated_from_send_time_gaps() {
+    let m = Metrics::new();
+    m.recorder().heartbeat(&NodeName::from("node-b"), 1, 0.001);
+    let text = m.encode();
+    let help = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# HELP announcer_heartbeat_missed "))
+        .expect("the family has a HELP line");
+    assert!(help.contains("send times"), "{help}");
+    assert!(!help.contains("sequence"), "{help}");
+}
+
+#[test]
 fn beats_a_peer_sends_to_others_are_not_counted_as_lost() {
     // Each peer's datagrams take their own sequence numbers from the sender's one counter, so
     // in a three-node cluster node-a sees node-b's sequence grow by two per beat.
