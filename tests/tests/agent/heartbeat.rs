@@ -3,7 +3,11 @@
 
 use std::{
     net::SocketAddr,
-    sync::{Arc, Mutex, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
 };
 
 use announcer::{
@@ -12,7 +16,7 @@ use announcer::{
     heartbeat::{Identity, Keyring, PeerKeyChange, Reject, Sealer, Verified, Verifier},
     wire::MacAddr,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 const INC: u64 = 1_700_000_000_000_000_000;
 
@@ -44,14 +48,15 @@ fn ring(own: Identity, peers: &[(&str, &Identity)]) -> Keyring {
     k
 }
 
-/// One agent's heartbeat endpoint on 127.0.0.1, with its receive loop running.
+/// One agent's heartbeat endpoint on 127.0.0.1, with its receiving thread running (as the
+/// agent runs it).
 struct Agent {
     sock: HeartbeatSocket,
     addr: SocketAddr,
     keyring: Arc<RwLock<Keyring>>,
     beats: mpsc::Receiver<Verified>,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<()>,
 }
 
 impl Agent {
@@ -61,21 +66,20 @@ impl Agent {
         let verifier = Arc::new(Mutex::new(Verifier::new(NodeName::from(node))));
         let keyring = Arc::new(RwLock::new(keyring));
         let (tx, beats) = mpsc::channel(16);
-        let (stop, stopped) = oneshot::channel::<()>();
-        let (rx, ring) = (sock.clone(), keyring.clone());
-        let task = tokio::spawn(async move {
-            rx.receive(verifier, ring, tx, async {
-                let _ = stopped.await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = sock
+            .spawn_receiver(verifier, keyring.clone(), tx, move || {
+                stopped.load(Ordering::Relaxed)
             })
-            .await;
-        });
+            .unwrap();
         Agent {
             sock,
             addr,
             keyring,
             beats,
-            stop: Some(stop),
-            task,
+            stop,
+            thread,
         }
     }
 
@@ -91,9 +95,13 @@ impl Agent {
             .unwrap()
     }
 
-    async fn shut_down(mut self) {
-        self.stop.take().unwrap().send(()).unwrap();
-        self.task.await.unwrap();
+    async fn shut_down(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let thread = self.thread;
+        tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .unwrap()
+            .unwrap();
     }
 }
 

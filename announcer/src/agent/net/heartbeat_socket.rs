@@ -8,10 +8,8 @@
 //! so the counters can become metrics.
 //!
 //! Sending is best effort and never waits: a heartbeat that cannot be sent now is worth
-//! nothing later, the next one follows within a period. Receiving runs as a task
-//! ([`HeartbeatSocket::receive`]) until its shutdown future completes, like
-//! [`crate::dataplane::logs::forward`]; the agent runs it on a thread of its own
-//! ([`HeartbeatSocket::spawn_receiver`]).
+//! nothing later, the next one follows within a period. Receiving runs on a thread of its own
+//! ([`HeartbeatSocket::spawn_receiver`]) until the agent stops.
 //!
 //! # Floods
 //!
@@ -33,9 +31,7 @@
 //!   whose runtime also reads probe answers and runs the core's timers.
 
 use std::{
-    fmt,
-    future::Future,
-    io,
+    fmt, io,
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
     os::fd::AsFd,
     sync::{
@@ -51,7 +47,7 @@ use nix::{
     poll::{PollFd, PollFlags, PollTimeout, poll},
 };
 
-use tokio::{net::UdpSocket, sync::mpsc};
+use tokio::sync::mpsc;
 
 use crate::{
     election::NodeName,
@@ -148,13 +144,12 @@ pub struct SendReport {
 }
 
 /// The UDP socket heartbeats travel on. Cheap to clone: clones share the socket and the
-/// counters, so one task can receive while another sends.
+/// counters, so one thread can receive while another sends.
 #[derive(Clone, Debug)]
 pub struct HeartbeatSocket {
-    /// The socket, non-blocking. [`Self::receive`] registers a duplicate of it with the tokio
-    /// runtime it runs on (so the receiving runtime, not the binding one, polls it); sends go
-    /// out on it directly and never wait: tokio's `try_send_to` would refuse until a reactor
-    /// has seen the socket writable.
+    /// The socket, non-blocking: the receiving thread polls it with `poll(2)`, and sends go
+    /// out on it directly and never wait (tokio's `try_send_to` would refuse until a reactor
+    /// had seen the socket writable).
     sock: Arc<std::net::UdpSocket>,
     stats: Arc<HeartbeatStats>,
     /// Told of each authenticated rejection, if set.
@@ -236,9 +231,14 @@ impl HeartbeatSocket {
         report
     }
 
-    /// Receives until `shutdown` completes or `out` is closed: verifies each datagram with
-    /// `verifier` against the peers' keys in `keyring`, and forwards the heartbeats that
-    /// pass, counting the others by reason.
+    /// Receives on a new thread named `heartbeats` until `stopped()` says so (checked at least
+    /// every 200 ms) or `out` is closed: verifies each datagram with `verifier` against the
+    /// peers' keys in `keyring`, and forwards the heartbeats that pass, counting the others by
+    /// reason.
+    ///
+    /// The thread blocks in `poll(2)` (no runtime of its own: at 26 heartbeats a second, one
+    /// was 0.25 % of a core), so that a flood on the heartbeat port costs that thread, not the
+    /// election's (see the module docs).
     ///
     /// Both are shared so that the caller can [`forget`](Verifier::forget) peers and
     /// [`set_peer`](Keyring::set_peer)/[`remove_peer`](Keyring::remove_peer) from the Leases
@@ -252,55 +252,6 @@ impl HeartbeatSocket {
     /// reason, e.g. "heartbeats from node-b are rejected: ... (its clock is 10.2 s ahead)".
     /// Every other rejection is only counted, and summed up at debug level at most once per
     /// [`REJECT_SUMMARY_EVERY`].
-    ///
-    /// Must be called within a tokio runtime, which then polls the socket. If it cannot
-    /// register the socket with it (the descriptor table is full), the failure is counted as a
-    /// receive error, logged, and nothing is received.
-    pub async fn receive(
-        &self,
-        verifier: Arc<Mutex<Verifier>>,
-        keyring: Arc<RwLock<Keyring>>,
-        out: mpsc::Sender<Verified>,
-        shutdown: impl Future<Output = ()>,
-    ) {
-        let rx = match self.sock.try_clone().and_then(UdpSocket::from_std) {
-            Ok(rx) => rx,
-            Err(error) => {
-                HeartbeatStats::bump(&self.stats.receive_errors);
-                tracing::error!(%error, "cannot receive heartbeats");
-                return;
-            }
-        };
-        tokio::pin!(shutdown);
-        // One byte more than the largest heartbeat, so an oversized datagram is not read as
-        // a complete one.
-        let mut buf = vec![0u8; MAX_DATAGRAM + 1];
-        let mut judge = Judge::new(self, verifier, keyring);
-        loop {
-            let (n, from) = tokio::select! {
-                () = &mut shutdown => return,
-                () = out.closed() => return,
-                r = rx.recv_from(&mut buf) => match r {
-                    Ok(r) => r,
-                    Err(error) => {
-                        judge.receive_error(&error);
-                        continue;
-                    }
-                },
-            };
-            if let Some(v) = judge.datagram(&buf[..n], from)
-                && out.send(v).await.is_err()
-            {
-                return;
-            }
-        }
-    }
-
-    /// Does what [`receive`](Self::receive) does, on a new thread named `heartbeats` that
-    /// blocks in `poll(2)` (no runtime of its own: at 26 heartbeats a second, one was 0.25 % of
-    /// a core), until `stopped()` says so (checked at least every 200 ms) or `out` is closed.
-    /// The agent receives this way so that a flood on the heartbeat port costs that thread,
-    /// not the election's (see the module docs).
     pub fn spawn_receiver(
         &self,
         verifier: Arc<Mutex<Verifier>>,
@@ -349,7 +300,7 @@ impl HeartbeatSocket {
     }
 }
 
-/// What the receive loops do with each datagram: verify, count, forward or log.
+/// What the receive loop does with each datagram: verify, count, forward or log.
 struct Judge<'a> {
     socket: &'a HeartbeatSocket,
     verifier: Arc<Mutex<Verifier>>,
