@@ -685,11 +685,13 @@ async fn from_cluster(
 }
 
 #[cfg(test)]
+mod golden;
+#[cfg(test)]
 mod tests {
     use super::*;
 
     /// A pool with every pool field set, and one advertisement for all pools.
-    const FULL: &str = "
+    pub(super) const FULL: &str = "
 apiVersion: metallb.io/v1beta1
 kind: IPAddressPool
 metadata: {name: prod, namespace: metallb-system, labels: {tier: prod}}
@@ -711,7 +713,7 @@ kind: L2Advertisement
 metadata: {name: all, namespace: metallb-system}
 ";
 
-    fn pool_doc(name: &str, labels: &str, spec_extra: &str) -> String {
+    pub(super) fn pool_doc(name: &str, labels: &str, spec_extra: &str) -> String {
         format!(
             "---\napiVersion: metallb.io/v1beta1\nkind: IPAddressPool\nmetadata: {{name: {name}, \
              namespace: metallb-system, labels: {{{labels}}}}}\nspec:\n  addresses: \
@@ -719,7 +721,7 @@ metadata: {name: all, namespace: metallb-system}
         )
     }
 
-    fn ad_doc(name: &str, spec: &str) -> String {
+    pub(super) fn ad_doc(name: &str, spec: &str) -> String {
         format!(
             "---\napiVersion: metallb.io/v1beta1\nkind: L2Advertisement\nmetadata: {{name: \
              {name}, namespace: metallb-system}}\nspec:\n{spec}\n"

@@ -430,4 +430,6 @@ impl ConfigFile {
 }
 
 #[cfg(test)]
+mod golden;
+#[cfg(test)]
 mod tests;

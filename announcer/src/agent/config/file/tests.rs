@@ -60,10 +60,8 @@ fn shipped_file_is_valid_and_states_the_defaults() {
     assert_eq!(format!("{a:?}"), format!("{:?}", without.0));
 }
 
-#[test]
-fn every_key_is_applied() {
-    let f = TempFile::new(
-        r#"
+/// A file that sets every key but `classOnly` and `allocator` (also a golden fixture).
+pub(super) const EVERY_KEY: &str = r#"
 loadBalancerClass: example.com/l2
 serviceSelector: "l2=true,tier in (web)"
 nodeSelector: "!node-role.kubernetes.io/control-plane"
@@ -81,8 +79,11 @@ warmup: 1s
 handoverTimeout: 3s
 xdpMode: generic
 stateDir: /var/lib/announcer-test
-"#,
-    );
+"#;
+
+#[test]
+fn every_key_is_applied() {
+    let f = TempFile::new(EVERY_KEY);
     let a = parse(&["--config", f.0.to_str().expect("utf-8")]).expect("valid");
     a.validate().expect("consistent");
     assert_eq!(a.load_balancer_class, "example.com/l2");
