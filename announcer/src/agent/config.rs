@@ -9,6 +9,7 @@
 //! of the parser gets the merged settings without knowing a file exists.
 
 pub mod file;
+pub mod yaml;
 
 use std::{
     net::SocketAddr,

@@ -55,7 +55,10 @@ use kube::core::{Selector, SelectorExt as _};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::ipam::{AddressPool, AddressPoolSpec};
+use crate::{
+    agent::config::yaml::{self, YamlError},
+    ipam::{AddressPool, AddressPoolSpec},
+};
 
 /// MetalLB's API group.
 const METALLB_GROUP: &str = "metallb.io";
@@ -132,7 +135,10 @@ pub struct Conversion {
 pub enum MigrateError {
     /// A document is not YAML.
     #[error("not YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(#[from] YamlError),
+    /// The pools cannot be printed as YAML.
+    #[error("cannot print YAML: {0}")]
+    Print(#[from] serde_saphyr::SerializeError),
     /// A MetalLB object does not have the shape of its kind.
     #[error("{kind} {name}: {source}")]
     Malformed {
@@ -242,8 +248,7 @@ struct L2AdvertisementSpec {
 /// documents dropped.
 pub fn parse_documents(text: &str) -> Result<Vec<Value>, MigrateError> {
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc)?;
+    for v in yaml::documents(text)? {
         flatten(v, &mut out);
     }
     Ok(out)
@@ -562,7 +567,7 @@ pub fn to_yaml(pools: &[AddressPool]) -> Result<String, MigrateError> {
             spec.insert("avoidBuggyIPs".into(), b);
         }
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&v)?);
+        out.push_str(&yaml::to_string(&v)?);
     }
     Ok(out)
 }

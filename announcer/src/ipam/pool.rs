@@ -113,16 +113,16 @@ mod tests {
     /// The property names the CRD's schema declares at `path` (e.g. `["spec"]`).
     fn crd_properties(path: &[&str]) -> BTreeSet<String> {
         let text = include_str!("../../../deploy/crds/addresspool.yaml");
-        let crd: serde_yaml::Value = serde_yaml::from_str(text).expect("the CRD parses");
+        let crd: serde_json::Value = serde_saphyr::from_str(text).expect("the CRD parses");
         let mut node = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
         for p in path {
             node = &node["properties"][*p];
         }
         node["properties"]
-            .as_mapping()
+            .as_object()
             .expect("properties")
             .keys()
-            .filter_map(|k| k.as_str().map(String::from))
+            .cloned()
             .collect()
     }
 

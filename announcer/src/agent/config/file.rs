@@ -20,7 +20,10 @@ use std::{
 
 use serde::{Deserialize, Deserializer, de};
 
-use super::{AgentFlags, Election, XdpMode};
+use super::{
+    AgentFlags, Election, XdpMode,
+    yaml::{self, YamlError},
+};
 use crate::placement::selector;
 
 /// A configuration file that cannot be used.
@@ -41,7 +44,7 @@ pub enum ConfigFileError {
         /// The file.
         path: PathBuf,
         /// What is wrong, where.
-        error: serde_yaml::Error,
+        error: YamlError,
     },
 }
 
@@ -262,15 +265,15 @@ const REMOVED: &[(&str, &str, &str)] = &[(
 )];
 
 /// Rewrites serde's "unknown field" error for a [`REMOVED`] key, keeping the position.
-fn explain_removed(e: serde_yaml::Error) -> serde_yaml::Error {
-    let msg = e.to_string();
+fn explain_removed(e: YamlError) -> YamlError {
     for (section, key, why) in REMOVED {
-        if msg.starts_with(&format!("{section}: unknown field `{key}`,")) {
-            let at = e
-                .location()
-                .map(|l| format!(" at line {} column {}", l.line(), l.column()))
-                .unwrap_or_default();
-            return de::Error::custom(format!("{section}.{key}: this key was removed: {why}{at}"));
+        if e.path.as_deref() == Some(*section)
+            && e.message.starts_with(&format!("unknown field `{key}`,"))
+        {
+            return e.with_message(
+                Some(format!("{section}.{key}")),
+                format!("this key was removed: {why}"),
+            );
         }
     }
     e
@@ -278,8 +281,8 @@ fn explain_removed(e: serde_yaml::Error) -> serde_yaml::Error {
 
 impl ConfigFile {
     /// Parses YAML text. An empty document (or only comments) is an empty configuration.
-    pub fn parse(text: &str) -> Result<ConfigFile, serde_yaml::Error> {
-        serde_yaml::from_str::<Option<ConfigFile>>(text)
+    pub fn parse(text: &str) -> Result<ConfigFile, YamlError> {
+        yaml::from_str::<Option<ConfigFile>>(text)
             .map(Option::unwrap_or_default)
             .map_err(explain_removed)
     }
