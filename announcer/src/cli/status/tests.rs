@@ -178,3 +178,53 @@ fn an_unreachable_agent_is_said_and_the_maps_still_shown() {
         "data plane: not loaded on any interface (pin root /x)\n"
     );
 }
+
+/// A report with a row of every kind: VIPs owned here, owned on an interface without a data
+/// plane, added by hand, permanent on a VLAN, expired; peers alive, out, leaving.
+fn every_kind_of_row() -> Report {
+    let mut eth0 = eth0();
+    let mut permanent = map_row("192.0.2.20", 123_456);
+    permanent.permanent = true;
+    permanent.expires_in_s = None;
+    permanent.vlan = 100;
+    let mut lapsed = map_row("198.51.100.7", 3);
+    lapsed.expires_in_s = Some(-0.2);
+    lapsed.expired = 12;
+    lapsed.malformed = 1;
+    eth0.vips.extend([permanent, lapsed]);
+    let mut a = agent();
+    if let Some(s) = a.state.as_mut() {
+        s.peers.push(PeerState {
+            node: "node-d".into(),
+            alive: true,
+            heartbeat_age_ms: Some(1_250),
+            lease_valid: false,
+            leaving: true,
+        });
+    }
+    merge(Path::new("/sys/fs/bpf/announcer"), vec![eth0], Some(a))
+}
+
+/// [`every_kind_of_row`] as `announcer status` printed it when it padded columns by hand
+/// (golden: byte for byte, trailing spaces included).
+const TABLE: &str = concat!(
+    "agent: node node-a (node-lease, ready, data plane, API ok), 2 VIPs owned, 0 takeovers, 0 handovers, 0 overlaps [http://127.0.0.1:9746]\n",
+    "eth0 (ifindex 3): 4 VIPs; arp_answered=7\n",
+    "\n",
+    "VIP                          IFACE      VLAN MAC               OWNER            SERVICE                     EXPIRES  ANSWERED  EXPIRED MALFORMED\n",
+    "192.0.2.1                    eth0          0 02:00:00:00:00:01 node-a           default/web                    4.5s         7        0         0\n",
+    "192.0.2.2                    eth1          0 -                 node-a           default/web                       -         -        -         -\n",
+    "192.0.2.9                    eth0          0 02:00:00:00:00:01 -                -                              4.5s         0        0         0\n",
+    "192.0.2.20                   eth0        100 02:00:00:00:00:01 -                -                         permanent    123456        0         0\n",
+    "198.51.100.7                 eth0          0 02:00:00:00:00:01 -                -                           EXPIRED         3       12         1\n",
+    "\n",
+    "PEER                             STATE     HEARTBEAT LEASE   LEAVING\n",
+    "node-b                           alive          42ms valid   no     \n",
+    "node-c                           out           never valid   no     \n",
+    "node-d                           alive        1250ms expired yes    \n",
+);
+
+#[test]
+fn the_table_of_ipv4_rows_prints_byte_for_byte_as_before() {
+    assert_eq!(render(&every_kind_of_row()), TABLE);
+}
