@@ -228,3 +228,51 @@ const TABLE: &str = concat!(
 fn the_table_of_ipv4_rows_prints_byte_for_byte_as_before() {
     assert_eq!(render(&every_kind_of_row()), TABLE);
 }
+
+#[test]
+fn a_long_ipv6_vip_widens_its_column_and_every_row_stays_in_line() {
+    const LONG: &str = "2001:db8:1234:5678:9abc:def0:1234:5678";
+    let mut eth0 = eth0();
+    eth0.vips.push(map_row(LONG, 5));
+    let t = render(&merge(
+        Path::new("/sys/fs/bpf/announcer"),
+        vec![eth0],
+        Some(agent()),
+    ));
+    let table: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("VIP "))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(table.iter().any(|l| l.starts_with(LONG)), "{t}");
+    // Each cell's (start, end) in its line; no cell here contains a space.
+    let cells = |line: &str| -> Vec<(usize, usize)> {
+        line.split(' ')
+            .scan(0, |at, word| {
+                let start = *at;
+                *at += word.len() + 1;
+                Some((start, start + word.len()))
+            })
+            .filter(|(start, end)| end > start)
+            .collect()
+    };
+    // VIP IFACE VLAN MAC OWNER SERVICE EXPIRES ANSWERED EXPIRED MALFORMED
+    let right_aligned = [
+        false, false, true, false, false, false, true, true, true, true,
+    ];
+    let header = cells(table[0]);
+    for row in &table[1..] {
+        let row_cells = cells(row);
+        assert_eq!(row_cells.len(), header.len(), "{row:?}");
+        for ((h, c), right) in header.iter().zip(&row_cells).zip(right_aligned) {
+            if right {
+                assert_eq!(c.1, h.1, "a right-aligned cell ends under its header:\n{t}");
+            } else {
+                assert_eq!(
+                    c.0, h.0,
+                    "a left-aligned cell starts under its header:\n{t}"
+                );
+            }
+        }
+    }
+}
