@@ -1,11 +1,37 @@
 //! The table form of [`Report`]: a header line per source, then VIPs, then peers.
 //!
-//! Why plain padded columns: it is read on a node over SSH or `kubectl exec`, often piped into
-//! `grep`; one row per VIP and per peer keeps that useful.
+//! Why plain columns, no borders: it is read on a node over SSH or `kubectl exec`, often piped
+//! into `grep`; one row per VIP and per peer keeps that useful. Why comfy-table: a value wider
+//! than its column (an IPv6 VIP) widens the column for every row instead of pushing the rest of
+//! its row out of line; at the usual widths the columns are as they always were.
 
 use std::fmt::Write;
 
+use comfy_table::{CellAlignment, ColumnConstraint, ContentLineStyle, Table, TableStyle, Width};
+
 use super::{Report, VipRow};
+
+/// No borders or rules; one space between columns.
+const PLAIN: TableStyle = TableStyle::new()
+    .header_lines(ContentLineStyle::none().junction(' '))
+    .content_lines(ContentLineStyle::none().junction(' '));
+
+/// A column: its header, its width unless a value is wider, and its alignment.
+struct Column(&'static str, u16, CellAlignment);
+
+/// `rows` under a header line, in `columns`, each line ending with a newline.
+fn columns(out: &mut String, columns: &[Column], rows: Vec<Vec<String>>) {
+    let mut t = Table::new();
+    t.load_style(PLAIN)
+        .set_header(columns.iter().map(|c| c.0))
+        .add_rows(rows);
+    for (c, col) in columns.iter().zip(t.column_iter_mut()) {
+        col.set_padding((0, 0));
+        col.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(c.1)));
+        col.set_cell_alignment(c.2);
+    }
+    let _ = writeln!(out, "{t}");
+}
 
 /// The report as text, ending with a newline.
 pub fn render(r: &Report) -> String {
@@ -88,74 +114,77 @@ fn expiry(v: &VipRow) -> String {
 }
 
 fn vips(out: &mut String, rows: &[VipRow]) {
-    let line = |out: &mut String, c: [&str; 10]| {
-        let _ = writeln!(
-            out,
-            "{:<28} {:<10} {:>4} {:<17} {:<16} {:<24} {:>10} {:>9} {:>8} {:>9}",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
-        );
-    };
-    line(
+    use CellAlignment::{Left, Right};
+    let rows = rows
+        .iter()
+        .map(|v| {
+            let (answered, expired, malformed) = if v.in_dataplane {
+                (
+                    v.answered.to_string(),
+                    v.expired.to_string(),
+                    v.malformed.to_string(),
+                )
+            } else {
+                ("-".into(), "-".into(), "-".into())
+            };
+            vec![
+                v.vip.to_string(),
+                v.iface.clone(),
+                v.vlan.to_string(),
+                v.mac.clone().unwrap_or_else(|| "-".into()),
+                v.owner.clone().unwrap_or_else(|| "-".into()),
+                v.service.clone().unwrap_or_else(|| "-".into()),
+                expiry(v),
+                answered,
+                expired,
+                malformed,
+            ]
+        })
+        .collect();
+    columns(
         out,
-        [
-            "VIP",
-            "IFACE",
-            "VLAN",
-            "MAC",
-            "OWNER",
-            "SERVICE",
-            "EXPIRES",
-            "ANSWERED",
-            "EXPIRED",
-            "MALFORMED",
+        &[
+            Column("VIP", 28, Left),
+            Column("IFACE", 10, Left),
+            Column("VLAN", 4, Right),
+            Column("MAC", 17, Left),
+            Column("OWNER", 16, Left),
+            Column("SERVICE", 24, Left),
+            Column("EXPIRES", 10, Right),
+            Column("ANSWERED", 9, Right),
+            Column("EXPIRED", 8, Right),
+            Column("MALFORMED", 9, Right),
         ],
+        rows,
     );
-    for v in rows {
-        let (answered, expired, malformed) = if v.in_dataplane {
-            (
-                v.answered.to_string(),
-                v.expired.to_string(),
-                v.malformed.to_string(),
-            )
-        } else {
-            ("-".into(), "-".into(), "-".into())
-        };
-        line(
-            out,
-            [
-                &v.vip.to_string(),
-                &v.iface,
-                &v.vlan.to_string(),
-                v.mac.as_deref().unwrap_or("-"),
-                v.owner.as_deref().unwrap_or("-"),
-                v.service.as_deref().unwrap_or("-"),
-                &expiry(v),
-                &answered,
-                &expired,
-                &malformed,
-            ],
-        );
-    }
 }
 
 fn peers(out: &mut String, r: &Report) {
-    let _ = writeln!(
+    use CellAlignment::{Left, Right};
+    let yes_no = |b: bool, yes: &str, no: &str| if b { yes } else { no }.to_owned();
+    let rows = r
+        .peers
+        .iter()
+        .map(|p| {
+            vec![
+                p.node.to_string(),
+                yes_no(p.alive, "alive", "out"),
+                p.heartbeat_age_ms
+                    .map_or("never".to_string(), |ms| format!("{ms}ms")),
+                yes_no(p.lease_valid, "valid", "expired"),
+                yes_no(p.leaving, "yes", "no"),
+            ]
+        })
+        .collect();
+    columns(
         out,
-        "{:<32} {:<8} {:>10} {:<7} {:<7}",
-        "PEER", "STATE", "HEARTBEAT", "LEASE", "LEAVING"
+        &[
+            Column("PEER", 32, Left),
+            Column("STATE", 8, Left),
+            Column("HEARTBEAT", 10, Right),
+            Column("LEASE", 7, Left),
+            Column("LEAVING", 7, Left),
+        ],
+        rows,
     );
-    for p in &r.peers {
-        let age = p
-            .heartbeat_age_ms
-            .map_or("never".to_string(), |ms| format!("{ms}ms"));
-        let _ = writeln!(
-            out,
-            "{:<32} {:<8} {:>10} {:<7} {:<7}",
-            p.node,
-            if p.alive { "alive" } else { "out" },
-            age,
-            if p.lease_valid { "valid" } else { "expired" },
-            if p.leaving { "yes" } else { "no" }
-        );
-    }
 }
