@@ -317,3 +317,15 @@ fn the_json_document_has_every_row_with_nulls_for_unknowns() {
     assert_eq!(doc["vips"][2]["state"], "not-announced");
     assert_eq!(doc["vips"][2]["node"], Value::Null);
 }
+
+#[test]
+fn the_table_prints_byte_for_byte_as_before() {
+    // As `announcer status --cluster` printed it when it padded columns by hand.
+    let want = concat!(
+        "VIP         SERVICE          POOL   NODE     INTERFACE   AGE   STATE\n",
+        "10.0.0.5    shop/web         lan    node-a   eth0        2h    announced\n",
+        "192.0.2.1   default/legacy   -      -        -           -     not-announced\n",
+        "fd00::5     shop/web         v6     -        -           -     not-announced\n",
+    );
+    assert_eq!(render(&report()), want);
+}
