@@ -19,13 +19,15 @@
 #[cfg(test)]
 mod tests;
 
-use std::{fmt::Write as _, net::IpAddr, path::Path, process::ExitCode, time::Duration};
+use std::{net::IpAddr, path::Path, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
+use comfy_table::CellAlignment;
 use k8s_openapi::{api::core::v1::Service, jiff::Timestamp};
 use kube::{Api, Client, Resource, api::ListParams};
 use serde::{Serialize, de::DeserializeOwned};
 
+use super::table::{Column, table};
 use crate::{
     ipam::{ADDRESS_POOL_ANNOTATION, AddressPool},
     state::announced,
@@ -194,44 +196,33 @@ pub fn render(r: &ClusterReport) -> String {
         return "no LoadBalancer Service has an ingress IP\n".into();
     }
     let dash = |s: Option<&str>| s.unwrap_or("-").to_owned();
-    let mut cells: Vec<[String; 7]> = vec![
-        [
-            "VIP",
-            "SERVICE",
-            "POOL",
-            "NODE",
-            "INTERFACE",
-            "AGE",
-            "STATE",
-        ]
-        .map(String::from),
-    ];
-    for v in &r.vips {
-        cells.push([
-            v.vip.to_string(),
-            v.service.clone(),
-            dash(v.pool.as_deref()),
-            dash(v.node.as_deref()),
-            dash(v.iface.as_deref()),
-            v.age_s.map_or_else(|| "-".into(), short_age),
-            v.state.as_str().into(),
-        ]);
-    }
-    let mut width = [0usize; 7];
-    for row in &cells {
-        for (w, c) in width.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let mut out = String::new();
-    for row in &cells {
-        let mut line = String::new();
-        for (i, c) in row.iter().enumerate() {
-            let _ = write!(line, "{c:<w$}   ", w = width[i]);
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let rows = r
+        .vips
+        .iter()
+        .map(|v| {
+            vec![
+                v.vip.to_string(),
+                v.service.clone(),
+                dash(v.pool.as_deref()),
+                dash(v.node.as_deref()),
+                dash(v.iface.as_deref()),
+                v.age_s.map_or_else(|| "-".into(), short_age),
+                v.state.as_str().into(),
+            ]
+        })
+        .collect();
+    let columns = [
+        "VIP",
+        "SERVICE",
+        "POOL",
+        "NODE",
+        "INTERFACE",
+        "AGE",
+        "STATE",
+    ]
+    .map(|name| Column(name, 0, CellAlignment::Left));
+    let mut out = table(&columns, rows, 3).trim_fmt();
+    out.push('\n');
     out
 }
 

@@ -17,20 +17,29 @@ const PLAIN: TableStyle = TableStyle::new()
     .content_lines(ContentLineStyle::none().junction(' '));
 
 /// A column: its header, its width unless a value is wider, and its alignment.
-struct Column(&'static str, u16, CellAlignment);
+pub(super) struct Column(pub &'static str, pub u16, pub CellAlignment);
 
-/// `rows` under a header line, in `columns`, each line ending with a newline.
-fn columns(out: &mut String, columns: &[Column], rows: Vec<Vec<String>>) {
+/// `rows` under a header line, in `columns` `gap` spaces apart, without borders: print it with
+/// `{}` (every cell padded to its column's width) or `trim_fmt` (no trailing spaces).
+pub(super) fn table(columns: &[Column], rows: Vec<Vec<String>>, gap: u16) -> Table {
     let mut t = Table::new();
     t.load_style(PLAIN)
         .set_header(columns.iter().map(|c| c.0))
         .add_rows(rows);
-    for (c, col) in columns.iter().zip(t.column_iter_mut()) {
-        col.set_padding((0, 0));
-        col.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(c.1)));
+    let last = columns.len().saturating_sub(1);
+    for (i, (c, col)) in columns.iter().zip(t.column_iter_mut()).enumerate() {
+        // The junction is one space; the rest of the gap pads each column but the last.
+        let pad = if i < last { gap.saturating_sub(1) } else { 0 };
+        col.set_padding((0, pad));
+        col.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(c.1 + pad)));
         col.set_cell_alignment(c.2);
     }
-    let _ = writeln!(out, "{t}");
+    t
+}
+
+/// `rows` under a header line, in `columns` one space apart, each line ending with a newline.
+fn columns(out: &mut String, columns: &[Column], rows: Vec<Vec<String>>) {
+    let _ = writeln!(out, "{}", table(columns, rows, 1));
 }
 
 /// The report as text, ending with a newline.
