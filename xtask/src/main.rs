@@ -4,6 +4,7 @@
 //! toolchain exists, and its first job is to install that toolchain (see `setup`). Everything
 //! else runs the workspace's own binaries and tests.
 
+mod docs_links;
 mod kube_env;
 #[cfg(test)]
 mod layers;
