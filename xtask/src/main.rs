@@ -191,7 +191,7 @@ fn main() -> Result<()> {
 }
 
 /// The failover smoke that ends `cargo xtask test`: the agent at its defaults on the testbed,
-/// the scenarios whose targets the README states, 5 trials each, judged by the regression
+/// the scenarios whose targets docs/benchmarks.md states ("Targets"), 5 trials each, judged by the regression
 /// bounds (`--regression`: the speed targets belong to `cargo xtask bench failover`). It fails
 /// (non-zero exit) when crash or link-down p99 exceeds 1 s, or SIGTERM / restart within grace
 /// lose a probe or end with the wrong owner, so a real-time regression of 4× or more turns CI
