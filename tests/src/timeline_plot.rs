@@ -32,7 +32,7 @@ pub fn parse_announcements(tcpdump: &str) -> Vec<(f64, IpAddr, [u8; 6])> {
         let (Some(ts), Some(mac)) = (words.next(), words.next()) else {
             continue;
         };
-        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::env::netns::parse_mac(mac)) else {
+        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::netns::parse_mac(mac)) else {
             continue;
         };
         // Announcements go to everyone (broadcast, or all-nodes multicast for NA); an answer

@@ -1,6 +1,6 @@
 //! A minimal `AF_PACKET`/`SOCK_RAW` socket for the flood: whole Ethernet frames in and out of one
 //! interface. Interface names resolve in the network namespace of the calling thread, so create
-//! it on a thread inside the namespace ([`crate::env::netns::Netns::enter`]).
+//! it on a thread inside the namespace ([`crate::netns::Netns::enter`]).
 
 use std::{
     ffi::CString,

@@ -20,7 +20,7 @@ use announcer::ipam::{AddressPool, AddressPoolSpec};
 use announcer_tests::{
     env::ApiKind,
     env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
-    env::netns::{fmt_mac, require_root},
+    netns::{fmt_mac, require_root},
     timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 

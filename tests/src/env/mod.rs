@@ -1,6 +1,5 @@
 //! The test worlds, one module per kind:
 //!
-//! * [`netns`]: network namespaces, veth pairs and the cleanup rules every world relies on.
 //! * [`node`]: one node namespace with the API server inside it, for a single agent with the
 //!   real data plane.
 //! * [`cluster`]: the in-repo API server plus real `announcer agent` processes (no data plane
@@ -14,7 +13,6 @@
 pub mod cluster;
 pub mod kube;
 pub mod lan;
-pub mod netns;
 pub mod node;
 pub mod process;
 

@@ -15,8 +15,8 @@ use announcer_tests::{
     env::ApiKind,
     env::cluster::{owned_vips, state_at},
     env::kube::{KubeControlPlane, KubeOptions},
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     env::node::{Proc, set_ingress, start_apiserver, wait},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     on_both_api_servers,
     tools::{arping, ndisc6, neigh_flush},
 };

@@ -13,7 +13,7 @@ use std::{
 use announcer_tests::{
     cli::{Cli, announcer_bin},
     env::cluster::{owned_vips, state_at},
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
     env::node::{Proc, wait},
     on_both_api_servers,
     tools::{arping, neigh_flush},

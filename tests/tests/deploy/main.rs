@@ -33,7 +33,7 @@ use std::{
 };
 
 use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
-use announcer_tests::tools::kube_program;
+use announcer_tests::programs::kube_program;
 use clap::Parser;
 use serde::Deserialize;
 use serde_yaml::Value;

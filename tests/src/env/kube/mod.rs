@@ -50,8 +50,9 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    env::{cluster::free_port, netns::Netns, process::Guarded},
-    tools::kube_program,
+    env::{cluster::free_port, process::Guarded},
+    netns::Netns,
+    programs::kube_program,
 };
 
 pub use kubelet::Kubelets;

@@ -4,7 +4,7 @@
 //! something for a process, and the agent must see the node's own `eth0`, addresses and
 //! loopback. Only the network namespace changes, so the agents share the host's bpffs and pin
 //! under `/sys/fs/bpf/anntest-<pid>-tb<n>/<node>` (a root of their own per node, removed when
-//! the testbed drops, swept by [`crate::env::netns::sweep_stale`] if the test process dies).
+//! the testbed drops, swept by [`crate::netns::sweep_stale`] if the test process dies).
 //! `PR_SET_PDEATHSIG(SIGKILL)` makes the kernel kill them if the test process dies first.
 
 use std::{

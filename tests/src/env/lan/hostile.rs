@@ -34,7 +34,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{IFACE, Testbed, net};
 use crate::{
     bench::packet::PacketSocket,
-    env::netns::Netns,
+    netns::Netns,
     frames::{write_arp_reply, write_arp_request, write_na, write_ns_multicast, write_udp4},
 };
 

@@ -14,7 +14,7 @@ use super::{
     IFACE, Node, PREFIX_V4, PREFIX_V6, Testbed, TestbedConfig, VIP_NET4, VIP_NET6, node_mac_of,
     node_name, node_v4, node_v6, node2_mac_of, node2_v4, node2_v6,
 };
-use crate::env::netns::{Netns, add_addr, output_of, set_mac, veth, wait_oper_up};
+use crate::netns::{Netns, add_addr, output_of, set_mac, veth, wait_oper_up};
 
 /// The bridge in the bridge namespace.
 pub const BRIDGE: &str = "br0";
@@ -219,7 +219,7 @@ fn attach_bridge_pass_on(tb: &Testbed, port: &dyn Fn(&str) -> String, pins: &str
             "--mode",
             "native",
         ]);
-        crate::env::netns::run_checked(&mut cmd);
+        crate::netns::run_checked(&mut cmd);
     }
 }
 

@@ -35,7 +35,7 @@ use nix::{
 use super::timeline::{Mark, ProbeKind, Sample, Timeline};
 use super::{IFACE, TCP_PORT, Testbed, UDP_PORT};
 use crate::{
-    env::netns::Netns,
+    netns::Netns,
     tools::{arping, ndisc6_all},
 };
 
@@ -419,7 +419,7 @@ impl Testbed {
             .into_iter()
             .map(|m| {
                 self.node_by_mac(m)
-                    .unwrap_or_else(|| format!("unknown {}", crate::env::netns::fmt_mac(m)))
+                    .unwrap_or_else(|| format!("unknown {}", crate::netns::fmt_mac(m)))
             })
             .collect()
     }

@@ -175,7 +175,7 @@ impl Testbed {
         macs.iter()
             .map(|m| {
                 self.node_by_mac(*m)
-                    .unwrap_or_else(|| format!("unknown {}", crate::env::netns::fmt_mac(*m)))
+                    .unwrap_or_else(|| format!("unknown {}", crate::netns::fmt_mac(*m)))
             })
             .collect()
     }

@@ -322,7 +322,7 @@ impl Netns {
     /// The first call in a process also runs [`sweep_stale`].
     pub fn new(prefix: &str) -> Netns {
         require_root();
-        crate::tools::require_program("ip", "iproute2");
+        crate::programs::require_program("ip", "iproute2");
         SWEEP.call_once(|| {
             sweep_stale(NS_PREFIX);
         });
