@@ -39,7 +39,7 @@ use crate::{
     env::{
         ApiKind,
         kube::{KubeControlPlane, KubeOptions},
-        process::Guarded,
+        process::{Guarded, free_port},
     },
 };
 
@@ -87,24 +87,6 @@ pub struct RelayBytes {
     pub to_api: u64,
     /// From the API server to the agent.
     pub from_api: u64,
-}
-
-/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats), never one this process handed
-/// out before: the kernel may offer a port again as soon as its probe socket closes, before the
-/// agent it was meant for has bound it, and two agents would then share it.
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
-        if GIVEN.lock().expect("port set").insert(port) {
-            return port;
-        }
-    }
 }
 
 impl Cluster {

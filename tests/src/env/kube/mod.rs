@@ -50,7 +50,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    env::{cluster::free_port, process::Guarded},
+    env::process::{Guarded, free_port},
     netns::Netns,
     programs::kube_program,
 };
