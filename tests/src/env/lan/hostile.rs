@@ -31,11 +31,11 @@ use announcer_ebpf::wire::{MacAddr, NaFlags, ethernet::ethertype, frame};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{IFACE, Testbed, net};
+use super::{IFACE, PREFIX_V4, PREFIX_V6, Testbed, net};
 use crate::{
     bench::packet::PacketSocket,
-    netns::Netns,
     frames::{write_arp_reply, write_arp_request, write_na, write_ns_multicast, write_udp4},
+    netns::{Netns, wait_oper_up},
 };
 
 /// The hostile host's MAC.
@@ -413,7 +413,15 @@ impl Testbed {
             return;
         }
         let ns = Netns::new(&format!("tb-{}-hostile", self.cfg.tag));
-        net::attach_hostile(&self.bridge, &ns);
+        net::attach(
+            &self.bridge,
+            &ns,
+            &net::port_name("hostile"),
+            HOSTILE_MAC,
+            &format!("{HOSTILE_V4}/{PREFIX_V4}"),
+            &format!("{HOSTILE_V6}/{PREFIX_V6}"),
+        );
+        wait_oper_up(&ns, IFACE, Duration::from_secs(5));
         self.hostile = Some(ns);
     }
 

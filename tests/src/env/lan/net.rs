@@ -58,8 +58,8 @@ pub fn port2_name(node: &str) -> String {
     format!("w-{node}")
 }
 
-/// Creates the namespace `name`, links its `eth0` to the bridge and configures it.
-fn attach(bridge: &Netns, ns: &Netns, port: &str, mac: [u8; 6], v4: &str, v6: &str) {
+/// Links `ns`'s `eth0` to `br0` (port `port`) and configures it.
+pub(super) fn attach(bridge: &Netns, ns: &Netns, port: &str, mac: [u8; 6], v4: &str, v6: &str) {
     no_dad(ns);
     attach_to(bridge, BRIDGE, ns, IFACE, port, mac, v4, v6);
 }
@@ -82,20 +82,6 @@ fn attach_to(
     set_mac(ns, ifname, mac);
     add_addr(ns, ifname, v4);
     add_addr(ns, ifname, v6);
-}
-
-/// Adds the hostile host's namespace on `br0` (see [`super::hostile`]).
-pub(super) fn attach_hostile(bridge: &Netns, ns: &Netns) {
-    use super::hostile::{HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6};
-    attach(
-        bridge,
-        ns,
-        &port_name("hostile"),
-        HOSTILE_MAC,
-        &format!("{HOSTILE_V4}/{PREFIX_V4}"),
-        &format!("{HOSTILE_V6}/{PREFIX_V6}"),
-    );
-    wait_oper_up(ns, IFACE, Duration::from_secs(5));
 }
 
 pub(super) fn build(cfg: &TestbedConfig) -> Topology {
