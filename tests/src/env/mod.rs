@@ -9,11 +9,13 @@
 //! * [`kube`]: a real control plane (etcd, kube-apiserver, kube-controller-manager,
 //!   kube-scheduler) built from the Go module proxy, with stand-in kubelets.
 //! * [`process`]: the one guard every world runs its processes under.
+//! * [`packet`]: the one raw packet socket of the tests (forged and probing frames, floods).
 
 pub mod cluster;
 pub mod kube;
 pub mod lan;
 pub mod node;
+pub mod packet;
 pub mod process;
 
 /// Which API server a world runs against.

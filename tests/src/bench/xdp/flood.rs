@@ -61,10 +61,8 @@ use super::{
     bpfstats::{self, ProgStats, StatsSetting},
     userspace::Responder,
 };
-use crate::bench::{
-    cpu::{self, Snapshot, Used},
-    packet::{ETH_P_ARP, PacketSocket},
-};
+use crate::bench::cpu::{self, Snapshot, Used};
+use crate::env::packet::{ETH_P_ARP, PacketSocket};
 use crate::netns::{NODE_MAC, Netns, Pair};
 
 /// The VIP flooded for.

@@ -33,7 +33,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{IFACE, PREFIX_V4, PREFIX_V6, Testbed, net};
 use crate::{
-    bench::packet::PacketSocket,
+    env::packet::PacketSocket,
     frames::{write_arp_reply, write_arp_request, write_na, write_ns_multicast, write_udp4},
     netns::{Netns, wait_oper_up},
 };
