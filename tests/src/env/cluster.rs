@@ -13,7 +13,6 @@ use std::{
     collections::BTreeMap,
     net::{IpAddr, TcpListener},
     path::PathBuf,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -35,18 +34,15 @@ use announcer::election::{NodeName, rendezvous};
 
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
-    cli::announcer_bin,
     env::{
         ApiKind,
+        agent_cmd::AgentCommand,
         kube::{KubeControlPlane, KubeOptions},
         process::{Guarded, free_port},
     },
 };
 
 use crate::env::kube::relay;
-
-/// The agent namespace used by the testbed.
-pub const NAMESPACE: &str = "announcer-system";
 
 /// One agent process.
 pub struct Agent {
@@ -57,7 +53,8 @@ pub struct Agent {
     pub heartbeat: u16,
     /// Its log file.
     pub log: PathBuf,
-    args: Vec<String>,
+    /// How it was started, to restart it identically.
+    cmd: AgentCommand,
 }
 
 /// The API server a world runs against.
@@ -450,56 +447,27 @@ impl Cluster {
             Some(a) => (a.http, a.heartbeat),
             None => (free_port(), free_port()),
         };
-        let mut args: Vec<String> = [
-            "agent",
-            "--node-name",
-            node,
-            "--namespace",
-            NAMESPACE,
-            "--kubeconfig",
-            kubeconfig.to_str().expect("utf-8"),
-            "--state-dir",
-            state.to_str().expect("utf-8"),
-            "--heartbeat-port",
-            &heartbeat.to_string(),
-            "--http-address",
-            &format!("127.0.0.1:{http}"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut cmd = AgentCommand::new(node, &kubeconfig, &state)
+            .heartbeat_port(heartbeat)
+            .http_address(format!("127.0.0.1:{http}"));
         if !extra.contains(&"--dataplane") {
-            args.push("--no-dataplane".into());
+            cmd = cmd.no_dataplane();
         }
         // `--no-heartbeat-address`: heartbeats from the Node's InternalIP, as in a cluster.
         if !extra.contains(&"--no-heartbeat-address") {
-            args.extend(["--heartbeat-address".into(), "127.0.0.1".into()]);
+            cmd = cmd.heartbeat_address(IpAddr::from([127, 0, 0, 1]));
         }
-        args.extend(
-            extra
-                .iter()
-                .filter(|a| **a != "--dataplane" && **a != "--no-heartbeat-address")
-                .map(|s| s.to_string()),
-        );
-        self.spawn(node, http, heartbeat, args);
+        let extra: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|a| *a != "--dataplane" && *a != "--no-heartbeat-address")
+            .collect();
+        self.spawn(node, http, heartbeat, cmd.extra(&extra));
     }
 
-    fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, args: Vec<String>) {
+    fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, cmd: AgentCommand) {
         let log = self.dir.join(format!("agent-{node}.log"));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log");
-        let child = Guarded::spawn(
-            Command::new(announcer_bin())
-                .args(&args)
-                .env("RUST_LOG", "info,announcer=debug")
-                .env("NO_COLOR", "1")
-                .stdout(Stdio::null())
-                .stderr(out),
-        )
-        .expect("spawn agent");
+        let child = cmd.spawn(None, &log);
         self.agents.insert(
             node.into(),
             Agent {
@@ -507,7 +475,7 @@ impl Cluster {
                 http,
                 heartbeat,
                 log,
-                args,
+                cmd,
             },
         );
     }
@@ -515,7 +483,7 @@ impl Cluster {
     /// Restarts `node`'s agent with the arguments it had (after [`Self::kill`]).
     pub fn restart(&mut self, node: &str) {
         let a = self.agents.remove(node).expect("known agent");
-        self.spawn(node, a.http, a.heartbeat, a.args);
+        self.spawn(node, a.http, a.heartbeat, a.cmd);
     }
 
     /// Sends `signal` (e.g. `libc::SIGTERM`) to `node`'s agent.

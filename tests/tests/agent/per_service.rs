@@ -5,7 +5,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use announcer_tests::{
-    env::cluster::{Cluster, NAMESPACE},
+    env::{NAMESPACE, cluster::Cluster},
     on_both_api_servers,
 };
 use k8s_openapi::api::coordination::v1::Lease;

@@ -6,10 +6,7 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::env::{
-    ApiKind,
-    cluster::{Cluster, NAMESPACE},
-};
+use announcer_tests::env::{ApiKind, NAMESPACE, cluster::Cluster, kube::agent_user};
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
 
@@ -70,7 +67,7 @@ fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
             .map(|e| (e.group, e.resource, e.verb.to_string()))
             .collect();
     };
-    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    let agent = agent_user();
     let records: Vec<_> = cp
         .audit()
         .expect("the audit log")

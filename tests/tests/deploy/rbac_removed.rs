@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use announcer_tests::env::{
     ApiKind,
-    cluster::{self, Cluster, owned_vips},
+    cluster::{Cluster, owned_vips},
 };
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::{Api, api::PostParams};
@@ -362,7 +362,7 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
             "jsonpath={.status.assignedIPv4}",
         ])
         .is_ok_and(|n| n.trim() == "1");
-    let agent = format!("system:serviceaccount:{}:announcer", cluster::NAMESPACE);
+    let agent = announcer_tests::env::kube::agent_user();
     let audit = cp.audit().expect("audit log");
     seen.pool_lists = audit
         .iter()

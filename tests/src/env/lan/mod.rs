@@ -98,8 +98,6 @@ pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 
-/// The agents' namespace (Leases, heartbeat Secret).
-pub const NAMESPACE: &str = "announcer-system";
 /// The namespace of the testbed's Services.
 pub const SERVICE_NAMESPACE: &str = "default";
 /// The `loadBalancerClass` of the testbed's Services (the agent's default).
