@@ -665,7 +665,7 @@ pub fn install_ctrlc_cleanup() {
 /// its `/sys/fs/bpf/anntest-<pid>-*` pin roots.
 pub fn cleanup_this_process() {
     for ns in crate::netns::namespaces_of_this_process() {
-        net::delete_namespace_by_name(&ns);
+        crate::netns::delete_namespace(&ns);
     }
     let prefix = format!("anntest-{}-", std::process::id());
     for entry in std::fs::read_dir("/sys/fs/bpf")
