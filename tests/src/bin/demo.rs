@@ -356,12 +356,19 @@ async fn main() -> Result<()> {
     let svg = out_dir().join("failover-timeline.svg");
     let mut rows = moved.clone();
     rows.extend(targets.iter().filter(|v| !moved.contains(v)).take(2));
+    let service_of = |vip: &IpAddr| {
+        vips.iter()
+            .find(|(_, v)| v == vip)
+            .map(|(s, _)| s.clone())
+            .unwrap_or_default()
+    };
+    let rows: Vec<(IpAddr, String)> = rows.iter().map(|v| (*v, service_of(v))).collect();
     write_timeline(
         &svg,
         &TimelinePlot {
             title: &format!("announcer demo: {busiest} crashes (link down + agent killed)"),
             timeline: &timeline,
-            vips: &rows,
+            rows: &rows,
             nodes: &names,
             crash: crash_at,
             announcements: &announcements,
