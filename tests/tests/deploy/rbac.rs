@@ -24,13 +24,9 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
         .iter()
         .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
     {
-        let bound = b["subjects"]
-            .as_sequence()
-            .expect("subjects")
-            .iter()
-            .any(|x| {
-                x["kind"] == "ServiceAccount" && x["name"] == sa && x["namespace"] == NAMESPACE
-            });
+        let bound = b["subjects"].as_array().expect("subjects").iter().any(|x| {
+            x["kind"] == "ServiceAccount" && x["name"] == sa && x["namespace"] == NAMESPACE
+        });
         if !bound {
             continue;
         }
@@ -40,10 +36,10 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
             .find(|d| d["kind"] == role_kind && d["metadata"]["name"] == b["roleRef"]["name"])
             .expect("bound role exists");
         let scope = (b["kind"] == "RoleBinding").then(|| s(&b["metadata"]["namespace"]).to_owned());
-        for rule in role["rules"].as_sequence().expect("rules") {
-            for g in rule["apiGroups"].as_sequence().expect("groups") {
-                for r in rule["resources"].as_sequence().expect("resources") {
-                    for v in rule["verbs"].as_sequence().expect("verbs") {
+        for rule in role["rules"].as_array().expect("rules") {
+            for g in rule["apiGroups"].as_array().expect("groups") {
+                for r in rule["resources"].as_array().expect("resources") {
+                    for v in rule["verbs"].as_array().expect("verbs") {
                         let grant = (s(g).to_owned(), s(r).to_owned(), s(v).to_owned());
                         out.insert((grant, scope.clone()));
                     }

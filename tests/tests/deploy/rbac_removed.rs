@@ -15,7 +15,7 @@ use announcer_tests::env::{
 };
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::{Api, api::PostParams};
-use serde_yaml::Value;
+use serde_json::Value;
 
 use super::documents;
 
@@ -216,33 +216,33 @@ fn rbac_without(group: &str, resource: &str, verb: &str) -> String {
     let mut docs = documents("rbac.yaml");
     let mut removed = 0;
     for d in &mut docs {
-        let Some(rules) = d.get_mut("rules").and_then(Value::as_sequence_mut) else {
+        let Some(rules) = d.get_mut("rules").and_then(Value::as_array_mut) else {
             continue;
         };
         for rule in rules.iter_mut() {
             let has = |k: &str, v: &str| {
                 rule[k]
-                    .as_sequence()
+                    .as_array()
                     .is_some_and(|s| s.iter().any(|x| x.as_str() == Some(v)))
             };
             if !(has("apiGroups", group) && has("resources", resource) && has("verbs", verb)) {
                 continue;
             }
             assert_eq!(
-                rule["resources"].as_sequence().map(Vec::len),
+                rule["resources"].as_array().map(Vec::len),
                 Some(1),
                 "one resource per rule, so one verb can be removed alone"
             );
-            let verbs = rule["verbs"].as_sequence_mut().expect("verbs");
+            let verbs = rule["verbs"].as_array_mut().expect("verbs");
             verbs.retain(|v| v.as_str() != Some(verb));
             removed += 1;
         }
         // A rule left without verbs is invalid: drop it.
-        rules.retain(|r| r["verbs"].as_sequence().is_none_or(|v| !v.is_empty()));
+        rules.retain(|r| r["verbs"].as_array().is_none_or(|v| !v.is_empty()));
     }
     assert_eq!(removed, 1, "{group}/{resource} {verb} is granted once");
     docs.iter()
-        .map(|d| serde_yaml::to_string(d).expect("yaml"))
+        .map(|d| serde_saphyr::to_string(d).expect("yaml"))
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -415,10 +415,10 @@ async fn with_every_grant_every_behaviour_works() {
 fn every_grant_has_a_removal_test() {
     let mut granted = Vec::new();
     for d in documents("rbac.yaml") {
-        for rule in d["rules"].as_sequence().into_iter().flatten() {
-            for g in rule["apiGroups"].as_sequence().into_iter().flatten() {
-                for r in rule["resources"].as_sequence().into_iter().flatten() {
-                    for v in rule["verbs"].as_sequence().into_iter().flatten() {
+        for rule in d["rules"].as_array().into_iter().flatten() {
+            for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                for r in rule["resources"].as_array().into_iter().flatten() {
+                    for v in rule["verbs"].as_array().into_iter().flatten() {
                         granted.push((
                             g.as_str().unwrap_or_default().to_string(),
                             r.as_str().unwrap_or_default().to_string(),

@@ -198,7 +198,7 @@ pub fn kubeconfig_yaml(server: &str, ca: &Path, user: &str, auth: &Credentials) 
         "current-context": user,
         "preferences": {},
     });
-    serde_yaml::to_string(&config).unwrap_or_default()
+    serde_saphyr::to_string(&config).unwrap_or_default()
 }
 
 /// How a kubeconfig's user authenticates.
