@@ -77,7 +77,7 @@ fn every_scenario_over_many_seeds() {
         let seeds: Vec<String> = failed
             .iter()
             .take(30)
-            .map(|r| format!("{}:{}", r.seed, r.scenario.map_or("?", |s| s.name())))
+            .map(RunReport::seed_and_scenario)
             .collect();
         panic!(
             "{} of {n} runs broke an invariant (seeds {}).\nFirst:\n{}",
@@ -161,14 +161,8 @@ fn sweep_scenario(scenario: Scenario, seeds: u64) -> Summary {
     let (summary, failed) = sweep(seeds, Some(scenario));
     if let Some(first) = failed.first() {
         let mut kinds = std::collections::BTreeMap::<String, u64>::new();
-        for r in &failed {
-            for v in &r.violations {
-                let inv = v
-                    .split(" invariant ")
-                    .nth(1)
-                    .and_then(|x| x.split(')').next());
-                *kinds.entry(format!("{})", inv.unwrap_or("?"))).or_default() += 1;
-            }
+        for inv in failed.iter().flat_map(RunReport::broken_invariants) {
+            *kinds.entry(inv).or_default() += 1;
         }
         let seeds: Vec<String> = failed.iter().take(20).map(|r| r.seed.to_string()).collect();
         panic!(
