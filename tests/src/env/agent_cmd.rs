@@ -21,6 +21,19 @@ use std::{
 use super::{NAMESPACE, process::Guarded};
 use crate::{cli::announcer_bin, netns::Netns};
 
+/// Per-Service Leases (`--election lease-per-service`) short enough for a test to see them
+/// change hands: 3 s, renewed within 2 s, retried every second.
+pub const PER_SERVICE_ELECTION: [&str; 8] = [
+    "--election",
+    "lease-per-service",
+    "--service-lease-duration",
+    "3s",
+    "--service-lease-renew-deadline",
+    "2s",
+    "--service-lease-retry",
+    "1s",
+];
+
 /// `announcer [--pin-root ROOT] agent FLAGS… EXTRA…` with the tests' log settings
 /// (`RUST_LOG=info,announcer=debug`, `NO_COLOR=1`).
 #[derive(Clone, Debug)]

@@ -6,7 +6,9 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::env::{ApiKind, NAMESPACE, cluster::Cluster, kube::agent_user};
+use announcer_tests::env::{
+    ApiKind, NAMESPACE, agent_cmd::PER_SERVICE_ELECTION, cluster::Cluster, kube::agent_user,
+};
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
 
@@ -271,21 +273,7 @@ const RARE: [(&str, &str, &str, &str); 1] = [(
 announcer_tests::on_both_api_servers! {
 async fn rbac_grants_exactly_what_the_agents_use(api) {
     let node_lease = scenario(api, "rbac-node-lease", &[]).await;
-    let per_service = scenario(
-        api,
-        "rbac-per-service",
-        &[
-            "--election",
-            "lease-per-service",
-            "--service-lease-duration",
-            "3s",
-            "--service-lease-renew-deadline",
-            "2s",
-            "--service-lease-retry",
-            "1s",
-        ],
-    )
-    .await;
+    let per_service = scenario(api, "rbac-per-service", &PER_SERVICE_ELECTION).await;
     let used: BTreeSet<Grant> = node_lease.union(&per_service).cloned().collect();
     let grants = grants_of("announcer");
     let granted: BTreeSet<Grant> = grants

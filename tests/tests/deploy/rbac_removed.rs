@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use announcer_tests::env::{
     ApiKind,
+    agent_cmd::PER_SERVICE_ELECTION,
     cluster::{Cluster, owned_vips},
 };
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
@@ -29,16 +30,6 @@ const STEADY: Duration = Duration::from_secs(5);
 /// A 4 s Lease renewed every second: a refused renewal shows within the window, and a write
 /// slowed by a loaded host (in flight for a renewal period counts as failed) rarely does.
 const LEASE_ARGS: [&str; 4] = ["--lease-duration", "4s", "--lease-renew", "1s"];
-const PER_SERVICE_ARGS: [&str; 8] = [
-    "--election",
-    "lease-per-service",
-    "--service-lease-duration",
-    "3s",
-    "--service-lease-renew-deadline",
-    "2s",
-    "--service-lease-retry",
-    "1s",
-];
 
 /// What a user would notice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,7 +309,7 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
         .expect("create auto");
     let mut args: Vec<&str> = LEASE_ARGS.to_vec();
     if mode == Mode::PerService {
-        args.extend(PER_SERVICE_ARGS);
+        args.extend(PER_SERVICE_ELECTION);
     }
     for n in NODES {
         c.start_agent(n, &args);
