@@ -574,11 +574,7 @@ impl Cluster {
 
     /// Full Events (`events.k8s.io/v1`) in `ns`, oldest first by creation.
     pub async fn event_objects(&self, ns: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), ns)
-            .list(&ListParams::default())
-            .await
-            .expect("list events")
-            .items
+        list_events(&self.client, ns).await
     }
 
     /// The nodes whose agents say they announce `vip`.
@@ -653,33 +649,13 @@ impl Cluster {
         timeout: Duration,
         pred: impl Fn(&Event) -> bool,
     ) -> Event {
-        let end = Instant::now() + timeout;
-        loop {
-            let events = self.event_objects(ns).await;
-            if let Some(e) = events.iter().find(|e| pred(e)) {
-                return e.clone();
-            }
-            if Instant::now() >= end {
-                let seen: Vec<_> = events
-                    .iter()
-                    .map(|e| (e.type_.clone(), e.reason.clone(), e.note.clone()))
-                    .collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
-                    self.log_tails()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for_event(&self.client, ns, what, timeout, pred, || self.log_tails()).await
     }
 
     /// Events (`events.k8s.io/v1`) in `ns`: (reason, note, reporting instance).
     pub async fn events(&self, ns: &str) -> Vec<(String, String, String)> {
-        Api::<Event>::namespaced(self.client.clone(), ns)
-            .list(&ListParams::default())
+        list_events(&self.client, ns)
             .await
-            .expect("list events")
-            .items
             .into_iter()
             .map(|e| {
                 (
@@ -709,6 +685,52 @@ impl Cluster {
     /// The running agents' names.
     pub fn nodes(&self) -> Vec<String> {
         self.agents.keys().cloned().collect()
+    }
+}
+
+/// The Events (`events.k8s.io/v1`) in `ns`.
+pub async fn list_events(client: &Client, ns: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list Events")
+        .items
+}
+
+/// Polls the Events in `ns` for up to `timeout` until one matches `pred`; returns it. Panics
+/// with `what`, the Events seen and `log_tails()` if none comes.
+pub async fn wait_for_event(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Event) -> bool,
+    log_tails: impl FnOnce() -> String,
+) -> Event {
+    let end = Instant::now() + timeout;
+    loop {
+        let events = list_events(client, ns).await;
+        if let Some(e) = events.iter().find(|e| pred(e)) {
+            return e.clone();
+        }
+        if Instant::now() >= end {
+            let seen: Vec<_> = events
+                .iter()
+                .map(|e| {
+                    (
+                        e.type_.clone(),
+                        e.reason.clone(),
+                        e.reporting_instance.clone(),
+                        e.note.clone(),
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
+                log_tails()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
