@@ -19,21 +19,13 @@ use announcer_tests::{
 };
 use k8s_openapi::api::events::v1::Event;
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, successor, three_nodes};
+
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
 const T: Duration = Duration::from_secs(15);
 /// How long "nothing is announced" must keep holding once the agents have acted on the change.
 const HOLD: Duration = Duration::from_secs(1);
 const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-
-async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    // The server in the name: both variants run at once, and the scratch directory is named by it.
-    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c
-}
 
 /// Starts the three agents. Lenient death detection (1 s instead of 0.3 s): these tests change
 /// eligibility, not liveness, and a loaded test host must not fake a dead owner.
@@ -152,8 +144,7 @@ async fn exclusion_label_moves_the_vip_and_back(api) {
     .await;
 
     c.label_node(&top, &[(EXCLUDE, Some(""))]).await;
-    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
-    let next = rendezvous_owner(VIP, &rest);
+    let next = successor(VIP, &top);
     c.wait_for(
         &format!("{top} (excluded) gives the VIP to {next}"),
         T,
