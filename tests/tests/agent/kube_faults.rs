@@ -18,7 +18,7 @@ use announcer_tests::env::{
     cluster::{Cluster, rendezvous_owner},
 };
 
-use crate::world::{NODES, SHORT_LEASE, settled_web, successor};
+use crate::world::{NODES, SHORT_LEASE, owner_crash_fails_over_without_the_api, settled_web};
 
 /// Generous: convergence takes about a second, a real control plane adds its latency, and the
 /// host may be loaded.
@@ -66,24 +66,13 @@ async fn a_stopped_kube_apiserver_changes_no_ownership() {
 async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
     const VIP: &str = "10.0.31.1";
     let mut c = cluster("sigstop-crash", &[VIP], &DEFAULT_LEASE).await;
-    let top = rendezvous_owner(VIP, &NODES);
-
-    kube(&c).pause_apiserver();
-    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
-        .await;
-    c.kill(&top);
-    let next = successor(VIP, &top);
-    c.wait_for(
-        &format!("{next} takes over from the crashed {top} with the API stopped"),
+    owner_crash_fails_over_without_the_api(
+        &mut c,
+        VIP,
+        "with the API stopped",
         T,
-        |c| c.owners(VIP) == [next.as_str()],
-    )
-    .await;
-    kube(&c).resume_apiserver();
-    c.hold(
-        &format!("{next} keeps it once the API is back"),
-        Duration::from_secs(3),
-        |c| c.owners(VIP) == [next.as_str()],
+        |c| kube(c).pause_apiserver(),
+        |c| kube(c).resume_apiserver(),
     )
     .await;
 }

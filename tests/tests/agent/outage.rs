@@ -22,7 +22,7 @@ use announcer_tests::{
     env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
 };
 
-use crate::world::{NODES, SHORT_LEASE, settled_web, successor};
+use crate::world::{NODES, SHORT_LEASE, owner_crash_fails_over_without_the_api, settled_web};
 
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
 const T: Duration = Duration::from_secs(15);
@@ -89,25 +89,13 @@ async fn outage_for_all_agents_changes_no_ownership() {
 async fn owner_crash_during_outage_still_fails_over() {
     const VIP: &str = "10.0.21.1";
     let mut c = cluster("outage-crash", &[VIP]).await;
-    let top = rendezvous_owner(VIP, &NODES);
-
-    c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
-    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
-        .await;
-    c.kill(&top);
-    let next = successor(VIP, &top);
-    c.wait_for(
-        &format!("{next} takes over from the crashed {top} with the API down"),
+    owner_crash_fails_over_without_the_api(
+        &mut c,
+        VIP,
+        "with the API down",
         T,
-        |c| c.owners(VIP) == [next.as_str()],
-    )
-    .await;
-
-    c.api().clear_faults();
-    c.hold(
-        &format!("{next} keeps it once the API is back"),
-        Duration::from_secs(3),
-        |c| c.owners(VIP) == [next.as_str()],
+        |c| c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]),
+        |c| c.api().clear_faults(),
     )
     .await;
 }
@@ -239,11 +227,7 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
                 tb.log_tails()
             );
         }
-        let others: Vec<(u64, &str)> = timeline
-            .of(*vip, ProbeKind::Udp)
-            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
-            .filter(|(_, n)| n != owner)
-            .collect();
+        let others = timeline.udp_answered_by_others(*vip, owner);
         assert!(
             others.is_empty(),
             "{vip}: answered by another node than its owner {owner} around the outage: \

@@ -72,3 +72,37 @@ pub fn successor(vip: &str, gone: &str) -> String {
     let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != gone).collect();
     rendezvous_owner(vip, &rest)
 }
+
+/// Every agent loses the API (`cut_off`), then the owner of `vip` is SIGKILLed: its successor
+/// must take the VIP over without the API (`how`: "with the API down"), and keep it once
+/// `restore` has brought the API back.
+pub async fn owner_crash_fails_over_without_the_api(
+    c: &mut Cluster,
+    vip: &str,
+    how: &str,
+    timeout: Duration,
+    cut_off: impl FnOnce(&Cluster),
+    restore: impl FnOnce(&Cluster),
+) {
+    let top = rendezvous_owner(vip, &NODES);
+    cut_off(c);
+    c.wait_for("every agent reports the API down", timeout, |c| {
+        c.api_ok(false)
+    })
+    .await;
+    c.kill(&top);
+    let next = successor(vip, &top);
+    c.wait_for(
+        &format!("{next} takes over from the crashed {top} {how}"),
+        timeout,
+        |c| c.owners(vip) == [next.as_str()],
+    )
+    .await;
+    restore(c);
+    c.hold(
+        &format!("{next} keeps it once the API is back"),
+        Duration::from_secs(3),
+        |c| c.owners(vip) == [next.as_str()],
+    )
+    .await;
+}
