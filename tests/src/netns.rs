@@ -440,6 +440,27 @@ impl Netns {
         })
     }
 
+    /// Spawns a thread named `name` that first `setns(CLONE_NEWNET)`s into this namespace
+    /// (mount namespace unchanged), then runs `f`: [`Netns::enter`] for work that outlives the
+    /// call (senders, receivers).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let file = self.open();
+        let ns_name = self.name.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                setns(&file, CloneFlags::CLONE_NEWNET)
+                    .unwrap_or_else(|e| panic!("setns(CLONE_NEWNET) into {ns_name}: {e}"));
+                drop(file);
+                f()
+            })
+            .unwrap_or_else(|e| panic!("spawn thread {name}: {e}"))
+    }
+
     /// Same as the free function [`veth`].
     pub fn veth_pair(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> VethPair {
         veth(a, a_if, b, b_if)

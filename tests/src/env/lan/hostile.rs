@@ -117,25 +117,6 @@ struct Target {
     mac: [u8; 6],
 }
 
-/// Runs `f` on a new thread inside `ns`.
-fn spawn_in<T: Send + 'static>(
-    ns: &Netns,
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let file = ns.open();
-    let ns_name = ns.name().to_owned();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns into {ns_name}: {e}"));
-            drop(file);
-            f()
-        })
-        .expect("spawn a hostile-host thread")
-}
-
 fn open_socket() -> PacketSocket {
     let sock = PacketSocket::open(IFACE, 0)
         .unwrap_or_else(|e| panic!("AF_PACKET socket on the hostile host's {IFACE}: {e:#}"));
@@ -499,7 +480,7 @@ impl Testbed {
         let sent = Arc::new(AtomicU64::new(0));
         let max = max.min(MAX_SPOOF);
         let (st, se) = (stop.clone(), sent.clone());
-        let thread = spawn_in(self.hostile_ns(), "hostile-spoof", move || {
+        let thread = self.hostile_ns().spawn("hostile-spoof", move || {
             let sock = open_socket();
             let start = Instant::now();
             let mut next = start;
@@ -550,7 +531,7 @@ impl Testbed {
             .map(|&k| (k, build_pool(k, vips, &nodes, HEARTBEAT_PORT, seed)))
             .collect();
         let each = each.min(MAX_FLOOD);
-        spawn_in(self.hostile_ns(), "hostile-flood", move || {
+        self.hostile_ns().spawn("hostile-flood", move || {
             pools
                 .iter()
                 .map(|(k, pool)| blast(*k, pool, each, MAX_FLOOD_FRAMES))
