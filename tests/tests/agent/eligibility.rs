@@ -62,6 +62,13 @@ fn warning(svc: &'static str, reason: &'static str) -> impl Fn(&Event) -> bool {
     }
 }
 
+/// Waits (up to [`T`]) for a [`warning`] on Service `svc` with this reason; returns it.
+async fn warned(c: &Cluster, svc: &'static str, reason: &'static str) -> Event {
+    let what = format!("{reason} on {svc}");
+    c.wait_for_event("default", &what, T, warning(svc, reason))
+        .await
+}
+
 on_both_api_servers! {
 async fn etp_local_vip_follows_its_ready_endpoint(api) {
     const VIP: &str = "10.0.1.5";
@@ -111,14 +118,7 @@ async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warn
         c.owners(VIP).is_empty() && control_answered(c)
     })
     .await;
-    let e = c
-        .wait_for_event(
-            "default",
-            "NoReadyEndpoints on web",
-            T,
-            warning("web", "NoReadyEndpoints"),
-        )
-        .await;
+    let e = warned(&c, "web", "NoReadyEndpoints").await;
     assert!(
         e.note.as_deref().is_some_and(|n| n.contains(VIP)),
         "the Event names the VIP: {e:?}"
@@ -266,13 +266,7 @@ async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody(api
     )
     .await;
     for svc in ["unready", "noslice"] {
-        c.wait_for_event(
-            "default",
-            &format!("NoReadyEndpoints on {svc}"),
-            T,
-            warning(svc, "NoReadyEndpoints"),
-        )
-        .await;
+        warned(&c, svc, "NoReadyEndpoints").await;
     }
     c.hold(
         "VIPs without ready endpoints are not announced, the control VIP is",
@@ -300,13 +294,7 @@ async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner
     )
     .await;
     start_all(&mut c, &[]);
-    c.wait_for_event(
-        "default",
-        "NoReadyEndpoints on unready",
-        T,
-        warning("unready", "NoReadyEndpoints"),
-    )
-    .await;
+    warned(&c, "unready", "NoReadyEndpoints").await;
     c.set_endpoints("default", "unready", &[("node-a", false), ("node-b", true)])
         .await;
     let top = rendezvous_owner(UNREADY, &NODES);
@@ -373,14 +361,7 @@ async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is
     let good = |c: &Cluster| c.owners(GOOD) == [top.as_str()];
     c.wait_for("mixed's good VIP on its rendezvous owner", T, good)
         .await;
-    let e = c
-        .wait_for_event(
-            "default",
-            "BadAddress on mixed",
-            T,
-            warning("mixed", "BadAddress"),
-        )
-        .await;
+    let e = warned(&c, "mixed", "BadAddress").await;
     assert!(
         e.note.as_deref().is_some_and(|n| n.contains(BAD)),
         "the Event names the bad address: {e:?}"
@@ -439,13 +420,7 @@ async fn no_ready_endpoints_is_not_blamed_on_nodes(api) {
         c.owners(OK).len() == 1
     })
     .await;
-    c.wait_for_event(
-        "default",
-        "NoReadyEndpoints on unready",
-        T,
-        warning("unready", "NoReadyEndpoints"),
-    )
-    .await;
+    warned(&c, "unready", "NoReadyEndpoints").await;
     tokio::time::sleep(HOLD).await;
     // The agents still run and announce (so no Warning below was withheld by a dead agent).
     assert_eq!(
