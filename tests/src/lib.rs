@@ -16,7 +16,7 @@
 //!   [`env::lan`] (a multi-node LAN on a bridge with the real XDP data plane), [`env::kube`] (a
 //!   real control plane).
 //! * On top of the worlds: [`sim`] (the election core in a discrete-event simulator),
-//!   [`timeline_plot`] (the failover timeline as a picture), [`bench`](mod@bench) (the XDP,
+//!   [`plot`] (what the pictures share, and the demo's failover timeline), [`bench`](mod@bench) (the XDP,
 //!   control-plane and failover benchmarks, their reports and plots).
 
 pub mod apiserver;
@@ -26,10 +26,10 @@ pub mod env;
 pub mod frames;
 pub mod model;
 pub mod netns;
+pub mod plot;
 pub mod programs;
 pub mod sim;
 pub mod testrun;
-pub mod timeline_plot;
 pub mod tools;
 
 /// A test that runs on both API servers: `on_both_api_servers! { async fn NAME(api) { .. } }`

@@ -21,7 +21,7 @@ use announcer_tests::{
     env::ApiKind,
     env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
     netns::{fmt_mac, require_root},
-    timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
+    plot::timeline::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 
 /// The Services of the demo: name and the address families it asks for. None has a fixed

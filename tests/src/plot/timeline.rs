@@ -10,6 +10,8 @@ use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::{create_parent_dir, draw_legend};
+
 use crate::env::lan::{ProbeKind, Timeline};
 
 /// An announcement the client saw: `at` is an offset on the timeline's clock.
@@ -106,9 +108,7 @@ pub fn row_label(vip: IpAddr, service: &str) -> String {
 
 /// Writes `plot` to `path` (SVG), creating its directory.
 pub fn write_timeline(path: &Path, plot: &TimelinePlot<'_>) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
+    create_parent_dir(path)?;
     let svg = render_timeline(plot)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
 }
@@ -234,13 +234,7 @@ fn draw(plot: &TimelinePlot<'_>, backend: SVGBackend<'_>) -> Result<()> {
             .label(format!("answered by {node}"))
             .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
