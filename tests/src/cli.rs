@@ -10,7 +10,7 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use crate::env::netns::Netns;
+use crate::netns::Netns;
 
 static N: AtomicU32 = AtomicU32::new(0);
 

@@ -11,20 +11,45 @@ pub const CLIENT_MAC: MacAddr = MacAddr([0x02, 0xc1, 0, 0, 0, 0x02]);
 /// The MAC VIPs answer with in these tests.
 pub const VIP_MAC: MacAddr = MacAddr([0x02, 0x0a, 0, 0, 0, 0x01]);
 
-fn eth(dst: MacAddr, vlan: Option<u16>) -> EthernetRepr {
+/// The Ethernet header of a frame from `src` to `dst` (the writer fills in the EtherType).
+fn ether(src: MacAddr, dst: MacAddr, vlan: Option<u16>) -> EthernetRepr {
     EthernetRepr {
-        src: CLIENT_MAC,
+        src,
         dst,
         vlan,
         ethertype: 0,
     }
 }
 
+/// The frame `write` writes into a buffer of [`frame::MAX_FRAME`] bytes (returning its length).
+fn built(write: impl FnOnce(&mut [u8]) -> usize) -> Vec<u8> {
+    let mut buf = [0u8; frame::MAX_FRAME];
+    let n = write(&mut buf);
+    buf[..n].to_vec()
+}
+
+/// Writes a Neighbor Solicitation for `target` (IPv6 `src` → `dst`, Source Link-Layer Address
+/// option `sllao`, Nonce option `nonce`) under `eth` into `buf`; returns its length.
+fn write_ns(
+    buf: &mut [u8],
+    eth: &EthernetRepr,
+    src: Ipv6Addr,
+    dst: Ipv6Addr,
+    target: Ipv6Addr,
+    sllao: Option<MacAddr>,
+    nonce: Option<[u8; 8]>,
+) -> usize {
+    let ns = NdiscRepr::NeighborSolicit {
+        target,
+        lladdr: sllao,
+        nonce,
+    };
+    frame::ndisc(buf, eth, src, dst, &ns)
+}
+
 /// A broadcast ARP request from `sender` for `target`.
 pub fn arp_request(sender: Ipv4Addr, target: Ipv4Addr, vlan: Option<u16>) -> Vec<u8> {
-    let mut buf = [0u8; frame::MAX_FRAME];
-    let n = write_arp_request(&mut buf, CLIENT_MAC, sender, target, vlan);
-    buf[..n].to_vec()
+    built(|buf| write_arp_request(buf, CLIENT_MAC, sender, target, vlan))
 }
 
 /// Writes a broadcast ARP request from `mac`/`sender` for `target` into `buf` (at least
@@ -38,12 +63,7 @@ pub fn write_arp_request(
 ) -> usize {
     frame::arp(
         buf,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::BROADCAST,
-            vlan,
-            ethertype: 0,
-        },
+        &ether(mac, MacAddr::BROADCAST, vlan),
         &ArpRepr {
             operation: ArpOperation::Request,
             sender_mac: mac,
@@ -71,19 +91,8 @@ pub fn ns_probe(
     vlan: Option<u16>,
     nonce: [u8; 8],
 ) -> Vec<u8> {
-    let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::ndisc(
-        &mut buf,
-        &eth(VIP_MAC, vlan),
-        src,
-        target,
-        &NdiscRepr::NeighborSolicit {
-            target,
-            lladdr: sllao,
-            nonce: Some(nonce),
-        },
-    );
-    buf[..n].to_vec()
+    let eth = ether(CLIENT_MAC, VIP_MAC, vlan);
+    built(|buf| write_ns(buf, &eth, src, target, target, sllao, Some(nonce)))
 }
 
 /// A DAD probe for `target` (source ::, no SLLAO, RFC 4862 §5.4.2).
@@ -105,19 +114,8 @@ pub fn ns(
     } else {
         VIP_MAC
     };
-    let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::ndisc(
-        &mut buf,
-        &eth(edst, vlan),
-        src,
-        dst,
-        &NdiscRepr::NeighborSolicit {
-            target,
-            lladdr: sllao,
-            nonce: None,
-        },
-    );
-    buf[..n].to_vec()
+    let eth = ether(CLIENT_MAC, edst, vlan);
+    built(|buf| write_ns(buf, &eth, src, dst, target, sllao, None))
 }
 
 /// Writes an ARP reply into `buf` (at least [`frame::MAX_FRAME`] bytes) from Ethernet `src` to
@@ -135,12 +133,7 @@ pub fn write_arp_reply(
 ) -> usize {
     frame::arp(
         buf,
-        &EthernetRepr {
-            src,
-            dst,
-            vlan: None,
-            ethertype: 0,
-        },
+        &ether(src, dst, None),
         &ArpRepr {
             operation: ArpOperation::Reply,
             sender_mac,
@@ -165,23 +158,13 @@ pub fn write_na(
     lladdr: Option<MacAddr>,
     flags: announcer_ebpf::wire::NaFlags,
 ) -> usize {
-    frame::ndisc(
-        buf,
-        &EthernetRepr {
-            src,
-            dst,
-            vlan: None,
-            ethertype: 0,
-        },
-        ip_src,
-        ip_dst,
-        &NdiscRepr::NeighborAdvert {
-            flags,
-            target,
-            lladdr,
-            nonce: None,
-        },
-    )
+    let na = NdiscRepr::NeighborAdvert {
+        flags,
+        target,
+        lladdr,
+        nonce: None,
+    };
+    frame::ndisc(buf, &ether(src, dst, None), ip_src, ip_dst, &na)
 }
 
 /// Writes a multicast Neighbor Solicitation for `target` from `mac`/`src` (to the
@@ -195,22 +178,8 @@ pub fn write_ns_multicast(
     sllao: Option<MacAddr>,
 ) -> usize {
     let dst = Ipv6Addr::from(solicited_node(&target.octets()));
-    frame::ndisc(
-        buf,
-        &EthernetRepr {
-            src: mac,
-            dst: MacAddr::from_ipv6_multicast(&dst.octets()),
-            vlan: None,
-            ethertype: 0,
-        },
-        src,
-        dst,
-        &NdiscRepr::NeighborSolicit {
-            target,
-            lladdr: sllao,
-            nonce: None,
-        },
-    )
+    let eth = ether(mac, MacAddr::from_ipv6_multicast(&dst.octets()), None);
+    write_ns(buf, &eth, src, dst, target, sllao, None)
 }
 
 /// Writes an Ethernet + IPv4 + UDP frame (`src_ip:src_port` → `dst_ip:dst_port`, UDP checksum
@@ -281,10 +250,11 @@ pub fn forged_arp_reply(
     to_ip: Ipv4Addr,
     trailer: [u8; 8],
 ) -> Vec<u8> {
-    let mut buf = [0u8; frame::MAX_FRAME];
-    let n = write_arp_reply(&mut buf, claimed, to_mac, claimed, vip, to_mac, to_ip);
-    buf[42..50].copy_from_slice(&trailer);
-    buf[..n].to_vec()
+    built(|buf| {
+        let n = write_arp_reply(buf, claimed, to_mac, claimed, vip, to_mac, to_ip);
+        buf[42..50].copy_from_slice(&trailer);
+        n
+    })
 }
 
 /// A forged solicited Neighbor Advertisement "`vip` is-at `claimed`" (TLLAO `claimed`,
@@ -297,27 +267,15 @@ pub fn forged_na(
     to_ip: Ipv6Addr,
     guess: [u8; 8],
 ) -> Vec<u8> {
-    let mut buf = [0u8; frame::MAX_FRAME];
-    let n = frame::ndisc(
-        &mut buf,
-        &EthernetRepr {
-            src: claimed,
-            dst: to_mac,
-            vlan: None,
-            ethertype: 0,
+    let na = NdiscRepr::NeighborAdvert {
+        flags: announcer_ebpf::wire::NaFlags {
+            router: false,
+            solicited: true,
+            override_: true,
         },
-        vip,
-        to_ip,
-        &NdiscRepr::NeighborAdvert {
-            flags: announcer_ebpf::wire::NaFlags {
-                router: false,
-                solicited: true,
-                override_: true,
-            },
-            target: vip,
-            lladdr: Some(claimed),
-            nonce: Some(guess),
-        },
-    );
-    buf[..n].to_vec()
+        target: vip,
+        lladdr: Some(claimed),
+        nonce: Some(guess),
+    };
+    built(|buf| frame::ndisc(buf, &ether(claimed, to_mac, None), vip, to_ip, &na))
 }

@@ -2,16 +2,22 @@
 //! drive and observe them. The test binaries are in `tests/tests/` (kernel, agent, testbed,
 //! sim, deploy); the benchmarks, the demo and the soak run are in `src/bin/`.
 //!
-//! * Test worlds, in [`env`](mod@env): [`env::netns`] (namespaces and veth pairs), [`env::node`] (one
-//!   node with the API server in its namespace), [`env::cluster`] (the API server plus agent
-//!   processes, no data plane), [`env::lan`] (a multi-node LAN on a bridge with the real XDP
-//!   data plane); [`sim`] (the election core in a discrete-event simulator) and [`apiserver`]
-//!   (an in-process stand-in for kube-apiserver).
-//! * The data plane in the kernel: [`testrun`] (`BPF_PROG_TEST_RUN`), [`frames`] (requests as
-//!   clients send them), [`model`] (a reference model of the responder).
-//! * Driving and observing: [`cli`] (the real `announcer` binary), [`tools`] (`arping`,
-//!   `ndisc6`, `ip neigh`), [`timeline_plot`].
-//! * [`bench`](mod@bench): the XDP, control-plane and failover benchmarks, their reports and plots.
+//! The modules, bottom up; each names only modules of the layers below its own (the layering
+//! check in `xtask` holds them to it):
+//!
+//! * Building blocks: [`programs`] (where the programs the tests run are), [`netns`]
+//!   (namespaces, veth pairs, bridges and the cleanup rules every world relies on), [`tools`]
+//!   (`arping`, `ndisc6`, `ip neigh`, `tcpdump` inside a namespace), [`cli`] (the real
+//!   `announcer` binary inside a namespace), [`frames`] (requests as clients send them),
+//!   [`model`] (a reference model of the responder), [`testrun`] (`BPF_PROG_TEST_RUN`).
+//! * [`apiserver`]: an in-process stand-in for kube-apiserver.
+//! * Test worlds, in [`env`](mod@env): [`env::node`] (one node with the API server in its
+//!   namespace), [`env::cluster`] (the API server plus agent processes, no data plane),
+//!   [`env::lan`] (a multi-node LAN on a bridge with the real XDP data plane), [`env::kube`] (a
+//!   real control plane).
+//! * On top of the worlds: [`sim`] (the election core in a discrete-event simulator),
+//!   [`plot`] (what the pictures share, and the demo's failover timeline), [`bench`](mod@bench) (the XDP,
+//!   control-plane and failover benchmarks, their reports and plots).
 
 pub mod apiserver;
 pub mod bench;
@@ -19,9 +25,11 @@ pub mod cli;
 pub mod env;
 pub mod frames;
 pub mod model;
+pub mod netns;
+pub mod plot;
+pub mod programs;
 pub mod sim;
 pub mod testrun;
-pub mod timeline_plot;
 pub mod tools;
 
 /// A test that runs on both API servers: `on_both_api_servers! { async fn NAME(api) { .. } }`

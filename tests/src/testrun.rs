@@ -57,19 +57,27 @@ impl Harness {
         self.ebpf.program(PROGRAM).unwrap().try_into().unwrap()
     }
 
-    /// Runs the program once on `frame`; returns the action and the frame it left.
-    pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+    /// `BPF_PROG_TEST_RUN` of `frame`, `repeat` times in one syscall: the action,
+    /// the frame the last run left, and the kernel's mean time per run.
+    fn test_run(&self, frame: &[u8], repeat: u32) -> (u32, Vec<u8>, std::time::Duration) {
         let mut out = vec![0u8; frame.len() + 512];
         let r = self
             .prog()
             .test_run(TestRunOptions {
                 data_in: Some(frame),
                 data_out: Some(&mut out),
+                repeat,
                 ..Default::default()
             })
             .expect("BPF_PROG_TEST_RUN");
         out.truncate(r.data_size_out as usize);
-        (r.return_value, out)
+        (r.return_value, out, r.duration)
+    }
+
+    /// Runs the program once on `frame`; returns the action and the frame it left.
+    pub fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        let (action, out, _) = self.test_run(frame, 1);
+        (action, out)
     }
 
     /// Runs the program and returns it as a [`Verdict`], checking that a pass leaves the frame
@@ -89,17 +97,8 @@ impl Harness {
     /// Runs the program `repeat` times on `frame` in one syscall; returns the action and the
     /// kernel's mean time per run. Beware: each run sees the frame the previous one left.
     pub fn time(&self, frame: &[u8], repeat: u32) -> (u32, std::time::Duration) {
-        let mut out = vec![0u8; frame.len() + 512];
-        let r = self
-            .prog()
-            .test_run(TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                repeat,
-                ..Default::default()
-            })
-            .expect("BPF_PROG_TEST_RUN");
-        (r.return_value, r.duration)
+        let (action, _, mean) = self.test_run(frame, repeat);
+        (action, mean)
     }
 }
 

@@ -81,9 +81,11 @@ const TEST_BLOCKS: [&str; 7] = [
 /// The building blocks and the in-process API server: what the test worlds may use.
 const TEST_BELOW_ENV: [&str; 8] = and(TEST_BLOCKS, "apiserver");
 
-/// The test worlds and everything below them: what the simulator, the plots and the
-/// benchmarks may use.
+/// The test worlds and everything below them: what the simulator and the plots may use.
 const TEST_BELOW_TOP: [&str; 9] = and(TEST_BELOW_ENV, "env");
+
+/// The plots and everything below them: what the benchmarks may use (they draw their results).
+const TEST_BELOW_BENCH: [&str; 10] = and(TEST_BELOW_TOP, "plot");
 
 /// `below` and `next`: the layers a layer above `next` may use (`M` is `N + 1`, or the
 /// constant does not compile).
@@ -101,7 +103,7 @@ const fn and<const N: usize, const M: usize>(
 }
 
 /// `announcer-tests` (`tests/src`): building blocks ← the in-process API server ← the test
-/// worlds ← the simulator, the plots and the benchmarks.
+/// worlds ← the simulator and the plots ← the benchmarks.
 const TESTS_SRC: Rules = Rules {
     src: "tests/src",
     allowed: &[
@@ -116,14 +118,14 @@ const TESTS_SRC: Rules = Rules {
         ("apiserver", &TEST_BLOCKS),
         ("env", &TEST_BELOW_ENV),
         ("sim", &TEST_BELOW_TOP),
-        ("timeline_plot", &TEST_BELOW_TOP),
-        ("bench", &TEST_BELOW_TOP),
+        ("plot", &TEST_BELOW_TOP),
+        ("bench", &TEST_BELOW_BENCH),
     ],
     entry_points: &[],
     root_aliases: &[],
     // `bin/`: the benchmarks, the demo and the soak run, each a crate of its own.
     other_crates: |rel| rel == Path::new("main.rs") || rel.starts_with("bin"),
-    order: "building blocks ← apiserver ← env ← sim, timeline_plot, bench",
+    order: "building blocks ← apiserver ← env ← sim, plot ← bench",
 };
 
 /// One path in the source, resolved.

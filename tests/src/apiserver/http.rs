@@ -24,8 +24,9 @@ use super::faults::{FaultState, Outcome};
 use super::patch::{PatchBody, PatchType, merge_applied};
 use super::resources::{self, RESOURCES, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
-use super::status::{ApiError, Cause, delete_success, json_response};
+use super::status::{ApiError, delete_success, json_response};
 use super::store::{ObjRef, Preconditions, Store, Sub, WatchFrom};
+use super::validate::Cause;
 use super::watch::{self, WatchInfo, WatchParams, WatchRegistry};
 
 /// Everything the handlers share.

@@ -30,5 +30,5 @@ pub fn kubeconfig_yaml(url: &str, tokens: &[&str]) -> String {
         "current-context": tokens.first().copied().unwrap_or(""),
         "preferences": {},
     });
-    serde_yaml::to_string(&config).unwrap_or_default()
+    serde_saphyr::to_string(&config).unwrap_or_default()
 }

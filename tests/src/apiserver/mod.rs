@@ -1,15 +1,17 @@
 //! An in-process stand-in for kube-apiserver, faithful for what the announcer agent uses.
 //!
-//! No kube-apiserver (or etcd) can be installed where the tests and benchmarks run, yet the agent
-//! must be exercised through the real `kube` client, its watcher, its retry policy, and its error
-//! parsing. This server speaks the same HTTP/JSON protocol for the agent's kinds (services,
-//! nodes, namespaces, secrets, configmaps, core and `events.k8s.io` events, endpointslices,
-//! leases): one global etcd-like revision, optimistic concurrency, status subresources, the four
-//! patch types, selectors, and watches with history replay, 410 `Expired`, bookmarks and
-//! streaming lists. On top it counts requests per client token and injects faults (latency,
-//! errors, outages, watch drops, history compaction) — through [`ApiServerHandle`] in-process and
-//! through `/_admin/` for other processes. `tests/APISERVER.md` lists exactly which
-//! kube-apiserver behaviours are reproduced and which are not.
+//! Why it stays beside the real control plane (`env::kube`, built by `cargo xtask setup`): it
+//! starts at once, so the agent tests and the demo use it by default, and it injects the faults a
+//! real kube-apiserver cannot be made to show on demand, while the agent is still exercised through
+//! the real `kube` client, its watcher, its retry policy, and its error parsing. Where the two are
+//! compared, it must behave as the real one does. This server speaks the same HTTP/JSON protocol
+//! for the agent's kinds (services, nodes, namespaces, secrets, configmaps, core and
+//! `events.k8s.io` events, endpointslices, leases): one global etcd-like revision, optimistic
+//! concurrency, status subresources, the four patch types, selectors, and watches with history
+//! replay, 410 `Expired`, bookmarks and streaming lists. On top it counts requests per client token
+//! and injects faults (latency, errors, outages, watch drops, history compaction) — through
+//! [`ApiServerHandle`] in-process and through `/_admin/` for other processes. `tests/APISERVER.md`
+//! lists exactly which kube-apiserver behaviours are reproduced and which are not.
 //!
 //! ```no_run
 //! # async fn demo() {

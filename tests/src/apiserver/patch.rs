@@ -67,7 +67,7 @@ impl PatchBody {
                 .map(Self::Json)
                 .map_err(|e| bad(&e)),
             PatchType::Apply => {
-                let v: Value = serde_yaml::from_slice(body).map_err(|e| bad(&e))?;
+                let v: Value = serde_saphyr::from_slice(body).map_err(|e| bad(&e))?;
                 if !v.is_object() {
                     return Err(ApiError::bad_request(
                         "an apply configuration must be an object",

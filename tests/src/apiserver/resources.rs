@@ -17,19 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::status::Cause;
-use super::validate;
-
-/// Which rule a kind's `metadata.name` follows (`apimachinery/pkg/api/validation/path`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NameRule {
-    /// RFC 1123 subdomain: most kinds.
-    Subdomain,
-    /// RFC 1123 label: namespaces.
-    Label,
-    /// RFC 1035 label (starts with a letter): services.
-    Rfc1035Label,
-}
+use super::validate::{self, Cause, NameRule};
 
 /// One REST resource.
 #[derive(Debug)]

@@ -6,7 +6,6 @@
 //! (`resourceVersion`, `uid`, `creationTimestamp`, as `kubectl get -o yaml` prints them) is
 //! discarded.
 
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::ApiServerError;
@@ -16,8 +15,9 @@ use super::store::Store;
 /// Parse a multi-document YAML (or JSON) text into objects.
 pub fn parse_manifests(text: &str) -> Result<Vec<Value>, ApiServerError> {
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = Value::deserialize(doc).map_err(|e| ApiServerError::Manifest(e.to_string()))?;
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(text).map_err(|e| ApiServerError::Manifest(e.to_string()))?;
+    for value in docs {
         match value {
             Value::Null => {}
             Value::Object(_) if value["kind"].as_str().is_some_and(|k| k.ends_with("List")) => {

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::resources::ResourceType;
+use super::validate::Cause;
 
 /// A failed API request: becomes a `Status` body with `code` as the HTTP status.
 #[derive(Debug, Clone)]
@@ -177,32 +178,6 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         json_response(code, &self.to_status())
-    }
-}
-
-/// One `StatusCause` of an `Invalid` error.
-#[derive(Debug, Clone)]
-pub(crate) struct Cause {
-    pub reason: &'static str,
-    pub field: String,
-    pub message: String,
-}
-
-impl Cause {
-    pub fn required(field: &str) -> Self {
-        Self {
-            reason: "FieldValueRequired",
-            field: field.into(),
-            message: "Required value".into(),
-        }
-    }
-
-    pub fn invalid(field: &str, value: &Value, why: &str) -> Self {
-        Self {
-            reason: "FieldValueInvalid",
-            field: field.into(),
-            message: format!("Invalid value: {value}: {why}"),
-        }
     }
 }
 

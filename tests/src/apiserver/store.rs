@@ -22,8 +22,8 @@ use tokio::sync::broadcast;
 
 use super::resources::{RESOURCES, ResourceType};
 use super::selectors::Selectors;
-use super::status::{ApiError, Cause};
-use super::validate;
+use super::status::ApiError;
+use super::validate::{self, Cause};
 
 /// A store key: resource index, namespace (empty for cluster-scoped), name.
 pub(crate) type ObjKey = (usize, String, String);

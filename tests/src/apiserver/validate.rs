@@ -3,16 +3,52 @@
 //!
 //! Each rule mirrors `k8s.io/apimachinery/pkg/util/validation` or the kind's
 //! `pkg/apis/<group>/validation`; a violation is a 422 `Invalid` with one cause per field, so a
-//! client bug that a real cluster would reject is rejected here too.
+//! client bug that a real cluster would reject is rejected here too. The causes ([`Cause`]) and
+//! the name rules ([`NameRule`]) are defined here, below the resource table and the `Status`
+//! errors that use them.
 
 use serde_json::Value;
-
-use super::resources::NameRule;
-use super::status::Cause;
 
 pub(crate) use announcer::placement::selector::{
     is_dns1035_label, is_dns1123_label, is_dns1123_subdomain, is_label_value, is_qualified_name,
 };
+
+/// Which rule a kind's `metadata.name` follows (`apimachinery/pkg/api/validation/path`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NameRule {
+    /// RFC 1123 subdomain: most kinds.
+    Subdomain,
+    /// RFC 1123 label: namespaces.
+    Label,
+    /// RFC 1035 label (starts with a letter): services.
+    Rfc1035Label,
+}
+
+/// One `StatusCause` of an `Invalid` error.
+#[derive(Debug, Clone)]
+pub(crate) struct Cause {
+    pub reason: &'static str,
+    pub field: String,
+    pub message: String,
+}
+
+impl Cause {
+    pub fn required(field: &str) -> Self {
+        Self {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            message: "Required value".into(),
+        }
+    }
+
+    pub fn invalid(field: &str, value: &Value, why: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {value}: {why}"),
+        }
+    }
+}
 
 /// `ValidateObjectMeta`: the name rule of the kind and well-formed labels and annotation keys.
 pub(crate) fn object_meta(obj: &Value, rule: NameRule) -> Vec<Cause> {

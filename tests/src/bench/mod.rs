@@ -5,12 +5,12 @@
 //! * [`control_plane`]: `cargo xtask bench control-plane`.
 //! * [`failover`]: `cargo xtask bench failover`.
 //! * Shared: [`stats`] (summaries, nearest-rank percentiles), [`verdict`] (targets met or
-//!   not), [`cpu`] (CPU time of processes), [`packet`] (a raw packet socket).
+//!   not), [`cpu`] (CPU time of processes). The raw packet socket the XDP benchmark floods and
+//!   answers with is the test worlds' ([`crate::env::packet`]).
 
 pub mod control_plane;
 pub mod cpu;
 pub mod failover;
-pub mod packet;
 pub mod stats;
 pub mod verdict;
 pub mod xdp;

@@ -22,7 +22,7 @@ use announcer_tests::{
     },
     cli::announcer_bin,
     env::lan::install_ctrlc_cleanup,
-    env::netns::require_root,
+    netns::require_root,
 };
 use anyhow::{Result, bail, ensure};
 use clap::Parser;

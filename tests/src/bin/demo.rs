@@ -20,8 +20,8 @@ use announcer::ipam::{AddressPool, AddressPoolSpec};
 use announcer_tests::{
     env::ApiKind,
     env::lan::{ProbeKind, Testbed, TestbedConfig, install_ctrlc_cleanup, vip4, vip6},
-    env::netns::{fmt_mac, require_root},
-    timeline_plot::{Announcement, TimelinePlot, parse_announcements, write_timeline},
+    netns::{fmt_mac, require_root},
+    plot::timeline::{Announcement, TimelinePlot, parse_announcements, write_timeline},
 };
 
 /// The Services of the demo: name and the address families it asks for. None has a fixed
@@ -356,12 +356,19 @@ async fn main() -> Result<()> {
     let svg = out_dir().join("failover-timeline.svg");
     let mut rows = moved.clone();
     rows.extend(targets.iter().filter(|v| !moved.contains(v)).take(2));
+    let service_of = |vip: &IpAddr| {
+        vips.iter()
+            .find(|(_, v)| v == vip)
+            .map(|(s, _)| s.clone())
+            .unwrap_or_default()
+    };
+    let rows: Vec<(IpAddr, String)> = rows.iter().map(|v| (*v, service_of(v))).collect();
     write_timeline(
         &svg,
         &TimelinePlot {
             title: &format!("announcer demo: {busiest} crashes (link down + agent killed)"),
             timeline: &timeline,
-            vips: &rows,
+            rows: &rows,
             nodes: &names,
             crash: crash_at,
             announcements: &announcements,

@@ -16,8 +16,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use announcer_tests::{
     env::ApiKind,
     env::lan::{Testbed, TestbedConfig, vip4, vip6},
-    env::netns::require_root,
-    tools::kube_program,
+    netns::require_root,
+    programs::kube_program,
 };
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

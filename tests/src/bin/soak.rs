@@ -130,18 +130,9 @@ fn main() {
     // Which invariants broke, by scenario.
     let mut kinds: std::collections::BTreeMap<(String, String), u64> = Default::default();
     for r in &failed {
-        for v in &r.violations {
-            let inv = v
-                .split(" invariant ")
-                .nth(1)
-                .and_then(|x| x.split(')').next())
-                .unwrap_or("?");
-            *kinds
-                .entry((
-                    r.scenario.map_or("?", |s| s.name()).to_string(),
-                    format!("{inv})"),
-                ))
-                .or_default() += 1;
+        for inv in r.broken_invariants() {
+            let scenario = r.scenario.map_or("?", |s| s.name()).to_string();
+            *kinds.entry((scenario, inv)).or_default() += 1;
         }
     }
     for ((sc, inv), n) in &kinds {
@@ -151,7 +142,7 @@ fn main() {
         let seeds: Vec<String> = failed
             .iter()
             .take(50)
-            .map(|r| format!("{}:{}", r.seed, r.scenario.map_or("?", |s| s.name())))
+            .map(|r| r.seed_and_scenario())
             .collect();
         println!(
             "{} of {} runs failed; first seeds: {}",

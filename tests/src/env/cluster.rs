@@ -13,7 +13,6 @@ use std::{
     collections::BTreeMap,
     net::{IpAddr, TcpListener},
     path::PathBuf,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
@@ -35,18 +34,15 @@ use announcer::election::{NodeName, rendezvous};
 
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
-    cli::announcer_bin,
     env::{
         ApiKind,
+        agent_cmd::AgentCommand,
         kube::{KubeControlPlane, KubeOptions},
-        process::Guarded,
+        process::{Guarded, free_port},
     },
 };
 
 use crate::env::kube::relay;
-
-/// The agent namespace used by the testbed.
-pub const NAMESPACE: &str = "announcer-system";
 
 /// One agent process.
 pub struct Agent {
@@ -57,7 +53,8 @@ pub struct Agent {
     pub heartbeat: u16,
     /// Its log file.
     pub log: PathBuf,
-    args: Vec<String>,
+    /// How it was started, to restart it identically.
+    cmd: AgentCommand,
 }
 
 /// The API server a world runs against.
@@ -87,24 +84,6 @@ pub struct RelayBytes {
     pub to_api: u64,
     /// From the API server to the agent.
     pub from_api: u64,
-}
-
-/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats), never one this process handed
-/// out before: the kernel may offer a port again as soon as its probe socket closes, before the
-/// agent it was meant for has bound it, and two agents would then share it.
-pub fn free_port() -> u16 {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
-        if GIVEN.lock().expect("port set").insert(port) {
-            return port;
-        }
-    }
 }
 
 impl Cluster {
@@ -468,56 +447,27 @@ impl Cluster {
             Some(a) => (a.http, a.heartbeat),
             None => (free_port(), free_port()),
         };
-        let mut args: Vec<String> = [
-            "agent",
-            "--node-name",
-            node,
-            "--namespace",
-            NAMESPACE,
-            "--kubeconfig",
-            kubeconfig.to_str().expect("utf-8"),
-            "--state-dir",
-            state.to_str().expect("utf-8"),
-            "--heartbeat-port",
-            &heartbeat.to_string(),
-            "--http-address",
-            &format!("127.0.0.1:{http}"),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        let mut cmd = AgentCommand::new(node, &kubeconfig, &state)
+            .heartbeat_port(heartbeat)
+            .http_address(format!("127.0.0.1:{http}"));
         if !extra.contains(&"--dataplane") {
-            args.push("--no-dataplane".into());
+            cmd = cmd.no_dataplane();
         }
         // `--no-heartbeat-address`: heartbeats from the Node's InternalIP, as in a cluster.
         if !extra.contains(&"--no-heartbeat-address") {
-            args.extend(["--heartbeat-address".into(), "127.0.0.1".into()]);
+            cmd = cmd.heartbeat_address(IpAddr::from([127, 0, 0, 1]));
         }
-        args.extend(
-            extra
-                .iter()
-                .filter(|a| **a != "--dataplane" && **a != "--no-heartbeat-address")
-                .map(|s| s.to_string()),
-        );
-        self.spawn(node, http, heartbeat, args);
+        let extra: Vec<&str> = extra
+            .iter()
+            .copied()
+            .filter(|a| *a != "--dataplane" && *a != "--no-heartbeat-address")
+            .collect();
+        self.spawn(node, http, heartbeat, cmd.extra(&extra));
     }
 
-    fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, args: Vec<String>) {
+    fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, cmd: AgentCommand) {
         let log = self.dir.join(format!("agent-{node}.log"));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log");
-        let child = Guarded::spawn(
-            Command::new(announcer_bin())
-                .args(&args)
-                .env("RUST_LOG", "info,announcer=debug")
-                .env("NO_COLOR", "1")
-                .stdout(Stdio::null())
-                .stderr(out),
-        )
-        .expect("spawn agent");
+        let child = cmd.spawn(None, &log);
         self.agents.insert(
             node.into(),
             Agent {
@@ -525,7 +475,7 @@ impl Cluster {
                 http,
                 heartbeat,
                 log,
-                args,
+                cmd,
             },
         );
     }
@@ -533,7 +483,7 @@ impl Cluster {
     /// Restarts `node`'s agent with the arguments it had (after [`Self::kill`]).
     pub fn restart(&mut self, node: &str) {
         let a = self.agents.remove(node).expect("known agent");
-        self.spawn(node, a.http, a.heartbeat, a.args);
+        self.spawn(node, a.http, a.heartbeat, a.cmd);
     }
 
     /// Sends `signal` (e.g. `libc::SIGTERM`) to `node`'s agent.
@@ -624,11 +574,7 @@ impl Cluster {
 
     /// Full Events (`events.k8s.io/v1`) in `ns`, oldest first by creation.
     pub async fn event_objects(&self, ns: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), ns)
-            .list(&ListParams::default())
-            .await
-            .expect("list events")
-            .items
+        list_events(&self.client, ns).await
     }
 
     /// The nodes whose agents say they announce `vip`.
@@ -703,33 +649,13 @@ impl Cluster {
         timeout: Duration,
         pred: impl Fn(&Event) -> bool,
     ) -> Event {
-        let end = Instant::now() + timeout;
-        loop {
-            let events = self.event_objects(ns).await;
-            if let Some(e) = events.iter().find(|e| pred(e)) {
-                return e.clone();
-            }
-            if Instant::now() >= end {
-                let seen: Vec<_> = events
-                    .iter()
-                    .map(|e| (e.type_.clone(), e.reason.clone(), e.note.clone()))
-                    .collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
-                    self.log_tails()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for_event(&self.client, ns, what, timeout, pred, || self.log_tails()).await
     }
 
     /// Events (`events.k8s.io/v1`) in `ns`: (reason, note, reporting instance).
     pub async fn events(&self, ns: &str) -> Vec<(String, String, String)> {
-        Api::<Event>::namespaced(self.client.clone(), ns)
-            .list(&ListParams::default())
+        list_events(&self.client, ns)
             .await
-            .expect("list events")
-            .items
             .into_iter()
             .map(|e| {
                 (
@@ -759,6 +685,52 @@ impl Cluster {
     /// The running agents' names.
     pub fn nodes(&self) -> Vec<String> {
         self.agents.keys().cloned().collect()
+    }
+}
+
+/// The Events (`events.k8s.io/v1`) in `ns`.
+pub async fn list_events(client: &Client, ns: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .expect("list Events")
+        .items
+}
+
+/// Polls the Events in `ns` for up to `timeout` until one matches `pred`; returns it. Panics
+/// with `what`, the Events seen and `log_tails()` if none comes.
+pub async fn wait_for_event(
+    client: &Client,
+    ns: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Event) -> bool,
+    log_tails: impl FnOnce() -> String,
+) -> Event {
+    let end = Instant::now() + timeout;
+    loop {
+        let events = list_events(client, ns).await;
+        if let Some(e) = events.iter().find(|e| pred(e)) {
+            return e.clone();
+        }
+        if Instant::now() >= end {
+            let seen: Vec<_> = events
+                .iter()
+                .map(|e| {
+                    (
+                        e.type_.clone(),
+                        e.reason.clone(),
+                        e.reporting_instance.clone(),
+                        e.note.clone(),
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
+                log_tails()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,6 +1,5 @@
 //! The test worlds, one module per kind:
 //!
-//! * [`netns`]: network namespaces, veth pairs and the cleanup rules every world relies on.
 //! * [`node`]: one node namespace with the API server inside it, for a single agent with the
 //!   real data plane.
 //! * [`cluster`]: the in-repo API server plus real `announcer agent` processes (no data plane
@@ -9,14 +8,21 @@
 //!   (the `Testbed`).
 //! * [`kube`]: a real control plane (etcd, kube-apiserver, kube-controller-manager,
 //!   kube-scheduler) built from the Go module proxy, with stand-in kubelets.
+//! * [`agent_cmd`]: the one way every world and test starts an agent.
 //! * [`process`]: the one guard every world runs its processes under.
+//! * [`packet`]: the one raw packet socket of the tests (forged and probing frames, floods).
 
+pub mod agent_cmd;
 pub mod cluster;
 pub mod kube;
 pub mod lan;
-pub mod netns;
 pub mod node;
+pub mod packet;
 pub mod process;
+
+/// The agents' namespace (their Leases, heartbeat Secret and ServiceAccount), as `deploy/`
+/// creates it; every world starts its agents in it ([`agent_cmd::AgentCommand`]).
+pub const NAMESPACE: &str = "announcer-system";
 
 /// Which API server a world runs against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

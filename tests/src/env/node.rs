@@ -18,8 +18,8 @@ use serde_json::json;
 
 use crate::{
     cli::announcer_bin,
-    env::netns::{NODE_V4, Netns},
     env::process::Guarded,
+    netns::{NODE_V4, Netns},
 };
 
 /// A process killed (and reaped) on drop, also when the test panics, with its log.

@@ -1,4 +1,5 @@
-//! One way to run a child process in a test world: [`Guarded`].
+//! One way to run a child process in a test world: [`Guarded`]; and the local ports the
+//! worlds' processes listen on ([`free_port`]).
 //!
 //! Why one type: the worlds used to kill their processes in different ways (one set a
 //! parent-death signal, two only killed on drop), so a test process that died by a signal could
@@ -12,6 +13,7 @@
 
 use std::{
     io,
+    net::TcpListener,
     ops::{Deref, DerefMut},
     os::unix::process::{CommandExt, ExitStatusExt},
     process::{Child, Command, ExitStatus},
@@ -74,6 +76,24 @@ pub fn exit_code(status: ExitStatus) -> i32 {
     status
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// A free TCP port on 127.0.0.1 (also used for UDP heartbeats), never one this process handed
+/// out before: the kernel may offer a port again as soon as its probe socket closes, before the
+/// agent it was meant for has bound it, and two agents would then share it.
+pub fn free_port() -> u16 {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        if GIVEN.lock().expect("port set").insert(port) {
+            return port;
+        }
+    }
 }
 
 impl Deref for Guarded {

@@ -95,6 +95,26 @@ pub struct RunReport {
     pub max_dark_ms: f64,
 }
 
+impl RunReport {
+    /// `seed:scenario`, how a list of failed runs names one.
+    pub fn seed_and_scenario(&self) -> String {
+        format!("{}:{}", self.seed, self.scenario.map_or("?", |s| s.name()))
+    }
+
+    /// The invariant each violation broke, as its message names it (`6 (…)`, up to the first
+    /// closing parenthesis; `?)` if it names none).
+    pub fn broken_invariants(&self) -> impl Iterator<Item = String> + '_ {
+        self.violations.iter().map(|v| {
+            let inv = v
+                .split(" invariant ")
+                .nth(1)
+                .and_then(|x| x.split(')').next())
+                .unwrap_or("?");
+            format!("{inv})")
+        })
+    }
+}
+
 /// The longest a VIP with an eligible live node that can announce it may go unanswered.
 pub const DARK_BOUND: Duration = Duration::from_secs(1);
 /// Overlap episodes longer than this must be counted: twice the longest make-before-break

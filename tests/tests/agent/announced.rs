@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use announcer::state::announced::{self, CONDITION_TYPE};
 use announcer_tests::{env::cluster::Cluster, on_both_api_servers};
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, web};
+
 const VIPS: [&str; 2] = ["10.0.0.5", "fd00::5"];
 const T: Duration = Duration::from_secs(20);
 
@@ -63,23 +64,15 @@ async fn wait_condition_matches_owners(c: &Cluster, what: &str, alive: &[&str]) 
     }
 }
 
+/// The web world, agents with lenient death detection (ten missed heartbeats).
 async fn cluster(name: &str, api: announcer_tests::env::ApiKind) -> Cluster {
-    let mut c = Cluster::start_on(api, name).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c.add_service("default", "web", &VIPS, false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, &["--heartbeat-misses", "10"]);
-    }
-    c
+    web(api, name, &VIPS, &["--heartbeat-misses", "10"]).await
 }
 
 on_both_api_servers! {
 /// Every VIP's entry names the node whose `/state` says it announces it.
 async fn the_announced_condition_names_each_vips_owner(api) {
-    let c = cluster(&format!("announced-{api}"), api).await;
+    let c = cluster("announced", api).await;
     wait_condition_matches_owners(&c, "after start", &NODES).await;
 }
 }
@@ -87,7 +80,7 @@ async fn the_announced_condition_names_each_vips_owner(api) {
 on_both_api_servers! {
 /// A crashed owner's entries move to its successor.
 async fn the_announced_condition_follows_a_failover(api) {
-    let mut c = cluster(&format!("announced-fo-{api}"), api).await;
+    let mut c = cluster("announced-fo", api).await;
     wait_condition_matches_owners(&c, "after start", &NODES).await;
     let owner = c.owners(VIPS[0])[0].clone();
     c.kill(&owner);
@@ -104,7 +97,7 @@ async fn the_announced_condition_follows_a_failover(api) {
 on_both_api_servers! {
 /// Once it says the truth nobody rewrites it: the Service's resourceVersion stays put.
 async fn a_settled_announced_condition_is_not_rewritten(api) {
-    let c = cluster(&format!("announced-calm-{api}"), api).await;
+    let c = cluster("announced-calm", api).await;
     let rv = wait_condition_matches_owners(&c, "after start", &NODES).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let now = condition(&c).await.map(|(_, _, rv)| rv);

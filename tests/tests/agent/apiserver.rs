@@ -66,12 +66,16 @@ fn service(name: &str, labels: &[(&str, &str)]) -> Service {
     }
 }
 
-/// The HTTP code of a `kube::Error::Api`, panicking on any other error.
-fn code(err: kube::Error) -> u16 {
-    match err {
-        kube::Error::Api(status) => status.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
+/// Creates Lease `name` held by `holder` through `api`; the stored object.
+async fn create_lease(api: &Api<Lease>, name: &str, holder: &str) -> Lease {
+    api.create(&PostParams::default(), &lease(name, holder))
+        .await
+        .unwrap()
+}
+
+/// The HTTP code of the API error `request` must end in (panicking on any other outcome).
+async fn refused<T: std::fmt::Debug>(request: impl Future<Output = kube::Result<T>>) -> u16 {
+    api_err(request.await.unwrap_err()).code
 }
 
 fn api_err(err: kube::Error) -> Box<kube::core::Status> {
@@ -113,11 +117,8 @@ async fn crud_conflicts_and_not_found() {
     let server = start().await;
     let leases: Api<Lease> = Api::namespaced(server.client("node-a").await.unwrap(), NS);
 
-    assert_eq!(code(leases.get("vip-1").await.unwrap_err()), 404);
-    let created = leases
-        .create(&PostParams::default(), &lease("vip-1", "node-a"))
-        .await
-        .unwrap();
+    assert_eq!(refused(leases.get("vip-1")).await, 404);
+    let created = create_lease(&leases, "vip-1", "node-a").await;
     let meta = &created.metadata;
     assert!(meta.uid.as_deref().is_some_and(|u| u.len() == 36));
     assert!(meta.creation_timestamp.is_some());
@@ -188,33 +189,18 @@ async fn crud_conflicts_and_not_found() {
     let mut bad = lease("vip-2", "node-a");
     bad.spec.as_mut().unwrap().lease_duration_seconds = Some(0);
     assert_eq!(
-        code(
-            leases
-                .create(&PostParams::default(), &bad)
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.create(&PostParams::default(), &bad)).await,
         422
     );
     let typed = Patch::Merge(json!({"spec": {"leaseDurationSeconds": "fifteen"}}));
     assert_eq!(
-        code(
-            leases
-                .patch("vip-1", &PatchParams::default(), &typed)
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.patch("vip-1", &PatchParams::default(), &typed)).await,
         400
     );
     let mut upper = lease("Vip", "node-a");
     upper.metadata.name = Some("Not_A_Name".into());
     assert_eq!(
-        code(
-            leases
-                .create(&PostParams::default(), &upper)
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.create(&PostParams::default(), &upper)).await,
         422
     );
 
@@ -226,33 +212,20 @@ async fn crud_conflicts_and_not_found() {
         }),
         ..Default::default()
     };
-    assert_eq!(
-        code(leases.delete("vip-1", &stale_pre).await.unwrap_err()),
-        409
-    );
+    assert_eq!(refused(leases.delete("vip-1", &stale_pre)).await, 409);
     let deleted = leases
         .delete("vip-1", &DeleteParams::default())
         .await
         .unwrap();
     assert!(deleted.right().is_some_and(|s| s.is_success()));
-    assert_eq!(code(leases.get("vip-1").await.unwrap_err()), 404);
+    assert_eq!(refused(leases.get("vip-1")).await, 404);
     assert_eq!(
-        code(
-            leases
-                .delete("vip-1", &DeleteParams::default())
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.delete("vip-1", &DeleteParams::default())).await,
         404
     );
     let missing = Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}}));
     assert_eq!(
-        code(
-            leases
-                .patch("vip-1", &PatchParams::default(), &missing)
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.patch("vip-1", &PatchParams::default(), &missing)).await,
         404
     );
 
@@ -427,12 +400,7 @@ async fn patches_and_apply() {
         Some("node-b")
     );
     assert_eq!(
-        code(
-            leases
-                .patch("vip", &PatchParams::default(), &Patch::<()>::Json(ops))
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.patch("vip", &PatchParams::default(), &Patch::<()>::Json(ops))).await,
         422
     );
 
@@ -441,12 +409,7 @@ async fn patches_and_apply() {
         json!({"metadata": {"resourceVersion": first.resource_version().unwrap()}, "spec": {"holderIdentity": "node-c"}}),
     );
     assert_eq!(
-        code(
-            leases
-                .patch("vip", &PatchParams::default(), &stale)
-                .await
-                .unwrap_err()
-        ),
+        refused(leases.patch("vip", &PatchParams::default(), &stale)).await,
         409
     );
     let current = Patch::Merge(
@@ -477,7 +440,7 @@ async fn patches_and_apply() {
             .header("Content-Type", "application/apply-patch+yaml")
             .body(serde_json::to_vec(&applied).unwrap())
             .unwrap();
-    assert_eq!(code(client.request_text(req).await.unwrap_err()), 422);
+    assert_eq!(refused(client.request_text(req)).await, 422);
     server.shutdown().await;
 }
 
@@ -517,69 +480,28 @@ async fn lists_with_selectors() {
             .is_some_and(|rv| rv.parse::<u64>().unwrap() >= 3)
     );
     assert_eq!(names(list), ["db", "web"]);
+    // The names a list with `lp` returns.
+    let listed = async |api: &Api<Service>, lp: ListParams| names(api.list(&lp).await.unwrap());
+    let lp = ListParams::default;
+    assert_eq!(listed(&default, lp().labels("app=web")).await, ["web"]);
     assert_eq!(
-        names(
-            default
-                .list(&ListParams::default().labels("app=web"))
-                .await
-                .unwrap()
-        ),
-        ["web"]
-    );
-    assert_eq!(
-        names(
-            default
-                .list(&ListParams::default().labels("app in (web,db),!tier"))
-                .await
-                .unwrap()
-        ),
+        listed(&default, lp().labels("app in (web,db),!tier")).await,
         ["db"]
     );
+    assert_eq!(listed(&default, lp().labels("app!=web")).await, ["db"]);
     assert_eq!(
-        names(
-            default
-                .list(&ListParams::default().labels("app!=web"))
-                .await
-                .unwrap()
-        ),
-        ["db"]
-    );
-    assert_eq!(
-        names(
-            default
-                .list(&ListParams::default().fields("metadata.name=web"))
-                .await
-                .unwrap()
-        ),
+        listed(&default, lp().fields("metadata.name=web")).await,
         ["web"]
     );
     let all: Api<Service> = Api::all(client.clone());
+    assert_eq!(listed(&all, lp()).await, ["db", "web", "cache"]);
     assert_eq!(
-        names(all.list(&ListParams::default()).await.unwrap()),
-        ["db", "web", "cache"]
-    );
-    assert_eq!(
-        names(
-            all.list(&ListParams::default().fields("metadata.namespace!=default"))
-                .await
-                .unwrap()
-        ),
+        listed(&all, lp().fields("metadata.namespace!=default")).await,
         ["cache"]
     );
+    assert_eq!(refused(all.list(&lp().labels("app in web"))).await, 400);
     assert_eq!(
-        code(
-            all.list(&ListParams::default().labels("app in web"))
-                .await
-                .unwrap_err()
-        ),
-        400
-    );
-    assert_eq!(
-        code(
-            all.list(&ListParams::default().fields("spec.type=LoadBalancer"))
-                .await
-                .unwrap_err()
-        ),
+        refused(all.list(&lp().fields("spec.type=LoadBalancer"))).await,
         400
     );
 
@@ -677,10 +599,7 @@ async fn watcher_survives_drops_and_compaction() {
     let server = start().await;
     let writer: Api<Lease> = Api::namespaced(server.client("writer").await.unwrap(), NS);
     let watched: Api<Lease> = Api::namespaced(server.client("watcher").await.unwrap(), NS);
-    writer
-        .create(&PostParams::default(), &lease("a", "node-a"))
-        .await
-        .unwrap();
+    create_lease(&writer, "a", "node-a").await;
     let seen = spawn_watcher(watched, watcher::Config::default());
     eventually("initial list", || expect_state(&seen, &[("a", "node-a")])).await;
     eventually("watch open", || {
@@ -689,10 +608,7 @@ async fn watcher_survives_drops_and_compaction() {
     .await;
 
     // ADDED, MODIFIED, DELETED.
-    writer
-        .create(&PostParams::default(), &lease("b", "node-b"))
-        .await
-        .unwrap();
+    create_lease(&writer, "b", "node-b").await;
     writer
         .patch(
             "a",
@@ -713,10 +629,7 @@ async fn watcher_survives_drops_and_compaction() {
         .counts()
         .count(Some("watcher"), Some(Verb::List), Some("leases"));
     assert_eq!(server.drop_watches(Some("watcher")), 1);
-    writer
-        .create(&PostParams::default(), &lease("c", "node-a"))
-        .await
-        .unwrap();
+    create_lease(&writer, "c", "node-a").await;
     eventually("resume after drop", || {
         expect_state(&seen, &[("a", "node-c"), ("c", "node-a")])
     })
@@ -738,10 +651,7 @@ async fn watcher_survives_drops_and_compaction() {
     })
     .await;
     writer.delete("c", &DeleteParams::default()).await.unwrap();
-    writer
-        .create(&PostParams::default(), &lease("d", "node-d"))
-        .await
-        .unwrap();
+    create_lease(&writer, "d", "node-d").await;
     server.compact();
     server.clear_faults();
     eventually("re-list after 410", || {
@@ -762,10 +672,7 @@ async fn watcher_survives_drops_and_compaction() {
 async fn streaming_list_watcher() {
     let server = start().await;
     let writer: Api<Lease> = Api::namespaced(server.client("writer").await.unwrap(), NS);
-    writer
-        .create(&PostParams::default(), &lease("a", "node-a"))
-        .await
-        .unwrap();
+    create_lease(&writer, "a", "node-a").await;
     let seen = spawn_watcher(
         Api::namespaced(server.client("watcher").await.unwrap(), NS),
         watcher::Config::default().streaming_lists(),
@@ -774,10 +681,7 @@ async fn streaming_list_watcher() {
         expect_state(&seen, &[("a", "node-a")])
     })
     .await;
-    writer
-        .create(&PostParams::default(), &lease("b", "node-b"))
-        .await
-        .unwrap();
+    create_lease(&writer, "b", "node-b").await;
     eventually("live event", || {
         expect_state(&seen, &[("a", "node-a"), ("b", "node-b")])
     })
@@ -856,10 +760,7 @@ async fn counts_by_verb_resource_and_client() {
     let a: Api<Lease> = Api::namespaced(server.client("node-a").await.unwrap(), NS);
     let b: Api<Lease> = Api::namespaced(server.client("node-b").await.unwrap(), NS);
     let svc_b: Api<Service> = Api::namespaced(server.client("node-b").await.unwrap(), NS);
-    let l = a
-        .create(&PostParams::default(), &lease("vip", "node-a"))
-        .await
-        .unwrap();
+    let l = create_lease(&a, "vip", "node-a").await;
     a.get("vip").await.unwrap();
     a.get("vip").await.unwrap();
     a.replace("vip", &PostParams::default(), &l).await.unwrap();
@@ -930,9 +831,7 @@ async fn faults_surface_as_kube_errors() {
     let server = start().await;
     let a: Api<Lease> = Api::namespaced(no_retry_client(&server, "node-a").await, NS);
     let b: Api<Lease> = Api::namespaced(no_retry_client(&server, "node-b").await, NS);
-    a.create(&PostParams::default(), &lease("vip", "node-a"))
-        .await
-        .unwrap();
+    create_lease(&a, "vip", "node-a").await;
 
     // An error scoped to one client, verb and resource.
     server.set_faults(vec![
@@ -1030,7 +929,7 @@ async fn faults_surface_as_kube_errors() {
         )
         .await
         .unwrap();
-    assert_eq!(code(b.get("vip").await.unwrap_err()), 409);
+    assert_eq!(refused(b.get("vip")).await, 409);
     assert_eq!(
         server.faults(),
         vec![Fault::error(409, 1.0).for_client("node-b")]
@@ -1165,7 +1064,7 @@ async fn remote_admin_dry_run_and_delete_collection() {
         .await
         .unwrap();
     assert_eq!(dry.name_any(), "dry");
-    assert_eq!(code(leases.get("dry").await.unwrap_err()), 404);
+    assert_eq!(refused(leases.get("dry")).await, 404);
 
     // Delete a labelled subset.
     for (name, role) in [("a", "vip"), ("b", "vip"), ("c", "other")] {
@@ -1197,7 +1096,7 @@ async fn remote_admin_dry_run_and_delete_collection() {
         .await
         .unwrap();
     assert_eq!(server.faults(), admin.faults().await.unwrap());
-    assert_eq!(code(leases.get("c").await.unwrap_err()), 500);
+    assert_eq!(refused(leases.get("c")).await, 500);
     admin.clear_faults().await.unwrap();
     leases.get("c").await.unwrap();
 
@@ -1220,16 +1119,10 @@ async fn remote_admin_dry_run_and_delete_collection() {
 async fn bounded_history_expires_old_watch_starts() {
     let server = ApiServer::builder().history(2).start().await.unwrap();
     let leases: Api<Lease> = Api::namespaced(server.client("node-a").await.unwrap(), NS);
-    let first = leases
-        .create(&PostParams::default(), &lease("a", "node-a"))
-        .await
-        .unwrap();
+    let first = create_lease(&leases, "a", "node-a").await;
     let start: u64 = first.resource_version().unwrap().parse().unwrap();
     for name in ["b", "c", "d"] {
-        leases
-            .create(&PostParams::default(), &lease(name, "node-a"))
-            .await
-            .unwrap();
+        create_lease(&leases, name, "node-a").await;
     }
     // Only the last two events (c, d) are retained: resuming after "a" would miss "b".
     let mut expired = leases

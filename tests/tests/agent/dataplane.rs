@@ -6,17 +6,18 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    process::Stdio,
+    path::Path,
     time::Duration,
 };
 
 use announcer_tests::{
-    cli::{Cli, announcer_bin},
+    cli::Cli,
     env::ApiKind,
+    env::agent_cmd::AgentCommand,
     env::cluster::{owned_vips, state_at},
     env::kube::{KubeControlPlane, KubeOptions},
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     env::node::{Proc, set_ingress, start_apiserver, wait},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     on_both_api_servers,
     tools::{arping, ndisc6, neigh_flush},
 };
@@ -34,8 +35,9 @@ const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
 /// [`VIP6`] is their expiry and not a data plane that stopped answering altogether.
 const CONTROL4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 101);
 const CONTROL6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x101);
-/// The agent's `/state` port inside the node namespace (nothing else listens there).
-const HTTP: u16 = 9746;
+/// The agent's `/state` port inside the node namespace (nothing else listens there): its
+/// default, so `status` (`status.rs`) finds it alone.
+pub(crate) const HTTP: u16 = 9746;
 /// Generous bound for the agent to start, attach and take the VIPs.
 const T: Duration = Duration::from_secs(20);
 /// How long a single ARP/NDP exchange may take.
@@ -44,6 +46,25 @@ const PROBE: Duration = Duration::from_millis(800);
 /// The agent's `/state`, read from inside the node namespace.
 fn state(ns: &Netns) -> Option<Value> {
     ns.enter(|| state_at(HTTP))
+}
+
+/// Starts the agent of `node-a` in `ns` (this file's and `status.rs`'s): the real data plane
+/// (generic XDP) pinned under `cli`'s root, `/state` on 127.0.0.1:[`HTTP`], its kubeconfig
+/// `dir/kubeconfig.node-a` (from [`start_node_api`]), its log `dir/agent.log`.
+pub(crate) fn start_node_agent(ns: &Netns, cli: &Cli, dir: &Path) -> Proc {
+    let log = dir.join("agent.log");
+    let cmd = AgentCommand::new(
+        "node-a",
+        &dir.join("kubeconfig.node-a"),
+        &dir.join("state-node-a"),
+    )
+    .pin_root(cli.root())
+    .xdp_mode("generic")
+    .http_address(format!("127.0.0.1:{HTTP}"));
+    Proc {
+        child: cmd.spawn(Some(ns), &log),
+        log,
+    }
 }
 
 /// Whether the client's neighbour table maps `ip` to the node's MAC.
@@ -164,30 +185,8 @@ async fn agent_answers_announces_and_leaves_its_entries_on_their_ttl_on_sigterm(
     let cli = Cli::new(&pair.node);
     let _api = start_node_api(api, "agent-dp", &pair.node, &dir, &[VIP4.into(), VIP6.into()]).await;
 
-    let log = dir.join("agent.log");
-    let mut cmd = pair
-        .node
-        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"));
-    cmd.arg("--pin-root")
-        .arg(cli.root())
-        .args([
-            "agent",
-            "--node-name",
-            "node-a",
-            "--namespace",
-            "announcer-system",
-        ])
-        .arg("--kubeconfig")
-        .arg(dir.join("kubeconfig.node-a"))
-        .args(["--xdp-mode", "generic", "--http-address"])
-        .arg(format!("127.0.0.1:{HTTP}"))
-        .arg("--state-dir")
-        .arg(dir.join("state-node-a"))
-        .env("RUST_LOG", "info,announcer=debug")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-    let mut agent = Proc::spawn(&mut cmd, log.clone());
+    let mut agent = start_node_agent(&pair.node, &cli, &dir);
+    let log = agent.log.clone();
 
     let vips = [IpAddr::V4(VIP4), IpAddr::V6(VIP6)];
     wait("the agent to own both VIPs", T, &log, || {

@@ -3,11 +3,12 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use announcer_tests::{env::cluster::Cluster, on_both_api_servers};
+use announcer_tests::on_both_api_servers;
 use k8s_openapi::api::events::v1::Event;
 
+use crate::world::web;
+
 const VIP: &str = "10.0.0.5";
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 
 /// Each Event as (name, series count): a new Event adds one, a repeat bumps a count.
 fn seen(events: &[Event]) -> BTreeSet<(String, i32)> {
@@ -27,17 +28,7 @@ on_both_api_servers! {
 /// owner records an `Announcing` Event for the VIP on the Service, naming itself, that did not
 /// exist before the SIGTERM (the old owner's Event from start-up does not count).
 async fn sigterm_handover_is_recorded_by_the_new_owners_announcing_event(api) {
-    // The server in the name: both variants run at once, and the scratch directory is named by it.
-    let mut c = Cluster::start_on(api, &format!("sigterm-{api}")).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c.add_service("default", "web", &[VIP, "fd00::5"], false)
-        .await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, &[]);
-    }
+    let mut c = web(api, "sigterm", &[VIP, "fd00::5"], &[]).await;
     c.wait_for("one owner", Duration::from_secs(10), |c| {
         c.owners(VIP).len() == 1
     })

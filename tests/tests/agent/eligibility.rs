@@ -19,21 +19,13 @@ use announcer_tests::{
 };
 use k8s_openapi::api::events::v1::Event;
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, successor, three_nodes};
+
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
 const T: Duration = Duration::from_secs(15);
 /// How long "nothing is announced" must keep holding once the agents have acted on the change.
 const HOLD: Duration = Duration::from_secs(1);
 const EXCLUDE: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-
-async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    // The server in the name: both variants run at once, and the scratch directory is named by it.
-    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c
-}
 
 /// Starts the three agents. Lenient death detection (1 s instead of 0.3 s): these tests change
 /// eligibility, not liveness, and a loaded test host must not fake a dead owner.
@@ -68,6 +60,13 @@ fn warning(svc: &'static str, reason: &'static str) -> impl Fn(&Event) -> bool {
             && e.reason.as_deref() == Some(reason)
             && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(svc)
     }
+}
+
+/// Waits (up to [`T`]) for a [`warning`] on Service `svc` with this reason; returns it.
+async fn warned(c: &Cluster, svc: &'static str, reason: &'static str) -> Event {
+    let what = format!("{reason} on {svc}");
+    c.wait_for_event("default", &what, T, warning(svc, reason))
+        .await
 }
 
 on_both_api_servers! {
@@ -119,14 +118,7 @@ async fn etp_local_vip_without_ready_endpoints_is_announced_by_nobody_and_a_warn
         c.owners(VIP).is_empty() && control_answered(c)
     })
     .await;
-    let e = c
-        .wait_for_event(
-            "default",
-            "NoReadyEndpoints on web",
-            T,
-            warning("web", "NoReadyEndpoints"),
-        )
-        .await;
+    let e = warned(&c, "web", "NoReadyEndpoints").await;
     assert!(
         e.note.as_deref().is_some_and(|n| n.contains(VIP)),
         "the Event names the VIP: {e:?}"
@@ -152,8 +144,7 @@ async fn exclusion_label_moves_the_vip_and_back(api) {
     .await;
 
     c.label_node(&top, &[(EXCLUDE, Some(""))]).await;
-    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
-    let next = rendezvous_owner(VIP, &rest);
+    let next = successor(VIP, &top);
     c.wait_for(
         &format!("{top} (excluded) gives the VIP to {next}"),
         T,
@@ -275,13 +266,7 @@ async fn cluster_policy_vips_without_ready_endpoints_are_announced_by_nobody(api
     )
     .await;
     for svc in ["unready", "noslice"] {
-        c.wait_for_event(
-            "default",
-            &format!("NoReadyEndpoints on {svc}"),
-            T,
-            warning(svc, "NoReadyEndpoints"),
-        )
-        .await;
+        warned(&c, svc, "NoReadyEndpoints").await;
     }
     c.hold(
         "VIPs without ready endpoints are not announced, the control VIP is",
@@ -309,13 +294,7 @@ async fn a_vip_whose_endpoint_becomes_ready_is_announced_by_its_rendezvous_owner
     )
     .await;
     start_all(&mut c, &[]);
-    c.wait_for_event(
-        "default",
-        "NoReadyEndpoints on unready",
-        T,
-        warning("unready", "NoReadyEndpoints"),
-    )
-    .await;
+    warned(&c, "unready", "NoReadyEndpoints").await;
     c.set_endpoints("default", "unready", &[("node-a", false), ("node-b", true)])
         .await;
     let top = rendezvous_owner(UNREADY, &NODES);
@@ -382,14 +361,7 @@ async fn a_bad_ingress_ip_is_reported_and_skipped_while_the_services_good_vip_is
     let good = |c: &Cluster| c.owners(GOOD) == [top.as_str()];
     c.wait_for("mixed's good VIP on its rendezvous owner", T, good)
         .await;
-    let e = c
-        .wait_for_event(
-            "default",
-            "BadAddress on mixed",
-            T,
-            warning("mixed", "BadAddress"),
-        )
-        .await;
+    let e = warned(&c, "mixed", "BadAddress").await;
     assert!(
         e.note.as_deref().is_some_and(|n| n.contains(BAD)),
         "the Event names the bad address: {e:?}"
@@ -448,13 +420,7 @@ async fn no_ready_endpoints_is_not_blamed_on_nodes(api) {
         c.owners(OK).len() == 1
     })
     .await;
-    c.wait_for_event(
-        "default",
-        "NoReadyEndpoints on unready",
-        T,
-        warning("unready", "NoReadyEndpoints"),
-    )
-    .await;
+    warned(&c, "unready", "NoReadyEndpoints").await;
     tokio::time::sleep(HOLD).await;
     // The agents still run and announce (so no Warning below was withheld by a dead agent).
     assert_eq!(

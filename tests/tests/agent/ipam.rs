@@ -11,10 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use announcer_tests::env::{
-    ApiKind,
-    cluster::{Cluster, NAMESPACE},
-};
+use announcer_tests::env::{ApiKind, NAMESPACE, cluster::Cluster, kube::agent_user};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service, events::v1::Event};
 use kube::{
     Api,
@@ -522,7 +519,7 @@ async fn a_classless_service_gets_an_address_with_allocate_classless() {
 
 /// Agent requests that change something, other than Lease renewals.
 fn agent_writes(c: &Cluster) -> Vec<String> {
-    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    let agent = agent_user();
     c.kube()
         .expect("real")
         .audit()
@@ -571,7 +568,7 @@ async fn steady_state_makes_no_writes_but_lease_renewals() {
 
 /// The agent's patches of services/status, as the audit log has them.
 fn status_patches_by(c: &Cluster, node: &str) -> usize {
-    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    let agent = agent_user();
     c.kube()
         .expect("real")
         .audit()

@@ -18,7 +18,8 @@ use announcer_tests::env::{
     cluster::{Cluster, rendezvous_owner},
 };
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, SHORT_LEASE, owner_crash_fails_over_without_the_api, settled_web};
+
 /// Generous: convergence takes about a second, a real control plane adds its latency, and the
 /// host may be loaded.
 const T: Duration = Duration::from_secs(20);
@@ -28,33 +29,8 @@ const RECOVERY: Duration = Duration::from_secs(60);
 const STOPPED: Duration = Duration::from_secs(12);
 /// Default Lease; lenient death detection.
 const DEFAULT_LEASE: [&str; 2] = ["--heartbeat-misses", "10"];
-/// A 2 s Lease; lenient death detection.
-const ARGS: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--lease-renew",
-    "1s",
-    "--heartbeat-misses",
-    "10",
-];
-
 async fn cluster(name: &str, vips: &[&str], args: &[&str]) -> Cluster {
-    let mut c = Cluster::start_on(ApiKind::Kube, name).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c.add_service("default", "web", vips, false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, args);
-    }
-    c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        c.settled(vips, &NODES)
-    })
-    .await;
-    c.wait_for("every agent trusts the API", T, |c| c.api_ok(true))
-        .await;
-    c
+    settled_web(ApiKind::Kube, name, vips, args, T).await
 }
 
 fn kube(c: &Cluster) -> &announcer_tests::env::kube::KubeControlPlane {
@@ -90,25 +66,13 @@ async fn a_stopped_kube_apiserver_changes_no_ownership() {
 async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
     const VIP: &str = "10.0.31.1";
     let mut c = cluster("sigstop-crash", &[VIP], &DEFAULT_LEASE).await;
-    let top = rendezvous_owner(VIP, &NODES);
-
-    kube(&c).pause_apiserver();
-    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
-        .await;
-    c.kill(&top);
-    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
-    let next = rendezvous_owner(VIP, &rest);
-    c.wait_for(
-        &format!("{next} takes over from the crashed {top} with the API stopped"),
+    owner_crash_fails_over_without_the_api(
+        &mut c,
+        VIP,
+        "with the API stopped",
         T,
-        |c| c.owners(VIP) == [next.as_str()],
-    )
-    .await;
-    kube(&c).resume_apiserver();
-    c.hold(
-        &format!("{next} keeps it once the API is back"),
-        Duration::from_secs(3),
-        |c| c.owners(VIP) == [next.as_str()],
+        |c| kube(c).pause_apiserver(),
+        |c| kube(c).resume_apiserver(),
     )
     .await;
 }
@@ -116,7 +80,7 @@ async fn an_owner_crash_while_kube_apiserver_is_stopped_still_fails_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
     let vips = ["10.0.32.1", "10.0.32.2"];
-    let mut c = cluster("restart", &vips, &ARGS).await;
+    let mut c = cluster("restart", &vips, &SHORT_LEASE).await;
 
     c.kube_mut().expect("real").kill_apiserver();
     c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
@@ -155,7 +119,7 @@ async fn after_a_kube_apiserver_restart_the_agents_see_new_services() {
 async fn a_service_deleted_behind_compacted_watches_is_released_after_the_relist() {
     const GONE: &str = "10.0.33.1";
     const KEPT: &str = "10.0.33.2";
-    let mut c = cluster("compaction", &[GONE], &ARGS).await;
+    let mut c = cluster("compaction", &[GONE], &SHORT_LEASE).await;
     c.add_service("default", "kept", &[KEPT], false).await;
     c.set_endpoints("default", "kept", &[("node-b", true)])
         .await;

@@ -11,10 +11,7 @@
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
 use announcer_tests::{
-    env::{
-        ApiKind,
-        cluster::{Cluster, owned_vips, rendezvous_owner, state_at},
-    },
+    env::cluster::{Cluster, owned_vips, rendezvous_owner, state_at},
     on_both_api_servers,
 };
 use k8s_openapi::api::{
@@ -27,19 +24,11 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, successor, three_nodes, web};
+
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
 const T: Duration = Duration::from_secs(15);
 const HOLD: Duration = Duration::from_millis(1500);
-
-async fn three_nodes(api: ApiKind, name: &str) -> Cluster {
-    // The server in the name: both variants run at once, and the scratch directory is named by it.
-    let c = Cluster::start_on(api, &format!("{name}-{api}")).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c
-}
 
 /// Waits until every VIP is announced by exactly its rendezvous owner among `nodes`.
 async fn wait_rendezvous(c: &Cluster, vips: &[&str], nodes: &[&str]) {
@@ -79,13 +68,7 @@ async fn wait_restarted(c: &Cluster, node: &str, old: u64) {
 on_both_api_servers! {
 async fn sigkill_survivor_takes_over_and_its_event_names_it(api) {
     const VIP: &str = "10.0.10.5";
-    let mut c = three_nodes(api, "sigkill").await;
-    c.add_service("default", "web", &[VIP, "fd00::10:5"], false)
-        .await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, &[]);
-    }
+    let mut c = web(api, "sigkill", &[VIP, "fd00::10:5"], &[]).await;
     let top = rendezvous_owner(VIP, &NODES);
     c.wait_for("the rendezvous owner owns", T, |c| {
         c.owners(VIP) == [top.as_str()]
@@ -93,8 +76,7 @@ async fn sigkill_survivor_takes_over_and_its_event_names_it(api) {
     .await;
 
     c.kill(&top);
-    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
-    let next = rendezvous_owner(VIP, &rest);
+    let next = successor(VIP, &top);
     // Expected within ~0.4 s (three missed heartbeats); the bound is only a safety net.
     c.wait_for(
         &format!("survivor {next} owns"),
@@ -133,13 +115,14 @@ async fn sigkill_survivor_takes_over_and_its_event_names_it(api) {
 on_both_api_servers! {
 async fn restart_of_a_non_owner_changes_nothing(api) {
     const VIP: &str = "10.0.11.5";
-    let mut c = three_nodes(api, "restart-nonowner").await;
-    c.add_service("default", "web", &[VIP], false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
     // Lenient death detection (1 s): a loaded test host must not fake a dead owner here.
-    for n in NODES {
-        c.start_agent(n, &["--grace", "5s", "--heartbeat-misses", "10"]);
-    }
+    let mut c = web(
+        api,
+        "restart-nonowner",
+        &[VIP],
+        &["--grace", "5s", "--heartbeat-misses", "10"],
+    )
+    .await;
     c.wait_ready(T).await;
     let top = rendezvous_owner(VIP, &NODES);
     c.wait_for("the rendezvous owner owns", T, |c| {
@@ -200,7 +183,6 @@ async fn restart_of_a_non_owner_changes_nothing(api) {
 
 on_both_api_servers! {
 async fn restarted_owner_converges_and_claims_only_its_vips(api) {
-    let mut c = three_nodes(api, "restart-owner").await;
     let all: Vec<String> = (1..=6).map(|i| format!("10.0.12.{i}")).collect();
     let vips: Vec<&str> = all.iter().map(String::as_str).collect();
     let victim = rendezvous_owner(vips[0], &NODES);
@@ -210,11 +192,13 @@ async fn restarted_owner_converges_and_claims_only_its_vips(api) {
         .map(|v| v.parse().expect("vip"))
         .collect();
     assert!(mine.len() < vips.len(), "some VIPs belong to others");
-    c.add_service("default", "web", &vips, false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, &["--grace", "5s", "--heartbeat-misses", "10"]);
-    }
+    let mut c = web(
+        api,
+        "restart-owner",
+        &vips,
+        &["--grace", "5s", "--heartbeat-misses", "10"],
+    )
+    .await;
     wait_rendezvous(&c, &vips, &NODES).await;
     let old = incarnation(&c, &victim).expect("incarnation");
     let before: BTreeSet<String> = c

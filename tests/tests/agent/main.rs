@@ -20,3 +20,4 @@ mod outage;
 mod per_service;
 mod status;
 mod status_cluster;
+mod world;

@@ -17,11 +17,13 @@ use std::{
 
 use announcer_tests::{
     apiserver::{Fault, OutageMode},
+    env::ApiKind,
     env::cluster::{Cluster, rendezvous_owner},
     env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
 };
 
-const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+use crate::world::{NODES, SHORT_LEASE, owner_crash_fails_over_without_the_api, settled_web};
+
 /// Generous: convergence takes about a second (warm-up, heartbeats), the host may be loaded.
 const T: Duration = Duration::from_secs(15);
 /// kube's watcher backoff tops out at 30 s.
@@ -35,31 +37,18 @@ const DP_T: Duration = Duration::from_secs(30);
 const DP_OUTAGE: Duration = Duration::from_secs(7);
 /// One raw ARP/NDP round of [`Testbed::resolve_all`]: every answer in the window.
 const ROUND: Duration = Duration::from_millis(600);
-/// Lease 2 s; lenient death detection (1 s) so that a loaded host does not fake a dead peer.
-const ARGS: [&str; 6] = [
-    "--lease-duration",
-    "2s",
-    "--lease-renew",
-    "1s",
-    "--heartbeat-misses",
-    "10",
-];
-
 async fn cluster(name: &str, vips: &[&str]) -> Cluster {
+    settled_web(ApiKind::InRepo, name, vips, &SHORT_LEASE, T).await
+}
+
+/// One agent, on node-a, owning `vip` (and trusting the API).
+async fn one_agent(name: &str, vip: &str) -> Cluster {
     let mut c = Cluster::start(name).await;
-    for n in NODES {
-        c.add_node(n, &[], true).await;
-    }
-    c.add_service("default", "web", vips, false).await;
+    c.add_node("node-a", &[], true).await;
+    c.add_service("default", "web", &[vip], false).await;
     c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    for n in NODES {
-        c.start_agent(n, &ARGS);
-    }
-    c.wait_for("every VIP on its rendezvous owner", T, |c| {
-        c.settled(vips, &NODES)
-    })
-    .await;
-    c.wait_for("every agent trusts the API", T, |c| c.api_ok(true))
+    c.start_agent("node-a", &SHORT_LEASE);
+    c.wait_for("node-a owns", T, |c| c.owners(vip) == ["node-a"])
         .await;
     c
 }
@@ -100,26 +89,13 @@ async fn outage_for_all_agents_changes_no_ownership() {
 async fn owner_crash_during_outage_still_fails_over() {
     const VIP: &str = "10.0.21.1";
     let mut c = cluster("outage-crash", &[VIP]).await;
-    let top = rendezvous_owner(VIP, &NODES);
-
-    c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
-    c.wait_for("every agent reports the API down", T, |c| c.api_ok(false))
-        .await;
-    c.kill(&top);
-    let rest: Vec<&str> = NODES.iter().copied().filter(|n| *n != top).collect();
-    let next = rendezvous_owner(VIP, &rest);
-    c.wait_for(
-        &format!("{next} takes over from the crashed {top} with the API down"),
+    owner_crash_fails_over_without_the_api(
+        &mut c,
+        VIP,
+        "with the API down",
         T,
-        |c| c.owners(VIP) == [next.as_str()],
-    )
-    .await;
-
-    c.api().clear_faults();
-    c.hold(
-        &format!("{next} keeps it once the API is back"),
-        Duration::from_secs(3),
-        |c| c.owners(VIP) == [next.as_str()],
+        |c| c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]),
+        |c| c.api().clear_faults(),
     )
     .await;
 }
@@ -130,13 +106,7 @@ async fn owner_crash_during_outage_still_fails_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_ok_returns_after_an_outage_without_changes() {
     const VIP: &str = "10.0.22.1";
-    let mut c = Cluster::start("outage-recovery").await;
-    c.add_node("node-a", &[], true).await;
-    c.add_service("default", "web", &[VIP], false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    c.start_agent("node-a", &ARGS);
-    c.wait_for("node-a owns", T, |c| c.owners(VIP) == ["node-a"])
-        .await;
+    let c = one_agent("outage-recovery", VIP).await;
     c.wait_for("the agent trusts the API", T, |c| c.api_ok(true))
         .await;
     c.api().set_faults(vec![Fault::outage(OutageMode::Refuse)]);
@@ -177,7 +147,7 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
         .flat_map(|k| [IpAddr::V4(vip4(k)), IpAddr::V6(vip6(k))])
         .collect();
     tb.add_service("web", &vips, false, &["node-a"]).await;
-    tb.start_agents(&ARGS);
+    tb.start_agents(&SHORT_LEASE);
     let nodes = tb.nodes();
     let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let mut owners = BTreeMap::new();
@@ -257,11 +227,7 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
                 tb.log_tails()
             );
         }
-        let others: Vec<(u64, &str)> = timeline
-            .of(*vip, ProbeKind::Udp)
-            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
-            .filter(|(_, n)| n != owner)
-            .collect();
+        let others = timeline.udp_answered_by_others(*vip, owner);
         assert!(
             others.is_empty(),
             "{vip}: answered by another node than its owner {owner} around the outage: \
@@ -278,13 +244,7 @@ async fn every_vip_stays_answered_by_its_owner_while_the_api_is_down_for_all_age
 async fn a_watch_refused_after_every_list_backs_off_instead_of_relisting_at_once() {
     use announcer_tests::apiserver::Verb;
     const VIP: &str = "10.0.23.1";
-    let mut c = Cluster::start("outage-forbidden-watch").await;
-    c.add_node("node-a", &[], true).await;
-    c.add_service("default", "web", &[VIP], false).await;
-    c.set_endpoints("default", "web", &[("node-a", true)]).await;
-    c.start_agent("node-a", &ARGS);
-    c.wait_for("node-a owns", T, |c| c.owners(VIP) == ["node-a"])
-        .await;
+    let c = one_agent("outage-forbidden-watch", VIP).await;
 
     c.api().set_faults(vec![
         Fault::error(403, 1.0)

@@ -5,7 +5,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use announcer_tests::{
-    env::cluster::{Cluster, NAMESPACE},
+    env::{NAMESPACE, agent_cmd::PER_SERVICE_ELECTION, cluster::Cluster},
     on_both_api_servers,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -14,16 +14,6 @@ use kube::{Api, api::ListParams};
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Generous: a Lease is acquired within a retry period or two (1 s here).
 const T: Duration = Duration::from_secs(20);
-const ARGS: [&str; 8] = [
-    "--election",
-    "lease-per-service",
-    "--service-lease-duration",
-    "3s",
-    "--service-lease-renew-deadline",
-    "2s",
-    "--service-lease-retry",
-    "1s",
-];
 
 /// The single node announcing every VIP of the Service, if exactly one does.
 fn sole_owner(c: &Cluster, vips: &[&str]) -> Option<String> {
@@ -48,7 +38,7 @@ async fn one_owner_per_service_and_sigterm_hands_over(api) {
         c.set_endpoints("default", svc, &[("node-a", true)]).await;
     }
     for n in NODES {
-        c.start_agent(n, &ARGS);
+        c.start_agent(n, &PER_SERVICE_ELECTION);
     }
     for (svc, ips) in &services {
         c.wait_for(&format!("one node announces all of {svc}"), T, |c| {

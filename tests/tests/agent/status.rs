@@ -6,24 +6,23 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
-    process::Stdio,
     time::Duration,
 };
 
 use announcer_tests::{
-    cli::{Cli, announcer_bin},
+    cli::Cli,
     env::cluster::{owned_vips, state_at},
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
-    env::node::{Proc, wait},
+    env::node::wait,
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
     on_both_api_servers,
     tools::{arping, neigh_flush},
 };
 use serde_json::Value;
 
+use crate::dataplane::HTTP;
+
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 0x100);
-/// The agent's HTTP port inside the node namespace: the default, so `status` finds it alone.
-const HTTP: u16 = 9746;
 const AGENT: &str = "http://127.0.0.1:9746";
 /// Generous bound for the agent to start, attach and take the VIPs.
 const T: Duration = Duration::from_secs(20);
@@ -73,23 +72,8 @@ async fn status_shows_what_the_node_answers_and_who_owns_it(api) {
         &[VIP4.into(), VIP6.into()],
     )
     .await;
-    let log = dir.join("agent.log");
-    let mut cmd = pair
-        .node
-        .nsenter_cmd(announcer_bin().to_str().expect("utf-8"));
-    cmd.arg("--pin-root")
-        .arg(cli.root())
-        .args(["agent", "--node-name", "node-a"])
-        .args(["--namespace", "announcer-system", "--kubeconfig"])
-        .arg(dir.join("kubeconfig.node-a"))
-        .args(["--xdp-mode", "generic", "--http-address"])
-        .arg(format!("127.0.0.1:{HTTP}"))
-        .arg("--state-dir")
-        .arg(dir.join("state-node-a"))
-        .env("RUST_LOG", "info,announcer=debug")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"));
-    let mut agent = Proc::spawn(&mut cmd, log.clone());
+    let mut agent = crate::dataplane::start_node_agent(&pair.node, &cli, &dir);
+    let log = agent.log.clone();
     wait("the agent to own both VIPs", T, &log, || {
         pair.node.enter(|| state_at(HTTP)).is_some_and(|s| {
             let owned = owned_vips(&s);

@@ -3,7 +3,10 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use announcer_tests::env::kube::{KubeControlPlane, KubeOptions};
+use announcer_tests::env::{
+    NAMESPACE,
+    kube::{KubeControlPlane, KubeOptions},
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::PostParams};
 use serde_json::json;
@@ -81,7 +84,7 @@ async fn agent_client(cp: &KubeControlPlane, node: &str) -> kube::Client {
 async fn the_agent_of_node_a_cannot_write_node_b_s_lease() {
     let cp = applied("admission", &["node-a", "node-b"]).await;
     let a = agent_client(&cp, "node-a").await;
-    let leases: Api<Lease> = Api::namespaced(a, "announcer-system");
+    let leases: Api<Lease> = Api::namespaced(a, NAMESPACE);
 
     // Its own Lease: created and updated.
     leases
@@ -108,7 +111,7 @@ async fn the_agent_of_node_a_cannot_write_node_b_s_lease() {
         "denied by the policy, not something else: {err}"
     );
     let b = agent_client(&cp, "node-b").await;
-    Api::<Lease>::namespaced(b, "announcer-system")
+    Api::<Lease>::namespaced(b, NAMESPACE)
         .create(&PostParams::default(), &node_lease("node-b"))
         .await
         .expect("the agent of node-b creates its own Lease");

@@ -33,10 +33,9 @@ use std::{
 };
 
 use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
-use announcer_tests::tools::kube_program;
+use announcer_tests::programs::kube_program;
 use clap::Parser;
-use serde::Deserialize;
-use serde_yaml::Value;
+use serde_json::Value;
 
 /// The Kubernetes versions the manifests must validate against (oldest supported, newest the
 /// validator knows).
@@ -50,8 +49,9 @@ fn deploy_dir() -> PathBuf {
 fn documents(file: &str) -> Vec<Value> {
     let path = deploy_dir().join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap_or_else(|e| panic!("{path:?}: {e}")))
+    serde_saphyr::from_multiple::<Value>(&text)
+        .unwrap_or_else(|e| panic!("{path:?}: {e}"))
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect()
 }
@@ -63,7 +63,7 @@ fn kustomization() -> Value {
 /// The files the kustomization lists under `resources`.
 fn resource_files() -> Vec<String> {
     kustomization()["resources"]
-        .as_sequence()
+        .as_array()
         .expect("resources")
         .iter()
         .map(|r| r.as_str().expect("file name").to_owned())
@@ -195,7 +195,7 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
     let text = std::fs::read_to_string(dir.join(file)).expect("config file");
     ConfigFile::parse(&text).expect("the generated ConfigMap holds a valid agent config");
     let scratch = Scratch::new("validate");
-    let cm = serde_yaml::to_string(&serde_json::json!({
+    let cm = serde_saphyr::to_string(&serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "announcer-config-0000000000", "namespace": s(&k["namespace"])},
@@ -286,8 +286,9 @@ fn kubectl_kustomize_renders_the_install() {
     );
 
     let text = kustomize();
-    let rendered: Vec<Value> = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).expect("kubectl kustomize prints YAML"))
+    let rendered: Vec<Value> = serde_saphyr::from_multiple::<Value>(&text)
+        .expect("kubectl kustomize prints YAML")
+        .into_iter()
         .filter(|v| !v.is_null())
         .collect();
     let k = kustomization();
@@ -323,7 +324,7 @@ fn kubectl_kustomize_renders_the_install() {
     let config = std::fs::read_to_string(deploy_dir().join(file)).expect("config file");
     assert_eq!(s(&cm["data"][file]), config, "the ConfigMap's {file}");
 
-    let labels = k["labels"][0]["pairs"].as_mapping().expect("labels");
+    let labels = k["labels"][0]["pairs"].as_object().expect("labels");
     for o in &rendered {
         let what = key(o);
         // Every namespaced object is in the kustomization's namespace, the rest in none.
@@ -340,7 +341,7 @@ fn kubectl_kustomize_renders_the_install() {
             assert_eq!(o["metadata"]["labels"][l], *v, "{what}: label {l:?}");
         }
         // Every grant is to the agents' ServiceAccount, in that namespace.
-        for subject in o["subjects"].as_sequence().into_iter().flatten() {
+        for subject in o["subjects"].as_array().into_iter().flatten() {
             assert_eq!(s(&subject["kind"]), "ServiceAccount", "{what}");
             assert_eq!(s(&subject["name"]), "announcer", "{what}");
             assert_eq!(s(&subject["namespace"]), namespace, "{what}");
@@ -367,7 +368,7 @@ fn kubectl_kustomize_renders_the_install() {
     // The config volume is the generated ConfigMap, by its hashed name, so that a new
     // config.yaml rolls the DaemonSet.
     let volume = pod["volumes"]
-        .as_sequence()
+        .as_array()
         .expect("volumes")
         .iter()
         .find(|v| !v["configMap"].is_null())
@@ -400,7 +401,7 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
     assert_eq!(pod["hostNetwork"], true);
     assert_eq!(s(&pod["priorityClassName"]), "system-node-critical");
     assert_eq!(s(&pod["serviceAccountName"]), "announcer");
-    let containers = pod["containers"].as_sequence().expect("containers");
+    let containers = pod["containers"].as_array().expect("containers");
     assert_eq!(containers.len(), 1);
     let c = &containers[0];
 
@@ -408,7 +409,7 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
     assert_ne!(sc["privileged"], true, "not privileged");
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     let mut caps: Vec<&str> = sc["capabilities"]["add"]
-        .as_sequence()
+        .as_array()
         .expect("caps")
         .iter()
         .map(s)
@@ -418,7 +419,7 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
     assert_eq!(sc["capabilities"]["drop"][0], "ALL");
 
     // The downward API gives the agent its node and namespace.
-    let env = c["env"].as_sequence().expect("env");
+    let env = c["env"].as_array().expect("env");
     let field = |name: &str| {
         env.iter()
             .find(|e| e["name"] == name)
@@ -441,18 +442,13 @@ fn daemonset_gives_the_agent_what_it_needs_and_no_more() {
         config["configMap"]["name"],
         kustomization()["configMapGenerator"][0]["name"]
     );
-    let args: Vec<&str> = c["args"]
-        .as_sequence()
-        .expect("args")
-        .iter()
-        .map(s)
-        .collect();
+    let args: Vec<&str> = c["args"].as_array().expect("args").iter().map(s).collect();
     assert_eq!(args, ["agent", "--config=/etc/announcer/config.yaml"]);
 
     // Ports and probes match what the agent listens on.
     let port = |name: &str| {
         c["ports"]
-            .as_sequence()
+            .as_array()
             .expect("ports")
             .iter()
             .find(|p| p["name"] == name)
@@ -493,14 +489,14 @@ fn agent_container() -> (Value, Value) {
 /// The container's mount at `path` and the Pod volume behind it.
 fn mount_at(pod: &Value, c: &Value, path: &str) -> (Value, Value) {
     let m = c["volumeMounts"]
-        .as_sequence()
+        .as_array()
         .expect("mounts")
         .iter()
         .find(|m| m["mountPath"] == path)
         .unwrap_or_else(|| panic!("nothing mounted at {path}"))
         .clone();
     let v = pod["volumes"]
-        .as_sequence()
+        .as_array()
         .expect("volumes")
         .iter()
         .find(|v| v["name"] == m["name"])
@@ -533,7 +529,7 @@ fn the_only_writable_paths_are_the_state_directory_and_bpffs() {
     let (_, c) = agent_container();
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     let mut writable: Vec<&str> = c["volumeMounts"]
-        .as_sequence()
+        .as_array()
         .expect("mounts")
         .iter()
         .filter(|m| m["readOnly"] != true)
@@ -565,10 +561,10 @@ fn nothing_is_granted_on_secrets() {
     let secrets: Vec<String> = objects()
         .iter()
         .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
-        .flat_map(|o| o["rules"].as_sequence().expect("rules").clone())
+        .flat_map(|o| o["rules"].as_array().expect("rules").clone())
         .filter(|r| {
             r["resources"]
-                .as_sequence()
+                .as_array()
                 .expect("resources")
                 .iter()
                 .any(|x| x == "secrets" || x == "*")

@@ -7,8 +7,7 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use announcer_tests::env::{
-    ApiKind,
-    cluster::{Cluster, NAMESPACE},
+    ApiKind, NAMESPACE, agent_cmd::PER_SERVICE_ELECTION, cluster::Cluster, kube::agent_user,
 };
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
@@ -27,13 +26,9 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
         .iter()
         .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
     {
-        let bound = b["subjects"]
-            .as_sequence()
-            .expect("subjects")
-            .iter()
-            .any(|x| {
-                x["kind"] == "ServiceAccount" && x["name"] == sa && x["namespace"] == NAMESPACE
-            });
+        let bound = b["subjects"].as_array().expect("subjects").iter().any(|x| {
+            x["kind"] == "ServiceAccount" && x["name"] == sa && x["namespace"] == NAMESPACE
+        });
         if !bound {
             continue;
         }
@@ -43,10 +38,10 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
             .find(|d| d["kind"] == role_kind && d["metadata"]["name"] == b["roleRef"]["name"])
             .expect("bound role exists");
         let scope = (b["kind"] == "RoleBinding").then(|| s(&b["metadata"]["namespace"]).to_owned());
-        for rule in role["rules"].as_sequence().expect("rules") {
-            for g in rule["apiGroups"].as_sequence().expect("groups") {
-                for r in rule["resources"].as_sequence().expect("resources") {
-                    for v in rule["verbs"].as_sequence().expect("verbs") {
+        for rule in role["rules"].as_array().expect("rules") {
+            for g in rule["apiGroups"].as_array().expect("groups") {
+                for r in rule["resources"].as_array().expect("resources") {
+                    for v in rule["verbs"].as_array().expect("verbs") {
                         let grant = (s(g).to_owned(), s(r).to_owned(), s(v).to_owned());
                         out.insert((grant, scope.clone()));
                     }
@@ -70,7 +65,7 @@ fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
             .map(|e| (e.group, e.resource, e.verb.to_string()))
             .collect();
     };
-    let agent = format!("system:serviceaccount:{NAMESPACE}:announcer");
+    let agent = agent_user();
     let records: Vec<_> = cp
         .audit()
         .expect("the audit log")
@@ -278,21 +273,7 @@ const RARE: [(&str, &str, &str, &str); 1] = [(
 announcer_tests::on_both_api_servers! {
 async fn rbac_grants_exactly_what_the_agents_use(api) {
     let node_lease = scenario(api, "rbac-node-lease", &[]).await;
-    let per_service = scenario(
-        api,
-        "rbac-per-service",
-        &[
-            "--election",
-            "lease-per-service",
-            "--service-lease-duration",
-            "3s",
-            "--service-lease-renew-deadline",
-            "2s",
-            "--service-lease-retry",
-            "1s",
-        ],
-    )
-    .await;
+    let per_service = scenario(api, "rbac-per-service", &PER_SERVICE_ELECTION).await;
     let used: BTreeSet<Grant> = node_lease.union(&per_service).cloned().collect();
     let grants = grants_of("announcer");
     let granted: BTreeSet<Grant> = grants

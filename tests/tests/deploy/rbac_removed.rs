@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use announcer_tests::env::{
     ApiKind,
-    cluster::{self, Cluster, owned_vips},
+    agent_cmd::PER_SERVICE_ELECTION,
+    cluster::{Cluster, owned_vips},
 };
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::{Api, api::PostParams};
-use serde_yaml::Value;
+use serde_json::Value;
 
 use super::documents;
 
@@ -29,16 +30,6 @@ const STEADY: Duration = Duration::from_secs(5);
 /// A 4 s Lease renewed every second: a refused renewal shows within the window, and a write
 /// slowed by a loaded host (in flight for a renewal period counts as failed) rarely does.
 const LEASE_ARGS: [&str; 4] = ["--lease-duration", "4s", "--lease-renew", "1s"];
-const PER_SERVICE_ARGS: [&str; 8] = [
-    "--election",
-    "lease-per-service",
-    "--service-lease-duration",
-    "3s",
-    "--service-lease-renew-deadline",
-    "2s",
-    "--service-lease-retry",
-    "1s",
-];
 
 /// What a user would notice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,33 +207,33 @@ fn rbac_without(group: &str, resource: &str, verb: &str) -> String {
     let mut docs = documents("rbac.yaml");
     let mut removed = 0;
     for d in &mut docs {
-        let Some(rules) = d.get_mut("rules").and_then(Value::as_sequence_mut) else {
+        let Some(rules) = d.get_mut("rules").and_then(Value::as_array_mut) else {
             continue;
         };
         for rule in rules.iter_mut() {
             let has = |k: &str, v: &str| {
                 rule[k]
-                    .as_sequence()
+                    .as_array()
                     .is_some_and(|s| s.iter().any(|x| x.as_str() == Some(v)))
             };
             if !(has("apiGroups", group) && has("resources", resource) && has("verbs", verb)) {
                 continue;
             }
             assert_eq!(
-                rule["resources"].as_sequence().map(Vec::len),
+                rule["resources"].as_array().map(Vec::len),
                 Some(1),
                 "one resource per rule, so one verb can be removed alone"
             );
-            let verbs = rule["verbs"].as_sequence_mut().expect("verbs");
+            let verbs = rule["verbs"].as_array_mut().expect("verbs");
             verbs.retain(|v| v.as_str() != Some(verb));
             removed += 1;
         }
         // A rule left without verbs is invalid: drop it.
-        rules.retain(|r| r["verbs"].as_sequence().is_none_or(|v| !v.is_empty()));
+        rules.retain(|r| r["verbs"].as_array().is_none_or(|v| !v.is_empty()));
     }
     assert_eq!(removed, 1, "{group}/{resource} {verb} is granted once");
     docs.iter()
-        .map(|d| serde_yaml::to_string(d).expect("yaml"))
+        .map(|d| serde_saphyr::to_string(d).expect("yaml"))
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -318,7 +309,7 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
         .expect("create auto");
     let mut args: Vec<&str> = LEASE_ARGS.to_vec();
     if mode == Mode::PerService {
-        args.extend(PER_SERVICE_ARGS);
+        args.extend(PER_SERVICE_ELECTION);
     }
     for n in NODES {
         c.start_agent(n, &args);
@@ -362,7 +353,7 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
             "jsonpath={.status.assignedIPv4}",
         ])
         .is_ok_and(|n| n.trim() == "1");
-    let agent = format!("system:serviceaccount:{}:announcer", cluster::NAMESPACE);
+    let agent = announcer_tests::env::kube::agent_user();
     let audit = cp.audit().expect("audit log");
     seen.pool_lists = audit
         .iter()
@@ -415,10 +406,10 @@ async fn with_every_grant_every_behaviour_works() {
 fn every_grant_has_a_removal_test() {
     let mut granted = Vec::new();
     for d in documents("rbac.yaml") {
-        for rule in d["rules"].as_sequence().into_iter().flatten() {
-            for g in rule["apiGroups"].as_sequence().into_iter().flatten() {
-                for r in rule["resources"].as_sequence().into_iter().flatten() {
-                    for v in rule["verbs"].as_sequence().into_iter().flatten() {
+        for rule in d["rules"].as_array().into_iter().flatten() {
+            for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                for r in rule["resources"].as_array().into_iter().flatten() {
+                    for v in rule["verbs"].as_array().into_iter().flatten() {
                         granted.push((
                             g.as_str().unwrap_or_default().to_string(),
                             r.as_str().unwrap_or_default().to_string(),

@@ -9,7 +9,7 @@ use std::{
 
 use announcer_tests::{
     cli::Cli,
-    env::netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, NODE_V6, Pair},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, NODE_V6, Pair},
     tools::{arping, arping_probe, capture, ndisc6, neigh_flush},
 };
 
@@ -505,8 +505,8 @@ fn tagged_requests_on_the_wire_are_answered_on_their_vlan() {
             let ifindex = announcer::dataplane::sys::netif::ifindex(CLIENT_IF).unwrap();
             let sock = PacketSocket::open(ifindex).unwrap();
             let mut req = frames::arp_request(Ipv4Addr::new(10, 77, 0, 2), VIP4, Some(100));
-            req[6..12].copy_from_slice(&announcer_tests::env::netns::CLIENT_MAC);
-            req[26..32].copy_from_slice(&announcer_tests::env::netns::CLIENT_MAC); // ar$sha, after the tag
+            req[6..12].copy_from_slice(&announcer_tests::netns::CLIENT_MAC);
+            req[26..32].copy_from_slice(&announcer_tests::netns::CLIENT_MAC); // ar$sha, after the tag
             sock.send(&req).unwrap();
         });
         let seen = capture.finish();

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use announcer::agent::net::link_watch::LinkWatch;
-use announcer_tests::env::netns::{NODE_IF, Netns, Pair};
+use announcer_tests::netns::{NODE_IF, Netns, Pair};
 
 /// Far longer than any test: a wake-up can only come from the kernel.
 const NO_FALLBACK: Duration = Duration::from_secs(3600);

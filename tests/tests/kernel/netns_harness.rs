@@ -3,7 +3,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use announcer_tests::env::netns::{
+use announcer_tests::netns::{
     self, CLIENT_IF, CLIENT_MAC, NODE_IF, NODE_MAC, NODE_V4, NODE_V6, Netns, Pair,
 };
 use announcer_tests::tools;

@@ -15,11 +15,11 @@ use announcer::{
 };
 use announcer_tests::{
     cli::Cli,
-    env::netns::{
+    frames,
+    netns::{
         CLIENT_IF, CLIENT_MAC, CLIENT_V4, CLIENT_V6, Lan, LanHost, NODE_IF, NODE_MAC, Netns, Pair,
         ifindex_of,
     },
-    frames,
 };
 use tokio::sync::mpsc;
 

@@ -53,24 +53,31 @@ fn assert_clean(r: &RunReport) {
     assert!(r.violations.is_empty(), "{}", r.violations.join("\n\n"));
 }
 
-#[test]
-fn every_scenario_over_many_seeds() {
+/// Runs `n` seeds from `SIM_START` (of `scenario` only, or of every scenario in turn), prints
+/// the summary table and returns it with the runs that broke an invariant.
+fn sweep(n: u64, scenario: Option<Scenario>) -> (Summary, Vec<RunReport>) {
     let start = env_u64("SIM_START", 0);
-    let n = sweep_size("SIM_SEEDS", std::env::var("SIM_SEEDS").ok(), DEFAULT_SEEDS);
-    let reports = run_many::<Core>(start..start + n, None, default_threads(), &|_| {})
+    let reports = run_many::<Core>(start..start + n, scenario, default_threads(), &|_| {})
         .unwrap_or_else(|e| panic!("{e}"));
     let mut summary = Summary::default();
     reports.iter().for_each(|r| summary.add(r));
     println!("{}", summary.table());
-    let failed: Vec<&RunReport> = reports
-        .iter()
+    let failed = reports
+        .into_iter()
         .filter(|r| !r.violations.is_empty())
         .collect();
+    (summary, failed)
+}
+
+#[test]
+fn every_scenario_over_many_seeds() {
+    let n = sweep_size("SIM_SEEDS", std::env::var("SIM_SEEDS").ok(), DEFAULT_SEEDS);
+    let (summary, failed) = sweep(n, None);
     if let Some(first) = failed.first() {
         let seeds: Vec<String> = failed
             .iter()
             .take(30)
-            .map(|r| format!("{}:{}", r.seed, r.scenario.map_or("?", |s| s.name())))
+            .map(RunReport::seed_and_scenario)
             .collect();
         panic!(
             "{} of {n} runs broke an invariant (seeds {}).\nFirst:\n{}",
@@ -151,31 +158,11 @@ fn scenario_seeds() -> u64 {
 }
 
 fn sweep_scenario(scenario: Scenario, seeds: u64) -> Summary {
-    let start = env_u64("SIM_START", 0);
-    let reports = run_many::<Core>(
-        start..start + seeds,
-        Some(scenario),
-        default_threads(),
-        &|_| {},
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let mut summary = Summary::default();
-    reports.iter().for_each(|r| summary.add(r));
-    println!("{}", summary.table());
-    let failed: Vec<&RunReport> = reports
-        .iter()
-        .filter(|r| !r.violations.is_empty())
-        .collect();
+    let (summary, failed) = sweep(seeds, Some(scenario));
     if let Some(first) = failed.first() {
         let mut kinds = std::collections::BTreeMap::<String, u64>::new();
-        for r in &failed {
-            for v in &r.violations {
-                let inv = v
-                    .split(" invariant ")
-                    .nth(1)
-                    .and_then(|x| x.split(')').next());
-                *kinds.entry(format!("{})", inv.unwrap_or("?"))).or_default() += 1;
-            }
+        for inv in failed.iter().flat_map(RunReport::broken_invariants) {
+            *kinds.entry(inv).or_default() += 1;
         }
         let seeds: Vec<String> = failed.iter().take(20).map(|r| r.seed.to_string()).collect();
         panic!(
@@ -183,41 +170,41 @@ fn sweep_scenario(scenario: Scenario, seeds: u64) -> Summary {
             failed.len(),
             seeds.join(" "),
             first.violations[0],
-            seeds_n = reports.len(),
+            seeds_n = summary.runs(),
         );
     }
     assert_victims_tested(&summary);
     summary
 }
 
-#[test]
-fn heartbeat_loss_one_way_leaves_each_vip_one_owner() {
-    sweep_scenario(Scenario::HeartbeatLossOneWay, scenario_seeds());
+/// One test per fault kind: `name: Scenario` sweeps the scenario over [`scenario_seeds`] seeds
+/// (at most `max N` of them where given) and fails on any broken invariant.
+macro_rules! scenario_tests {
+    ($($(#[$meta:meta])* $name:ident: $scenario:ident $(max $max:literal)?;)*) => {$(
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            sweep_scenario(Scenario::$scenario, scenario_seeds()$(.min($max))?);
+        }
+    )*};
 }
 
-#[test]
-fn heartbeat_loss_both_ways_node_steps_back_and_each_vip_keeps_one_owner() {
-    sweep_scenario(Scenario::HeartbeatLossBothWays, scenario_seeds());
-}
-
-#[test]
-fn lost_probe_answers_do_not_give_an_isolated_nodes_vips_two_owners() {
-    sweep_scenario(Scenario::ProbeAnswerLoss, scenario_seeds());
-}
-
-#[test]
-fn clock_offset_node_steps_back_and_each_vip_keeps_one_owner() {
-    sweep_scenario(Scenario::ClockOffset, scenario_seeds());
-}
-
-#[test]
-fn key_mismatch_node_steps_back_and_each_vip_keeps_one_owner() {
-    sweep_scenario(Scenario::KeyMismatch, scenario_seeds());
-}
-
-#[test]
-fn incarnation_rollback_with_a_persisted_counter_is_invisible() {
-    sweep_scenario(Scenario::IncarnationRollback, scenario_seeds());
+scenario_tests! {
+    heartbeat_loss_one_way_leaves_each_vip_one_owner: HeartbeatLossOneWay;
+    heartbeat_loss_both_ways_node_steps_back_and_each_vip_keeps_one_owner: HeartbeatLossBothWays;
+    lost_probe_answers_do_not_give_an_isolated_nodes_vips_two_owners: ProbeAnswerLoss;
+    clock_offset_node_steps_back_and_each_vip_keeps_one_owner: ClockOffset;
+    key_mismatch_node_steps_back_and_each_vip_keeps_one_owner: KeyMismatch;
+    incarnation_rollback_with_a_persisted_counter_is_invisible: IncarnationRollback;
+    /// Fewer seeds: today's core keeps a peer per forged name, and each input then costs time
+    /// in the number of peers, so these runs are slow until it stops doing so.
+    forged_heartbeats_grow_no_peer_table_and_move_no_vip: ForgedHeartbeats max 40;
+    /// Fewer seeds: thousands of inputs per node and burst are slow in the debug profile.
+    floods_of_irrelevant_inputs_change_no_owner: Flood max 40;
+    /// Fewer seeds: a roll restarts every node one by one, so these runs are long.
+    config_roll_is_reported_and_darkens_no_vip: ConfigSkew max 100;
+    lagging_watch_darkens_no_vip_moving_to_it: WatchLag;
+    one_way_link_failure_leaves_each_vip_one_owner: OneWayLink;
 }
 
 /// The old incarnation source (the wall clock at start) hands the core a lower incarnation
@@ -241,40 +228,11 @@ fn incarnation_rollback_from_the_wall_clock_is_caught() {
     );
 }
 
-/// Fewer seeds: today's core keeps a peer per forged name, and each input then costs time in
-/// the number of peers, so these runs are slow until it stops doing so.
-#[test]
-fn forged_heartbeats_grow_no_peer_table_and_move_no_vip() {
-    sweep_scenario(Scenario::ForgedHeartbeats, scenario_seeds().min(40));
-}
-
-/// Fewer seeds: thousands of inputs per node and burst are slow in the debug profile.
-#[test]
-fn floods_of_irrelevant_inputs_change_no_owner() {
-    sweep_scenario(Scenario::Flood, scenario_seeds().min(40));
-}
-
 #[test]
 fn two_nics_sigkill_waits_for_the_grace_before_taking_over() {
     let s = sweep_scenario(Scenario::TwoNics, scenario_seeds());
     let st = &s.by_scenario[&Scenario::TwoNics];
     assert!(!st.failover_ms.is_empty(), "no two-NIC run took a VIP over");
-}
-
-#[test]
-fn config_roll_is_reported_and_darkens_no_vip() {
-    // Fewer seeds: a roll restarts every node one by one, so these runs are long.
-    sweep_scenario(Scenario::ConfigSkew, scenario_seeds().min(100));
-}
-
-#[test]
-fn lagging_watch_darkens_no_vip_moving_to_it() {
-    sweep_scenario(Scenario::WatchLag, scenario_seeds());
-}
-
-#[test]
-fn one_way_link_failure_leaves_each_vip_one_owner() {
-    sweep_scenario(Scenario::OneWayLink, scenario_seeds());
 }
 
 /// Every adversary scenario replays exactly from its seed.

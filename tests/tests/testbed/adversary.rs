@@ -20,7 +20,7 @@ use announcer_tests::{
     env::lan::{
         Answers, FloodKind, ProbeKind, Testbed, TestbedConfig, nic2_vip4, nic2_vip6, vip4, vip6,
     },
-    env::netns::fmt_mac,
+    netns::fmt_mac,
 };
 
 /// Generous bound for anything the agents have to do.

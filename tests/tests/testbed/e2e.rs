@@ -68,6 +68,18 @@ fn client_sees(tb: &Testbed, vip: IpAddr, owner: &str) {
     });
 }
 
+/// Waits for the settled owner of each of `vips` and for the client to see it there
+/// ([`client_sees`]); the owners, in the order of `vips`.
+fn owners_seen(tb: &Testbed, vips: &[IpAddr]) -> Vec<String> {
+    vips.iter()
+        .map(|vip| {
+            let owner = tb.wait_owner(*vip, T);
+            client_sees(tb, *vip, &owner);
+            owner
+        })
+        .collect()
+}
+
 /// The node the election must settle on for `vip` among `nodes` (all alive and ready).
 fn successor(vip: IpAddr, nodes: &[String]) -> String {
     let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
@@ -172,14 +184,8 @@ async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_sta
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     let control = add_control_service(&tb, 8).await;
     tb.start_agents(AGENT_ARGS);
-    for vip in [v4, v6] {
-        let owner = tb.wait_owner(vip, T);
-        client_sees(&tb, vip, &owner);
-    }
-    let control_owners: Vec<String> = control.iter().map(|v| tb.wait_owner(*v, T)).collect();
-    for (c, o) in control.iter().zip(&control_owners) {
-        client_sees(&tb, *c, o);
-    }
+    owners_seen(&tb, &[v4, v6]);
+    let control_owners = owners_seen(&tb, &control);
 
     tb.delete_service("web").await;
     for (gone, (c, o)) in [v4, v6]
@@ -192,7 +198,7 @@ async fn a_deleted_services_vips_are_answered_by_nobody_while_other_services_sta
 }
 
 on_both_api_servers! {
-/// The documented restart behaviour (`announcer::election::core`, "Restarts"; README: "if it
+/// The documented restart behaviour (`announcer::election::core`, "Restarts"; docs/cli.md: "if it
 /// restarts within [the grace], clients notice nothing"): the pinned entries keep answering
 /// while the agent is down, peers probe them, get answers and wait, and the restarted agent
 /// picks them up. So the client loses no probe, every answer and every ARP/NDP answer comes
@@ -203,12 +209,8 @@ async fn an_agent_restarted_within_its_grace_keeps_its_vips_without_losing_a_pro
     let (v4, v6) = (IpAddr::V4(vip4(1)), IpAddr::V6(vip6(1)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
-    let mut owners = BTreeMap::new();
-    for vip in [v4, v6] {
-        let o = tb.wait_owner(vip, T);
-        client_sees(&tb, vip, &o);
-        owners.insert(vip, o);
-    }
+    let owners: BTreeMap<IpAddr, String> =
+        [v4, v6].into_iter().zip(owners_seen(&tb, &[v4, v6])).collect();
     let victim = owners[&v4].clone();
     let old = tb.incarnation(&victim).expect("incarnation");
 
@@ -277,11 +279,7 @@ async fn an_agent_restarted_within_its_grace_keeps_its_vips_without_losing_a_pro
                 timeline.outage(*vip, kind, at)
             );
         }
-        let others: Vec<(u64, &str)> = timeline
-            .of(*vip, ProbeKind::Udp)
-            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
-            .filter(|(_, n)| n != owner)
-            .collect();
+        let others = timeline.udp_answered_by_others(*vip, owner);
         assert!(
             others.is_empty(),
             "{vip}: answered by another node than its owner {owner} over {victim}'s restart: \
@@ -297,11 +295,7 @@ async fn a_crashed_nodes_vips_move_to_their_rendezvous_successors(api) {
     let (v4, v6) = (IpAddr::V4(vip4(9)), IpAddr::V6(vip6(9)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
-    let owner = tb.wait_owner(v4, T);
-    let owner6 = tb.wait_owner(v6, T);
-    for (vip, o) in [(v4, &owner), (v6, &owner6)] {
-        client_sees(&tb, vip, o);
-    }
+    let [owner, owner6]: [String; 2] = owners_seen(&tb, &[v4, v6]).try_into().expect("two");
 
     // Crash (link down + SIGKILL): the VIPs move to the rendezvous successor among the rest.
     tb.crash(&owner);
@@ -325,12 +319,7 @@ async fn sigterm_hands_over_to_the_successor_without_losing_a_probe(api) {
     let (v4, v6) = (IpAddr::V4(vip4(2)), IpAddr::V6(vip6(2)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
-    let owner = tb.wait_owner(v4, T);
-    for vip in [v4, v6] {
-        let o = tb.wait_owner(vip, T);
-        client_sees(&tb, vip, &o);
-    }
-    let owner6 = tb.wait_owner(v6, T);
+    let [owner, owner6]: [String; 2] = owners_seen(&tb, &[v4, v6]).try_into().expect("two");
 
     let prober = tb.start_prober(&[v4, v6], Duration::from_millis(10));
     std::thread::sleep(Duration::from_millis(300));
@@ -377,22 +366,12 @@ async fn etp_local_vips_follow_their_endpoint(api) {
     let (v4, v6) = (IpAddr::V4(vip4(3)), IpAddr::V6(vip6(3)));
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
     tb.start_agents(AGENT_ARGS);
-    for vip in [v4, v6] {
-        assert_eq!(
-            tb.wait_owner(vip, T),
-            "node-b",
-            "{vip} on the endpoint's node"
-        );
-        client_sees(&tb, vip, "node-b");
+    for (vip, o) in [v4, v6].into_iter().zip(owners_seen(&tb, &[v4, v6])) {
+        assert_eq!(o, "node-b", "{vip} on the endpoint's node");
     }
     tb.set_endpoints("local", &["node-c"]).await;
-    for vip in [v4, v6] {
-        assert_eq!(
-            tb.wait_owner(vip, T),
-            "node-c",
-            "{vip} follows the endpoint"
-        );
-        client_sees(&tb, vip, "node-c");
+    for (vip, o) in [v4, v6].into_iter().zip(owners_seen(&tb, &[v4, v6])) {
+        assert_eq!(o, "node-c", "{vip} follows the endpoint");
     }
 }
 }
@@ -404,18 +383,10 @@ async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody(api) {
     tb.add_service("local", &[v4, v6], true, &["node-b"]).await;
     let control = add_control_service(&tb, 11).await;
     tb.start_agents(AGENT_ARGS);
-    for vip in [v4, v6] {
-        assert_eq!(
-            tb.wait_owner(vip, T),
-            "node-b",
-            "{vip} on the endpoint's node"
-        );
-        client_sees(&tb, vip, "node-b");
+    for (vip, o) in [v4, v6].into_iter().zip(owners_seen(&tb, &[v4, v6])) {
+        assert_eq!(o, "node-b", "{vip} on the endpoint's node");
     }
-    let control_owners: Vec<String> = control.iter().map(|v| tb.wait_owner(*v, T)).collect();
-    for (c, o) in control.iter().zip(&control_owners) {
-        client_sees(&tb, *c, o);
-    }
+    let control_owners = owners_seen(&tb, &control);
     // No endpoint anywhere: nobody may attract the traffic.
     tb.set_endpoints("local", &[]).await;
     for (gone, (c, o)) in [v4, v6]
@@ -587,8 +558,5 @@ async fn native_xdp_answers_too() {
     let (v4, v6) = (IpAddr::V4(vip4(5)), IpAddr::V6(vip6(5)));
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
-    for vip in [v4, v6] {
-        let owner = tb.wait_owner(vip, T);
-        client_sees(&tb, vip, &owner);
-    }
+    owners_seen(&tb, &[v4, v6]);
 }

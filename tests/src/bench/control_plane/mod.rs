@@ -33,8 +33,8 @@ use crate::{
     bench::cpu,
     env::{
         ApiKind,
-        cluster::{Cluster, NAMESPACE},
-        kube::AuditRecord,
+        cluster::Cluster,
+        kube::{AuditRecord, agent_user},
     },
 };
 
@@ -53,9 +53,6 @@ pub const SATURATION: f64 = 0.8;
 pub const HEAVY_READS_PER_S: f64 = 10_000.0;
 /// The client the benchmark itself uses (not counted as agent traffic).
 pub const ADMIN: &str = "admin";
-/// The agents' ServiceAccount on a real API server (audit records of other users — the
-/// benchmark, the controllers, the stand-in kubelets — are not agent traffic).
-pub const AGENT_SERVICE_ACCOUNT: &str = "announcer";
 /// Most to wait, on a real API server, for the DaemonSet Pods of a case's nodes (their tokens
 /// name them) before starting the agents.
 pub const AGENT_POD_TIMEOUT: Duration = Duration::from_secs(180);
@@ -295,7 +292,9 @@ impl Requests {
     /// Counts the audit records of the agents (their ServiceAccount, with a node claim),
     /// one per request (a watch when it started).
     pub fn from_audit(records: &[AuditRecord]) -> Requests {
-        let agent = format!("system:serviceaccount:{NAMESPACE}:{AGENT_SERVICE_ACCOUNT}");
+        // Audit records of other users (the benchmark, the controllers, the stand-in
+        // kubelets) are not agent traffic.
+        let agent = agent_user();
         let mut r = Requests::default();
         let mut per_node = std::collections::BTreeMap::<&str, u64>::new();
         for (rec, node) in records

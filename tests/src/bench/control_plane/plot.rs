@@ -5,10 +5,11 @@
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{Measurement, Mode};
+use crate::plot::{draw_legend, svg_page};
 
 /// Rates below this are drawn at it (a log axis has no zero).
 const FLOOR: f64 = 0.1;
@@ -134,13 +135,7 @@ where
             )
             .map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))?;
     Ok(())
 }
 
@@ -156,15 +151,11 @@ impl FilledIf for ShapeStyle {
 
 /// Writes the plot of `ms` to `path` (SVG), creating its directory.
 pub fn write(ms: &[Measurement], path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let mut agent_counts: Vec<usize> = ms.iter().map(|m| m.case.agents).collect();
     agent_counts.sort_unstable();
     agent_counts.dedup();
-    let root = SVGBackend::new(path, (1300, 560)).into_drawing_area();
+    let root = svg_page(path, (1300, 560))?;
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
-    root.fill(&WHITE).map_err(|e| err(&e))?;
     let panels = root.split_evenly((1, 2));
     panel(
         &panels[0],

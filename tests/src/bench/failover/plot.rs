@@ -4,10 +4,11 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::{report::Row, scenarios::Scenario, stress::StressRun};
+use crate::plot::{draw_labelled_line, draw_legend, svg_page};
 
 /// The points of an empirical CDF (x ascending, y = fraction ≤ x) as a step line.
 pub fn cdf_steps(sorted_ms: &[f64]) -> Vec<(f64, f64)> {
@@ -47,16 +48,12 @@ pub fn write_cdf(rows: &[Row], scenario: Scenario, path: &Path) -> Result<bool> 
     if series.is_empty() {
         return Ok(false);
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     // Zero (nothing felt) cannot sit on a log axis: clamp to 1 ms.
     let all = series.iter().flat_map(|(_, v)| v.iter().copied());
     let hi = all.clone().fold(10.0f64, f64::max) * 1.3;
     let lo = all.fold(f64::MAX, f64::min).clamp(1.0, hi / 2.0) * 0.8;
-    let root = SVGBackend::new(path, (960, 580)).into_drawing_area();
+    let root = svg_page(path, (960, 580))?;
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
-    root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
@@ -94,21 +91,9 @@ pub fn write_cdf(rows: &[Row], scenario: Scenario, path: &Path) -> Result<bool> 
             v.len(),
             r.trials.len()
         );
-        chart
-            .draw_series(LineSeries::new(cdf_steps(&clamped), color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        draw_labelled_line(&mut chart, cdf_steps(&clamped), color, label).map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(true)
 }
@@ -136,18 +121,14 @@ pub fn write_stress(runs: &[StressRun], path: &Path) -> Result<bool> {
     if runs.is_empty() {
         return Ok(false);
     }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let x_hi = runs.iter().map(|r| r.duration_s).fold(1.0, f64::max);
     let y_hi = runs
         .iter()
         .map(|r| r.ownership_changes as f64)
         .fold(1.0, f64::max)
         * 1.1;
-    let root = SVGBackend::new(path, (960, 580)).into_drawing_area();
+    let root = svg_page(path, (960, 580))?;
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
-    root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Ownership changes under stress (every CPU busy, API slowed down)",
@@ -176,21 +157,9 @@ pub fn write_stress(runs: &[StressRun], path: &Path) -> Result<bool> {
             "{} ({} changes, {} overlap samples, load {:.1})",
             r.system, r.ownership_changes, r.overlap_samples, r.load1_mean
         );
-        chart
-            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        draw_labelled_line(&mut chart, pts, color, label).map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(true)
 }

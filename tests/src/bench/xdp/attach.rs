@@ -30,7 +30,7 @@ use aya::{
     programs::{Xdp, XdpMode},
 };
 
-use crate::env::netns::Netns;
+use crate::netns::Netns;
 
 /// Interface the responder is attached to, inside the node namespace.
 const IFACE: &str = "eth0";

@@ -61,11 +61,9 @@ use super::{
     bpfstats::{self, ProgStats, StatsSetting},
     userspace::Responder,
 };
-use crate::bench::{
-    cpu::{self, Snapshot, Used},
-    packet::{ETH_P_ARP, PacketSocket},
-};
-use crate::env::netns::{NODE_MAC, Netns, Pair};
+use crate::bench::cpu::{self, Snapshot, Used};
+use crate::env::packet::{ETH_P_ARP, PacketSocket};
+use crate::netns::{NODE_MAC, Netns, Pair};
 
 /// The VIP flooded for.
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
@@ -781,6 +779,6 @@ mod unit {
         assert!(n >= 42);
         assert_eq!(b[6..12], FLOOD_MAC.0);
         assert_eq!(b[22..28], FLOOD_MAC.0);
-        assert_ne!(FLOOD_MAC.0, crate::env::netns::CLIENT_MAC);
+        assert_ne!(FLOOD_MAC.0, crate::netns::CLIENT_MAC);
     }
 }

@@ -3,11 +3,12 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
 use super::cost::CostReport;
 use crate::bench::stats::percentile;
+use crate::plot::{draw_labelled_line, draw_legend, svg_page};
 
 /// The x axis stops here (percent): the last fraction of a percent is a few scheduler hiccups
 /// that would squeeze everything else into a corner.
@@ -15,9 +16,6 @@ const CLIP_PERCENTILE: f64 = 99.5;
 
 /// Writes the CDFs of every kind in `report` to `path` (SVG), creating its directory.
 pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let lo = report
         .kinds
         .iter()
@@ -33,9 +31,8 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
         .max(lo + 1);
     let x_range = (lo.saturating_sub(5)) as f64..hi as f64 * 1.05;
 
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = svg_page(path, (900, 560))?;
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
-    root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "XDP responder: ns per frame (BPF_PROG_TEST_RUN, repeat=1, fresh frames)",
@@ -64,21 +61,9 @@ pub fn write_cdf(report: &CostReport, path: &Path) -> Result<()> {
             })
             .collect();
         let label = format!("{} (median {} ns)", k.kind.name(), k.summary.median);
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        draw_labelled_line(&mut chart, points, color, label).map_err(|e| err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

@@ -15,10 +15,8 @@ use announcer_ebpf::wire::{
 };
 use anyhow::Result;
 
-use crate::bench::{
-    cpu,
-    packet::{ETH_P_ARP, PacketSocket},
-};
+use crate::bench::cpu;
+use crate::env::packet::{ETH_P_ARP, PacketSocket};
 
 /// What the responder did.
 #[derive(Clone, Copy, Debug, Default)]

@@ -50,16 +50,24 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    env::{cluster::free_port, netns::Netns, process::Guarded},
-    tools::kube_program,
+    env::{
+        NAMESPACE,
+        process::{Guarded, free_port},
+    },
+    netns::Netns,
+    programs::kube_program,
 };
 
 pub use kubelet::Kubelets;
 
-/// The agent's namespace and ServiceAccount, as `deploy/` creates them.
-pub const AGENT_NAMESPACE: &str = "announcer-system";
-/// The agent's ServiceAccount.
+/// The agent's ServiceAccount, as `deploy/` creates it (in [`NAMESPACE`]).
 pub const AGENT_SERVICE_ACCOUNT: &str = "announcer";
+
+/// The agents' user on a real API server (audit records, `kubectl --as`):
+/// `system:serviceaccount:<NAMESPACE>:<AGENT_SERVICE_ACCOUNT>`.
+pub fn agent_user() -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{AGENT_SERVICE_ACCOUNT}")
+}
 /// kube-controller-manager's `--node-monitor-grace-period`: a node whose Lease was last renewed
 /// this long ago goes NotReady (Kubernetes' default before 1.32, which the seed's scenario is
 /// about; 1.32 raised the default to 50 s).
@@ -190,7 +198,7 @@ pub fn kubeconfig_yaml(server: &str, ca: &Path, user: &str, auth: &Credentials) 
         "current-context": user,
         "preferences": {},
     });
-    serde_yaml::to_string(&config).unwrap_or_default()
+    serde_saphyr::to_string(&config).unwrap_or_default()
 }
 
 /// How a kubeconfig's user authenticates.
@@ -459,7 +467,7 @@ impl KubeControlPlane {
     pub async fn apply_kustomization(&self, dir: &Path) -> Result<(), KubeError> {
         let dir = dir.to_str().expect("utf-8 path");
         self.kubectl(&["apply", "-k", dir])?;
-        let sa: Api<ServiceAccount> = Api::namespaced(self.client(), AGENT_NAMESPACE);
+        let sa: Api<ServiceAccount> = Api::namespaced(self.client(), NAMESPACE);
         poll(Duration::from_secs(30), "the agent ServiceAccount", || {
             let sa = sa.clone();
             async move { sa.get_opt(AGENT_SERVICE_ACCOUNT).await.ok().flatten() }
@@ -484,12 +492,11 @@ impl KubeControlPlane {
             &probe,
             format!(
                 "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: \
-                 announcer-node-policy-probe\n  namespace: {AGENT_NAMESPACE}\n"
+                 announcer-node-policy-probe\n  namespace: {NAMESPACE}\n"
             ),
         )?;
         let probe = probe.display().to_string();
-        let as_agent =
-            format!("--as=system:serviceaccount:{AGENT_NAMESPACE}:{AGENT_SERVICE_ACCOUNT}");
+        let as_agent = format!("--as={}", agent_user());
         poll(
             Duration::from_secs(60),
             "the admission policy in effect",
@@ -702,7 +709,7 @@ impl Drop for KubeControlPlane {
 /// The agent DaemonSet's Pod on `node`, once the scheduler has bound it (owned arguments, to
 /// run on a runtime of the caller's choosing).
 pub async fn agent_pod(client: Client, node: &str, timeout: Duration) -> Result<Pod, KubeError> {
-    let pods: Api<Pod> = Api::namespaced(client, AGENT_NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     let lp = ListParams::default()
         .labels("app.kubernetes.io/name=announcer,app.kubernetes.io/component=agent")
         .fields(&format!("spec.nodeName={node}"));
@@ -720,7 +727,7 @@ pub async fn agent_pod(client: Client, node: &str, timeout: Duration) -> Result<
 
 /// A token of the agent's ServiceAccount bound to `pod`.
 pub async fn token_for(client: Client, pod: &Pod) -> Result<String, KubeError> {
-    let sa: Api<ServiceAccount> = Api::namespaced(client, AGENT_NAMESPACE);
+    let sa: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
     let req = TokenRequest {
         spec: Some(TokenRequestSpec {
             audiences: None,

@@ -4,7 +4,7 @@
 //! something for a process, and the agent must see the node's own `eth0`, addresses and
 //! loopback. Only the network namespace changes, so the agents share the host's bpffs and pin
 //! under `/sys/fs/bpf/anntest-<pid>-tb<n>/<node>` (a root of their own per node, removed when
-//! the testbed drops, swept by [`crate::env::netns::sweep_stale`] if the test process dies).
+//! the testbed drops, swept by [`crate::netns::sweep_stale`] if the test process dies).
 //! `PR_SET_PDEATHSIG(SIGKILL)` makes the kernel kill them if the test process dies first.
 
 use std::{
@@ -12,14 +12,14 @@ use std::{
     io::Write,
     os::{fd::AsRawFd, unix::process::CommandExt},
     path::PathBuf,
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use super::{NAMESPACE, Testbed};
+use super::Testbed;
 use crate::{
     apiserver::kubeconfig_yaml,
-    cli::announcer_bin,
+    env::agent_cmd::AgentCommand,
     env::process::{Guarded, exit_code},
 };
 
@@ -29,8 +29,8 @@ pub const AGENT_HTTP_PORT: u16 = 9746;
 /// One running (or exited) agent.
 pub(super) struct Agent {
     child: Guarded,
-    /// Arguments after the binary, to restart it identically.
-    args: Vec<String>,
+    /// How it was started, to restart it identically.
+    cmd: AgentCommand,
     log: PathBuf,
     exited: Option<i32>,
 }
@@ -47,12 +47,6 @@ impl Agent {
             self.exited = Some(self.child.kill().map_or(-1, exit_code));
         }
     }
-}
-
-fn has_flag(extra: &[&str], flag: &str) -> bool {
-    extra
-        .iter()
-        .any(|a| *a == flag || a.starts_with(&format!("{flag}=")))
 }
 
 impl Testbed {
@@ -85,42 +79,22 @@ impl Testbed {
                 .unwrap_or_else(|e| panic!("a kubeconfig for the agent of {node}: {e}"));
             }
         }
-        let pins = self.pin_root.join(node);
-        let ip = self.node_ip4(node).to_string();
         let mode = if self.cfg.native_xdp {
             "native"
         } else {
             "generic"
         };
-        let mut args: Vec<String> = vec![
-            "--pin-root".into(),
-            pins.to_str().expect("utf-8 path").into(),
-            "agent".into(),
-        ];
         // Kept across restarts of this node's agent (identity, incarnation), gone with the
         // testbed.
         let state = self.dir.join(format!("state-{node}"));
-        let defaults: [(&str, String); 8] = [
-            ("--node-name", node.into()),
-            ("--state-dir", state.to_str().expect("utf-8 path").into()),
-            ("--namespace", NAMESPACE.into()),
-            (
-                "--kubeconfig",
-                kubeconfig.to_str().expect("utf-8 path").into(),
-            ),
-            ("--heartbeat-address", ip),
-            ("--http-address", format!("0.0.0.0:{AGENT_HTTP_PORT}")),
-            ("--xdp-mode", mode.into()),
-            ("--interface", self.node_ifaces().join(",")),
-        ];
-        for (flag, value) in defaults {
-            if !has_flag(extra_args, flag) {
-                args.push(flag.into());
-                args.push(value);
-            }
-        }
-        args.extend(extra_args.iter().map(|s| s.to_string()));
-        self.spawn_agent(node, args);
+        let cmd = AgentCommand::new(node, &kubeconfig, &state)
+            .pin_root(&self.pin_root.join(node))
+            .heartbeat_address(self.node_ip4(node).into())
+            .http_address(format!("0.0.0.0:{AGENT_HTTP_PORT}"))
+            .xdp_mode(mode)
+            .interfaces(self.node_ifaces())
+            .extra(extra_args);
+        self.spawn_agent(node, cmd);
     }
 
     /// Starts every node's agent with the same `extra_args`.
@@ -130,37 +104,28 @@ impl Testbed {
         }
     }
 
-    fn spawn_agent(&mut self, node: &str, args: Vec<String>) {
+    fn spawn_agent(&mut self, node: &str, cmd: AgentCommand) {
         let log = self.dir.join(format!("agent-{node}.log"));
         let mut out = OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .expect("agent log");
-        let _ = writeln!(out, "===== testbed: starting announcer {}", args.join(" "));
-        let mut cmd = self
-            .node_ns(node)
-            .nsenter_cmd(announcer_bin().to_str().expect("utf-8 path"));
+        let _ = writeln!(out, "===== testbed: starting announcer {cmd}");
+        let mut run = cmd.clone();
         if let Some(offset) = self.clock_offsets.get(node) {
             let _ = writeln!(
                 out,
                 "===== testbed: wall clock offset {offset} (libfaketime)"
             );
-            super::clock::apply(&mut cmd, offset);
+            run = super::clock::apply(run, offset);
         }
-        cmd.args(&args)
-            .env("RUST_LOG", "info,announcer=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(out);
-        let child =
-            Guarded::spawn(&mut cmd).unwrap_or_else(|e| panic!("spawn the agent of {node}: {e}"));
+        let child = run.spawn(Some(self.node_ns(node)), &log);
         self.agents.insert(
             node.into(),
             Agent {
                 child,
-                args,
+                cmd,
                 log,
                 exited: None,
             },
@@ -230,8 +195,8 @@ impl Testbed {
     pub fn restart_agent(&mut self, node: &str) {
         let a = self.agent_mut(node);
         a.kill();
-        let args = a.args.clone();
-        self.spawn_agent(node, args);
+        let cmd = a.cmd.clone();
+        self.spawn_agent(node, cmd);
     }
 
     /// The pid of `node`'s agent if it is running.

@@ -13,11 +13,11 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::{Duration, Instant},
 };
 
 use super::{AGENT_HTTP_PORT, Testbed};
+use crate::env::agent_cmd::AgentCommand;
 
 /// Where Debian puts the library, per multiarch triplet.
 const CANDIDATES: &[&str] = &[
@@ -46,12 +46,12 @@ pub fn faketime_library() -> PathBuf {
         })
 }
 
-/// Makes `cmd` run with its wall clock offset by `offset` (a libfaketime `FAKETIME` value such
-/// as `+10s` or `-2.5s`); the monotonic clock is not faked.
-pub(super) fn apply(cmd: &mut Command, offset: &str) {
+/// Makes the agent run with its wall clock offset by `offset` (a libfaketime `FAKETIME` value
+/// such as `+10s` or `-2.5s`); the monotonic clock is not faked.
+pub(super) fn apply(cmd: AgentCommand, offset: &str) -> AgentCommand {
     cmd.env("LD_PRELOAD", faketime_library())
         .env("FAKETIME", offset)
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
 }
 
 impl Testbed {

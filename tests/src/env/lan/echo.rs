@@ -18,7 +18,7 @@ use std::{
     time::Duration,
 };
 
-use crate::env::netns::Netns;
+use crate::netns::Netns;
 
 /// UDP echo port on every node.
 pub const UDP_PORT: u16 = 7777;

@@ -31,11 +31,11 @@ use announcer_ebpf::wire::{MacAddr, NaFlags, ethernet::ethertype, frame};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::{IFACE, Testbed, net};
+use super::{IFACE, PREFIX_V4, PREFIX_V6, Testbed, net};
 use crate::{
-    bench::packet::PacketSocket,
-    env::netns::Netns,
+    env::packet::PacketSocket,
     frames::{write_arp_reply, write_arp_request, write_na, write_ns_multicast, write_udp4},
+    netns::{Netns, wait_oper_up},
 };
 
 /// The hostile host's MAC.
@@ -115,25 +115,6 @@ struct Target {
     v4: Ipv4Addr,
     v6: Ipv6Addr,
     mac: [u8; 6],
-}
-
-/// Runs `f` on a new thread inside `ns`.
-fn spawn_in<T: Send + 'static>(
-    ns: &Netns,
-    name: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> JoinHandle<T> {
-    let file = ns.open();
-    let ns_name = ns.name().to_owned();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns into {ns_name}: {e}"));
-            drop(file);
-            f()
-        })
-        .expect("spawn a hostile-host thread")
 }
 
 fn open_socket() -> PacketSocket {
@@ -413,7 +394,15 @@ impl Testbed {
             return;
         }
         let ns = Netns::new(&format!("tb-{}-hostile", self.cfg.tag));
-        net::attach_hostile(&self.bridge, &ns);
+        net::attach(
+            &self.bridge,
+            &ns,
+            &net::port_name("hostile"),
+            HOSTILE_MAC,
+            &format!("{HOSTILE_V4}/{PREFIX_V4}"),
+            &format!("{HOSTILE_V6}/{PREFIX_V6}"),
+        );
+        wait_oper_up(&ns, IFACE, Duration::from_secs(5));
         self.hostile = Some(ns);
     }
 
@@ -491,7 +480,7 @@ impl Testbed {
         let sent = Arc::new(AtomicU64::new(0));
         let max = max.min(MAX_SPOOF);
         let (st, se) = (stop.clone(), sent.clone());
-        let thread = spawn_in(self.hostile_ns(), "hostile-spoof", move || {
+        let thread = self.hostile_ns().spawn("hostile-spoof", move || {
             let sock = open_socket();
             let start = Instant::now();
             let mut next = start;
@@ -542,7 +531,7 @@ impl Testbed {
             .map(|&k| (k, build_pool(k, vips, &nodes, HEARTBEAT_PORT, seed)))
             .collect();
         let each = each.min(MAX_FLOOD);
-        spawn_in(self.hostile_ns(), "hostile-flood", move || {
+        self.hostile_ns().spawn("hostile-flood", move || {
             pools
                 .iter()
                 .map(|(k, pool)| blast(*k, pool, each, MAX_FLOOD_FRAMES))

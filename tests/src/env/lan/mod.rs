@@ -46,7 +46,7 @@
 //! Cleanup: dropping a [`Testbed`] (also while a test panics) kills the agents and every
 //! process spawned in a node, stops the echo threads and the API server, removes the pin
 //! directories and deletes the namespaces. Agent processes also get `PR_SET_PDEATHSIG(SIGKILL)`,
-//! and [`crate::env::netns::sweep_stale`] removes what a killed test process left behind (its
+//! and [`crate::netns::sweep_stale`] removes what a killed test process left behind (its
 //! namespaces and its `/sys/fs/bpf/anntest-<pid>-*` pin roots). Binaries call
 //! [`install_ctrlc_cleanup`] so Ctrl-C cleans up too.
 //!
@@ -80,9 +80,9 @@ use serde_json::Value;
 
 use crate::{
     apiserver::{ApiServerHandle, Fault, OutageMode},
-    env::netns::Netns,
     env::process::Guarded,
     env::{ApiKind, kube::KubeControlPlane},
+    netns::Netns,
 };
 
 pub use agents::AGENT_HTTP_PORT;
@@ -98,8 +98,6 @@ pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 
-/// The agents' namespace (Leases, heartbeat Secret).
-pub const NAMESPACE: &str = "announcer-system";
 /// The namespace of the testbed's Services.
 pub const SERVICE_NAMESPACE: &str = "default";
 /// The `loadBalancerClass` of the testbed's Services (the agent's default).
@@ -274,7 +272,7 @@ impl Testbed {
     /// Ready, InternalIP — and the heartbeat Secret). No agents yet: see
     /// [`Self::start_agents`].
     pub async fn start(cfg: TestbedConfig) -> Testbed {
-        crate::env::netns::require_root();
+        crate::netns::require_root();
         assert!(
             (1..=MAX_NODES).contains(&cfg.nodes),
             "1..={MAX_NODES} nodes, not {}",
@@ -666,8 +664,8 @@ pub fn install_ctrlc_cleanup() {
 /// Removes what this process created: its harness namespaces (killing what runs inside) and
 /// its `/sys/fs/bpf/anntest-<pid>-*` pin roots.
 pub fn cleanup_this_process() {
-    for ns in crate::env::netns::namespaces_of_this_process() {
-        net::delete_namespace_by_name(&ns);
+    for ns in crate::netns::namespaces_of_this_process() {
+        crate::netns::delete_namespace(&ns);
     }
     let prefix = format!("anntest-{}-", std::process::id());
     for entry in std::fs::read_dir("/sys/fs/bpf")

@@ -14,7 +14,9 @@ use super::{
     IFACE, Node, PREFIX_V4, PREFIX_V6, Testbed, TestbedConfig, VIP_NET4, VIP_NET6, node_mac_of,
     node_name, node_v4, node_v6, node2_mac_of, node2_v4, node2_v6,
 };
-use crate::env::netns::{Netns, add_addr, output_of, set_mac, veth, wait_oper_up};
+use crate::netns::{
+    Netns, add_addr, add_bridge, add_bridge_port, output_of, set_mac, wait_oper_up,
+};
 
 /// The bridge in the bridge namespace.
 pub const BRIDGE: &str = "br0";
@@ -47,20 +49,14 @@ pub fn port_name(node: &str) -> String {
     format!("v-{node}")
 }
 
-fn no_dad(ns: &Netns) {
-    // Before any veth arrives, so no address is ever tentative.
-    ns.sysctl("net.ipv6.conf.all.accept_dad", "0");
-    ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
-}
-
 /// Bridge-side name of a node's (or the client's) second veth: `w-node-a`, `w-client`.
 pub fn port2_name(node: &str) -> String {
     format!("w-{node}")
 }
 
-/// Creates the namespace `name`, links its `eth0` to the bridge and configures it.
-fn attach(bridge: &Netns, ns: &Netns, port: &str, mac: [u8; 6], v4: &str, v6: &str) {
-    no_dad(ns);
+/// Links `ns`'s `eth0` to `br0` (port `port`) and configures it.
+pub(super) fn attach(bridge: &Netns, ns: &Netns, port: &str, mac: [u8; 6], v4: &str, v6: &str) {
+    ns.disable_dad();
     attach_to(bridge, BRIDGE, ns, IFACE, port, mac, v4, v6);
 }
 
@@ -76,46 +72,18 @@ fn attach_to(
     v4: &str,
     v6: &str,
 ) {
-    veth(ns, ifname, bridge, port);
-    bridge.ip(&["link", "set", "dev", port, "master", br]);
+    add_bridge_port(bridge, br, port, ns, ifname);
     ns.sysctl(&format!("net.ipv6.conf.{ifname}.accept_dad"), "0");
     set_mac(ns, ifname, mac);
     add_addr(ns, ifname, v4);
     add_addr(ns, ifname, v6);
 }
 
-/// Adds the hostile host's namespace on `br0` (see [`super::hostile`]).
-pub(super) fn attach_hostile(bridge: &Netns, ns: &Netns) {
-    use super::hostile::{HOSTILE_MAC, HOSTILE_V4, HOSTILE_V6};
-    attach(
-        bridge,
-        ns,
-        &port_name("hostile"),
-        HOSTILE_MAC,
-        &format!("{HOSTILE_V4}/{PREFIX_V4}"),
-        &format!("{HOSTILE_V6}/{PREFIX_V6}"),
-    );
-    wait_oper_up(ns, IFACE, Duration::from_secs(5));
-}
-
 pub(super) fn build(cfg: &TestbedConfig) -> Topology {
     let tag = &cfg.tag;
     let bridge = Netns::new(&format!("tb-{tag}-br"));
-    no_dad(&bridge);
-    bridge.ip(&[
-        "link",
-        "add",
-        BRIDGE,
-        "type",
-        "bridge",
-        "stp_state",
-        "0",
-        "forward_delay",
-        "0",
-        "mcast_snooping",
-        "0",
-    ]);
-    bridge.ip(&["link", "set", "dev", BRIDGE, "up"]);
+    bridge.disable_dad();
+    add_bridge(&bridge, BRIDGE);
     bridge.ip(&["link", "set", "dev", "lo", "up"]);
     add_addr(&bridge, BRIDGE, &format!("{BRIDGE_V4}/{PREFIX_V4}"));
     add_addr(&bridge, BRIDGE, &format!("{BRIDGE_V6}/{PREFIX_V6}"));
@@ -219,26 +187,8 @@ fn attach_bridge_pass_on(tb: &Testbed, port: &dyn Fn(&str) -> String, pins: &str
             "--mode",
             "native",
         ]);
-        crate::env::netns::run_checked(&mut cmd);
+        crate::netns::run_checked(&mut cmd);
     }
-}
-
-/// Kills every process in the namespace `name` and deletes it (for the Ctrl-C cleanup, which
-/// cannot reach the [`Netns`] values).
-pub(super) fn delete_namespace_by_name(name: &str) {
-    let out = output_of(Command::new("ip").args(["netns", "pids", name]));
-    let me = std::process::id();
-    for pid in String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .filter_map(|p| p.parse::<i32>().ok())
-        .filter(|&p| p != me as i32)
-    {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    let _ = output_of(Command::new("ip").args(["netns", "del", name]));
 }
 
 impl Testbed {
@@ -260,20 +210,7 @@ impl Testbed {
             return;
         }
         let b = &self.bridge;
-        b.ip(&[
-            "link",
-            "add",
-            BRIDGE2,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        ]);
-        b.ip(&["link", "set", "dev", BRIDGE2, "up"]);
+        add_bridge(b, BRIDGE2);
         add_addr(b, BRIDGE2, BRIDGE2_V4);
         add_addr(b, BRIDGE2, BRIDGE2_V6);
         attach_to(

@@ -5,12 +5,12 @@
 //! partition) have to name *which* node counted what and which one raised the Event; both live
 //! in the API server and in each agent's `/metrics`, not in the client's view.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
-use kube::{Api, api::ListParams};
 
 use super::{SERVICE_NAMESPACE, Testbed};
+use crate::env::cluster::{list_events, wait_for_event};
 
 /// The sum of every sample of `name` (any labels) in `/metrics` text; `None` if it has none.
 pub fn metric_sum(text: &str, name: &str) -> Option<f64> {
@@ -42,11 +42,7 @@ impl Testbed {
 
     /// The Events in the Services' namespace (`events.k8s.io/v1`).
     pub async fn events(&self) -> Vec<Event> {
-        Api::<Event>::namespaced(self.kube(), SERVICE_NAMESPACE)
-            .list(&ListParams::default())
-            .await
-            .expect("list Events")
-            .items
+        list_events(&self.kube(), SERVICE_NAMESPACE).await
     }
 
     /// Waits up to `timeout` for an Event in the Services' namespace matching `pred`; returns
@@ -57,30 +53,8 @@ impl Testbed {
         timeout: Duration,
         pred: impl Fn(&Event) -> bool,
     ) -> Event {
-        let end = Instant::now() + timeout;
-        loop {
-            let events = self.events().await;
-            if let Some(e) = events.iter().find(|e| pred(e)) {
-                return e.clone();
-            }
-            if Instant::now() >= end {
-                let seen: Vec<_> = events
-                    .iter()
-                    .map(|e| {
-                        (
-                            e.reason.clone(),
-                            e.reporting_instance.clone(),
-                            e.note.clone(),
-                        )
-                    })
-                    .collect();
-                panic!(
-                    "timed out after {timeout:?} waiting for an Event: {what}\nEvents: {seen:#?}\n{}",
-                    self.log_tails()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let tails = || self.log_tails();
+        wait_for_event(&self.kube(), SERVICE_NAMESPACE, what, timeout, pred, tails).await
     }
 }
 

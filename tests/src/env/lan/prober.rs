@@ -34,10 +34,7 @@ use nix::{
 
 use super::timeline::{Mark, ProbeKind, Sample, Timeline};
 use super::{IFACE, TCP_PORT, Testbed, UDP_PORT};
-use crate::{
-    env::netns::Netns,
-    tools::{arping, ndisc6_all},
-};
+use crate::tools::{arping, ndisc6_all};
 
 /// A probe unanswered after this long is lost.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -93,21 +90,6 @@ fn dual(ip: IpAddr, port: u16) -> SocketAddr {
         IpAddr::V4(v4) => SocketAddr::from((v4.to_ipv6_mapped(), port)),
         IpAddr::V6(v6) => SocketAddr::from((v6, port)),
     }
-}
-
-/// Spawns `f` on a thread inside `ns`.
-fn spawn_in(ns: &Netns, name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    let file = ns.open();
-    let ns_name = ns.name().to_owned();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-                .unwrap_or_else(|e| panic!("setns into {ns_name}: {e}"));
-            drop(file);
-            f()
-        })
-        .expect("spawn prober thread")
 }
 
 /// Sleeps until `next` (if in the future); returns the following tick, skipping missed ones
@@ -327,17 +309,20 @@ impl Testbed {
         let rx = sock.try_clone().expect("clone socket");
         let mut threads = Vec::new();
         let sh = shared.clone();
-        threads.push(spawn_in(&self.client, "probe-udp-rx", move || {
-            udp_receiver(sh, rx)
-        }));
+        threads.push(
+            self.client
+                .spawn("probe-udp-rx", move || udp_receiver(sh, rx)),
+        );
         let (sh, t) = (shared.clone(), targets.to_vec());
-        threads.push(spawn_in(&self.client, "probe-udp-tx", move || {
-            udp_sender(sh, sock, t, interval)
-        }));
+        threads.push(
+            self.client
+                .spawn("probe-udp-tx", move || udp_sender(sh, sock, t, interval)),
+        );
         let (sh, t) = (shared.clone(), targets.to_vec());
-        threads.push(spawn_in(&self.client, "probe-tcp", move || {
-            tcp_loop(sh, t, interval)
-        }));
+        threads.push(
+            self.client
+                .spawn("probe-tcp", move || tcp_loop(sh, t, interval)),
+        );
         Prober { shared, threads }
     }
 
@@ -419,7 +404,7 @@ impl Testbed {
             .into_iter()
             .map(|m| {
                 self.node_by_mac(m)
-                    .unwrap_or_else(|| format!("unknown {}", crate::env::netns::fmt_mac(m)))
+                    .unwrap_or_else(|| format!("unknown {}", crate::netns::fmt_mac(m)))
             })
             .collect()
     }

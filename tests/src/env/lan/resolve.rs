@@ -22,7 +22,7 @@ use super::{
     CLIENT_MAC, CLIENT_V4, CLIENT_V6, CLIENT2_MAC, CLIENT2_V4, CLIENT2_V6, IFACE, IFACE2, Testbed,
 };
 use crate::{
-    bench::packet::PacketSocket,
+    env::packet::PacketSocket,
     frames::{write_arp_request, write_ns_multicast},
 };
 
@@ -175,7 +175,7 @@ impl Testbed {
         macs.iter()
             .map(|m| {
                 self.node_by_mac(*m)
-                    .unwrap_or_else(|| format!("unknown {}", crate::env::netns::fmt_mac(*m)))
+                    .unwrap_or_else(|| format!("unknown {}", crate::netns::fmt_mac(*m)))
             })
             .collect()
     }

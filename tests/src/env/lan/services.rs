@@ -23,10 +23,8 @@ use serde_json::{Value, json};
 use super::{API_PORT, BRIDGE_V4, LB_CLASS, Node, SERVICE_NAMESPACE, TCP_PORT, Testbed, UDP_PORT};
 use crate::{
     apiserver::{ApiServer, ApiServerHandle},
-    env::{
-        kube::{KubeControlPlane, KubeError, KubeOptions, workloads},
-        netns::Netns,
-    },
+    env::kube::{KubeControlPlane, KubeError, KubeOptions, workloads},
+    netns::Netns,
 };
 
 fn seed(nodes: &[Node]) -> Vec<Value> {

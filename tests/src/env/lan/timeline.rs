@@ -140,6 +140,14 @@ impl Timeline {
     pub fn answered(&self, target: IpAddr, kind: ProbeKind) -> u32 {
         self.of(target, kind).filter(|s| s.rtt.is_some()).count() as u32
     }
+
+    /// The UDP probes of `target` that another node than `node` answered: (seq, that node).
+    pub fn udp_answered_by_others(&self, target: IpAddr, node: &str) -> Vec<(u64, &str)> {
+        self.of(target, ProbeKind::Udp)
+            .filter_map(|s| Some((s.seq, s.node.as_deref()?)))
+            .filter(|(_, n)| *n != node)
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -213,7 +213,9 @@ fn kill_processes_in(name: &str) {
     }
 }
 
-fn delete_namespace(name: &str) {
+/// Kills every process in the harness namespace `name` and deletes it (for cleanups that cannot
+/// reach the [`Netns`] value, such as a Ctrl-C handler).
+pub fn delete_namespace(name: &str) {
     kill_processes_in(name);
     let _ = output_of(Command::new("ip").args(["netns", "del", name]));
 }
@@ -322,7 +324,7 @@ impl Netns {
     /// The first call in a process also runs [`sweep_stale`].
     pub fn new(prefix: &str) -> Netns {
         require_root();
-        crate::tools::require_program("ip", "iproute2");
+        crate::programs::require_program("ip", "iproute2");
         SWEEP.call_once(|| {
             sweep_stale(NS_PREFIX);
         });
@@ -408,6 +410,13 @@ impl Netns {
         self.run(&["sysctl", "-q", "-w", &format!("{key}={value}")]);
     }
 
+    /// Turns IPv6 duplicate address detection off for every interface to come: call it before
+    /// any veth arrives, so no address (link-local ones included) is ever tentative.
+    pub fn disable_dad(&self) {
+        self.sysctl("net.ipv6.conf.all.accept_dad", "0");
+        self.sysctl("net.ipv6.conf.default.accept_dad", "0");
+    }
+
     /// Runs `f` on a fresh thread that first `setns(CLONE_NEWNET)`s into this
     /// namespace (mount namespace unchanged) and returns its result; a panic in
     /// `f` is propagated.
@@ -429,6 +438,27 @@ impl Netns {
                 Err(payload) => std::panic::resume_unwind(payload),
             }
         })
+    }
+
+    /// Spawns a thread named `name` that first `setns(CLONE_NEWNET)`s into this namespace
+    /// (mount namespace unchanged), then runs `f`: [`Netns::enter`] for work that outlives the
+    /// call (senders, receivers).
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<T> {
+        let file = self.open();
+        let ns_name = self.name.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                setns(&file, CloneFlags::CLONE_NEWNET)
+                    .unwrap_or_else(|e| panic!("setns(CLONE_NEWNET) into {ns_name}: {e}"));
+                drop(file);
+                f()
+            })
+            .unwrap_or_else(|e| panic!("spawn thread {name}: {e}"))
     }
 
     /// Same as the free function [`veth`].
@@ -582,6 +612,32 @@ pub fn wait_oper_up(ns: &Netns, ifname: &str, timeout: Duration) {
     }
 }
 
+/// Creates bridge `name` in `ns` and sets it up: no STP, no forwarding delay and no multicast
+/// snooping, so a port forwards as soon as it is up and Neighbor Solicitations reach every port.
+pub fn add_bridge(ns: &Netns, name: &str) {
+    ns.ip(&[
+        "link",
+        "add",
+        name,
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "forward_delay",
+        "0",
+        "mcast_snooping",
+        "0",
+    ]);
+    ns.ip(&["link", "set", "dev", name, "up"]);
+}
+
+/// Plugs `ns` into bridge `br` (in namespace `bridge`): a veth from `ns`'s `ifname` to port
+/// `port`, enslaved to `br` ([`veth`] sets both ends up).
+pub fn add_bridge_port(bridge: &Netns, br: &str, port: &str, ns: &Netns, ifname: &str) {
+    veth(ns, ifname, bridge, port);
+    bridge.ip(&["link", "set", "dev", port, "master", br]);
+}
+
 /// Two namespaces joined by a veth:
 /// node `eth0` ([`NODE_MAC`], [`NODE_V4`]/24, [`NODE_V6`]/64) <->
 /// client `eth0` ([`CLIENT_MAC`], [`CLIENT_V4`]/24, [`CLIENT_V6`]/64).
@@ -600,9 +656,7 @@ impl Pair {
         let node = Netns::new(&format!("{tag}-node"));
         let client = Netns::new(&format!("{tag}-client"));
         for ns in [&node, &client] {
-            // Before the veth arrives so its link-local address is never tentative.
-            ns.sysctl("net.ipv6.conf.all.accept_dad", "0");
-            ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
+            ns.disable_dad();
         }
         node.sysctl("net.ipv4.conf.all.arp_ignore", "1");
         node.sysctl("net.ipv4.conf.all.arp_announce", "2");
@@ -652,31 +706,14 @@ impl Lan {
     /// Builds the segment; `tag` only makes namespace names readable.
     pub fn new(tag: &str, hosts: &[LanHost]) -> Lan {
         let bridge = Netns::new(&format!("{tag}-br"));
-        bridge.sysctl("net.ipv6.conf.all.accept_dad", "0");
-        bridge.sysctl("net.ipv6.conf.default.accept_dad", "0");
-        bridge.ip(&[
-            "link",
-            "add",
-            "br0",
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "forward_delay",
-            "0",
-            "mcast_snooping",
-            "0",
-        ]);
-        bridge.ip(&["link", "set", "dev", "br0", "up"]);
+        bridge.disable_dad();
+        add_bridge(&bridge, "br0");
         bridge.ip(&["link", "set", "dev", "lo", "up"]);
         let mut out = Vec::with_capacity(hosts.len());
         for (i, h) in hosts.iter().enumerate() {
             let ns = Netns::new(&format!("{tag}-h{i}"));
-            ns.sysctl("net.ipv6.conf.all.accept_dad", "0");
-            ns.sysctl("net.ipv6.conf.default.accept_dad", "0");
-            let port = format!("p{i}");
-            veth(&ns, "eth0", &bridge, &port);
-            bridge.ip(&["link", "set", "dev", &port, "master", "br0"]);
+            ns.disable_dad();
+            add_bridge_port(&bridge, "br0", &format!("p{i}"), &ns, "eth0");
             set_mac(&ns, "eth0", h.mac);
             add_addr(&ns, "eth0", &format!("{}/{PREFIX_V4}", h.v4));
             add_addr(&ns, "eth0", &format!("{}/{PREFIX_V6}", h.v6));

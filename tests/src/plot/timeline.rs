@@ -1,5 +1,5 @@
-//! The failover timeline as a picture: one row per VIP, one dot per probe coloured by the node
-//! that answered it, a cross for every probe that was lost, a triangle where the client saw the
+//! The failover timeline as a picture: one row per VIP, labelled with the VIP and its Service,
+//! one dot per probe coloured by the node that answered it, a cross for every probe that was lost, a triangle where the client saw the
 //! successor's announcement, and the crash as a vertical line. A table says how long the gap
 //! was; the picture shows whether the gap was one hole or a stutter, and that the new owner's
 //! announcement arrived just before traffic resumed.
@@ -8,6 +8,9 @@ use std::{net::IpAddr, path::Path, time::Duration};
 
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::{create_parent_dir, draw_legend};
 
 use crate::env::lan::{ProbeKind, Timeline};
 
@@ -32,7 +35,7 @@ pub fn parse_announcements(tcpdump: &str) -> Vec<(f64, IpAddr, [u8; 6])> {
         let (Some(ts), Some(mac)) = (words.next(), words.next()) else {
             continue;
         };
-        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::env::netns::parse_mac(mac)) else {
+        let (Ok(ts), Some(mac)) = (ts.parse::<f64>(), crate::netns::parse_mac(mac)) else {
             continue;
         };
         // Announcements go to everyone (broadcast, or all-nodes multicast for NA); an answer
@@ -86,8 +89,8 @@ pub struct TimelinePlot<'a> {
     pub title: &'a str,
     /// The prober's record.
     pub timeline: &'a Timeline,
-    /// One row each, top to bottom.
-    pub vips: &'a [IpAddr],
+    /// One row each, bottom to top: the VIP and the Service it belongs to (the row's label).
+    pub rows: &'a [(IpAddr, String)],
     /// Every node (fixes the colours).
     pub nodes: &'a [String],
     /// When the failure was injected (offset on the timeline's clock).
@@ -98,52 +101,79 @@ pub struct TimelinePlot<'a> {
     pub window: (Duration, Duration),
 }
 
+/// The label of a row: `10.78.128.0 (web)`.
+pub fn row_label(vip: IpAddr, service: &str) -> String {
+    format!("{vip} ({service})")
+}
+
 /// Writes `plot` to `path` (SVG), creating its directory.
 pub fn write_timeline(path: &Path, plot: &TimelinePlot<'_>) -> Result<()> {
+    create_parent_dir(path)?;
+    let svg = render_timeline(plot)?;
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Draws `plot` as an SVG document.
+pub fn render_timeline(plot: &TimelinePlot<'_>) -> Result<String> {
+    let mut svg = String::new();
+    draw(
+        plot,
+        SVGBackend::with_string(&mut svg, size(plot.rows.len())),
+    )?;
+    Ok(svg)
+}
+
+/// The picture's size in pixels for `rows` rows.
+fn size(rows: usize) -> (u32, u32) {
+    (1000, 140 + 46 * rows as u32)
+}
+
+fn draw(plot: &TimelinePlot<'_>, backend: SVGBackend<'_>) -> Result<()> {
     let TimelinePlot {
         title,
         timeline,
-        vips,
+        rows: vips,
         nodes,
         crash,
         announcements,
         window,
     } = *plot;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
     let ms = |d: Duration| d.as_secs_f64() * 1e3 - crash.as_secs_f64() * 1e3;
     let (lo, hi) = (
         -(window.0.as_secs_f64() * 1e3),
         window.1.as_secs_f64() * 1e3,
     );
     let rows = vips.len().max(1) as f64;
-    let root = SVGBackend::new(path, (1000, 140 + 46 * vips.len() as u32)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
+    let root = backend.into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| anyhow!("drawing the timeline: {e}");
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(14)
         .x_label_area_size(40)
-        .y_label_area_size(150)
+        .y_label_area_size(190)
         .build_cartesian_2d(lo..hi, -0.5f64..rows + 0.9)
         .map_err(|e| err(&e))?;
-    let labels: Vec<String> = vips.iter().map(|v| v.to_string()).collect();
     chart
         .configure_mesh()
         .disable_y_mesh()
-        .y_labels(vips.len().max(1))
-        .y_label_formatter(&|y| {
-            let i = y.round();
-            if (y - i).abs() < 0.01 && i >= 0.0 {
-                labels.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        })
+        // No ticks: the axis would label only "nice" values, every other row. Each row is
+        // labelled below.
+        .y_labels(0)
         .x_desc("ms since the crash (UDP probes every 10 ms; × = lost, ▲ = announcement seen)")
         .draw()
         .map_err(|e| err(&e))?;
+    let label_style =
+        TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    for (row, (vip, service)) in vips.iter().enumerate() {
+        let (x, y) = chart.backend_coord(&(lo, row as f64));
+        root.draw(&Text::new(
+            row_label(*vip, service),
+            (x - 8, y),
+            label_style.clone(),
+        ))
+        .map_err(|e| err(&e))?;
+    }
 
     let color_of = |node: &str| {
         nodes
@@ -152,7 +182,7 @@ pub fn write_timeline(path: &Path, plot: &TimelinePlot<'_>) -> Result<()> {
             .map(|i| PALETTE[i % PALETTE.len()])
             .unwrap_or(BLACK)
     };
-    for (row, vip) in vips.iter().enumerate() {
+    for (row, (vip, _)) in vips.iter().enumerate() {
         let y = row as f64;
         let samples = timeline
             .samples
@@ -204,13 +234,7 @@ pub fn write_timeline(path: &Path, plot: &TimelinePlot<'_>) -> Result<()> {
             .label(format!("answered by {node}"))
             .legend(move |(x, y)| Circle::new((x + 8, y), 4, c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.9))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
@@ -218,6 +242,53 @@ pub fn write_timeline(path: &Path, plot: &TimelinePlot<'_>) -> Result<()> {
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn every_row_is_labelled_with_its_vip_and_service() {
+        let timeline = Timeline {
+            start: std::time::Instant::now(),
+            samples: Vec::new(),
+            marks: Vec::new(),
+        };
+        let services = ["web", "api", "shop", "dns", "mail", "chat"];
+        let rows: Vec<(IpAddr, String)> = services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let vip: IpAddr = if i % 2 == 0 {
+                    format!("10.78.128.{i}").parse().unwrap()
+                } else {
+                    format!("fd78::8000:{i}").parse().unwrap()
+                };
+                (vip, s.to_string())
+            })
+            .collect();
+        let nodes = ["node-a".to_string(), "node-b".to_string()];
+        let svg = render_timeline(&TimelinePlot {
+            title: "six rows",
+            timeline: &timeline,
+            rows: &rows,
+            nodes: &nodes,
+            crash: Duration::from_secs(1),
+            announcements: &[],
+            window: (Duration::from_millis(300), Duration::from_millis(500)),
+        })
+        .expect("renders");
+        // The text of every `<text …>…</text>` element.
+        let texts: Vec<&str> = svg
+            .split("<text")
+            .skip(1)
+            .filter_map(|t| Some(t.split_once('>')?.1.split_once("</text>")?.0.trim()))
+            .collect();
+        for (vip, service) in &rows {
+            let label = row_label(*vip, service);
+            assert_eq!(
+                texts.iter().filter(|t| **t == label).count(),
+                1,
+                "row {label:?} is labelled once; the texts: {texts:?}"
+            );
+        }
+    }
 
     #[test]
     fn parses_garp_and_unsolicited_na_only() {

@@ -1,6 +1,12 @@
-//! A minimal `AF_PACKET`/`SOCK_RAW` socket for the flood: whole Ethernet frames in and out of one
-//! interface. Interface names resolve in the network namespace of the calling thread, so create
-//! it on a thread inside the namespace ([`crate::env::netns::Netns::enter`]).
+//! The tests' raw packet socket (`AF_PACKET`/`SOCK_RAW`): whole Ethernet frames in and out of one
+//! interface, for the LAN world's client and hostile host ([`crate::env::lan`]) and the XDP
+//! benchmark's flood. Interface names resolve in the network namespace of the calling thread, so
+//! create it on a thread inside the namespace ([`crate::netns::Netns::enter`]).
+//!
+//! Why not the product's `announcer::dataplane::announce::PacketSocket`: that one only sends,
+//! without blocking, and receives nothing (an announcement must never stall the agent); the
+//! tests receive answers (with a timeout to check a stop flag) and flood at line rate past the
+//! qdisc, so a full send buffer must make them wait, not drop.
 
 use std::{
     ffi::CString,
