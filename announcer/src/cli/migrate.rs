@@ -16,11 +16,12 @@
 //!   spaces).
 //! * `serviceAllocation.serviceSelectors`: one becomes `serviceSelector`; several are an OR,
 //!   which one label selector cannot say: the first is kept, and a warning names the others
-//!   (narrower, never wider: a Service matching only another gets no address from the pool
-//!   unless it names it with `announcer.dev/address-pool`).
+//!   (narrower, never wider: a Service matching only another gets no address from the pool).
 //! * `serviceAllocation.namespaces`: a `namespaceSelector` on `kubernetes.io/metadata.name`
 //!   `In` the list (exact). Together with `namespaceSelectors`, or several of those: an OR,
-//!   handled as above.
+//!   handled as above. MetalLB enforces `serviceAllocation` on every path, and so does the
+//!   allocator with the pool's selectors: naming the pool (`announcer.dev/address-pool`) or
+//!   requesting one of its addresses does not get around them.
 //! * `serviceAllocation.priority`: no equivalent (warning).
 //! * The `L2Advertisement`s selecting the pool (by `ipAddressPools`, `ipAddressPoolSelectors`,
 //!   or all pools when both are empty): their `nodeSelectors` become the pool's `nodeSelector`
@@ -441,15 +442,14 @@ fn pool_spec(
     let namespace_selector = first_of_or(
         namespace_alternatives,
         "serviceAllocation's namespaces and namespaceSelectors",
-        "a Service in a namespace matching only another one gets nothing from this pool \
-         unless it names it with announcer.dev/address-pool",
+        "a Service in a namespace matching only another one gets nothing from this pool, \
+         named or not",
         &mut w,
     );
     let mut service_selector = first_of_or(
         alloc.service_selectors.clone(),
         "serviceAllocation.serviceSelectors",
-        "a Service matching only another one gets nothing from this pool unless it names it \
-         with announcer.dev/address-pool",
+        "a Service matching only another one gets nothing from this pool, named or not",
         &mut w,
     );
     if !opts.service_labels.is_empty() {
@@ -950,6 +950,57 @@ metadata: {name: all, namespace: metallb-system}
             }])
         );
         assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn a_migrated_pool_for_one_namespace_is_refused_to_another_that_names_it() {
+        use crate::ipam::{ADDRESS_POOL_ANNOTATION, AllocationScope, ServiceKey, plan};
+        let c =
+            conv(&(pool_doc("a", "", "  serviceAllocation: {namespaces: [web]}") + ADVERTISE_ALL));
+        let service = |ns: &str| -> k8s_openapi::api::core::v1::Service {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "x", "namespace": ns,
+                    "annotations": {ADDRESS_POOL_ANNOTATION: "a"}},
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                    "ports": [{"port": 80}]},
+            }))
+            .expect("service")
+        };
+        // The labels the API server sets on every namespace.
+        let namespaces: BTreeMap<String, BTreeMap<String, String>> = ["web", "other"]
+            .map(|ns| {
+                (
+                    ns.to_owned(),
+                    [(NAMESPACE_NAME_LABEL.to_owned(), ns.to_owned())].into(),
+                )
+            })
+            .into();
+        let scope = AllocationScope {
+            class: "announcer.dev/l2".into(),
+            classless: false,
+        };
+        let p = plan(
+            &c.pools,
+            &[service("web"), service("other")],
+            &namespaces,
+            &scope,
+        );
+        let got = |ns: &str| {
+            &p.services[&ServiceKey {
+                namespace: ns.into(),
+                name: "x".into(),
+            }]
+        };
+        assert!(got("other").ips.is_empty(), "{:?}", got("other"));
+        assert_eq!(
+            got("other")
+                .problems
+                .iter()
+                .map(|p| p.reason.as_str())
+                .collect::<Vec<_>>(),
+            ["AddressPoolNotAllowed"]
+        );
+        assert_eq!(got("web").ips.len(), 1, "{:?}", got("web"));
     }
 
     #[test]

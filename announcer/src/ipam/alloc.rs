@@ -7,18 +7,30 @@
 //! restart, a split brain) reads the same objects and reaches the same answer. The rules that
 //! make that safe:
 //!
-//! * **no reshuffle**: an address a Service already has is kept while it lies in a usable pool
-//!   the Service may use and no earlier claimant holds it; a new pool or a new Service never
-//!   moves an existing one;
-//! * **one claimant order**: Services are considered oldest first (creationTimestamp, then
-//!   namespace/name), so when two unshared Services hold one address (a split brain wrote
-//!   both) the older keeps it and the younger is re-allocated, with a warning;
+//! * **holdings before requests**: the addresses Services already have are settled first, and
+//!   only then are requests (`announcer.dev/load-balancer-ips`, `spec.loadBalancerIP`) and new
+//!   allocations served, so a request never takes an address another Service holds, whatever
+//!   their ages (a tenant with an old Service cannot evict a younger one); a request that
+//!   cannot be served is a Warning and changes nothing;
+//! * **no reshuffle**: an address a Service already has is kept, also when a pool edit (new
+//!   selectors, narrower ranges, `autoAssign: false`) would no longer give it (a Warning says
+//!   so, and how to move it); pool rules apply to new allocations and requests only;
+//! * **one claimant order among holders**: when two Services that may not share hold one
+//!   address (a split brain, or a hand-written status), the older (creationTimestamp, then
+//!   namespace/name) keeps it and the younger is re-allocated, with a warning;
+//! * **selectors on every path**: a pool's `serviceSelector` and `namespaceSelector` hold for
+//!   automatic allocation, for a pool named by `announcer.dev/address-pool` and for a requested
+//!   address alike;
+//! * **sharing is opt-in on both sides**: one sharing key, one namespace (or both Services
+//!   allowing the other's), the same traffic policy (`Local` ones selecting the same Pods),
+//!   and no port clash;
 //! * **first fit** over the pools sorted by name, so the outcome depends on nothing but the
 //!   objects;
 //! * addresses held by LoadBalancer Services that are not ours (another class) are never
 //!   handed out;
-//! * an address in no pool at all (another IPAM assigned it) is left where it is: adding a
-//!   pool for some Services must not take addresses from the others.
+//! * an address in no pool at all (another IPAM assigned it, or its pool was deleted) is left
+//!   where it is: adding a pool for some Services must not take addresses from the others. It
+//!   counts in no pool's usage.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -33,6 +45,7 @@ use k8s_openapi::{
 use kube::core::{Selector, SelectorExt};
 
 use super::{
+    pool::ALLOW_SHARED_IP_NAMESPACES_ANNOTATION,
     pool::{
         ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolStatus,
         LOAD_BALANCER_IPS_ANNOTATION,
@@ -73,7 +86,8 @@ pub enum Reason {
     PoolExhausted,
     /// The requested address is held by another Service it may not share with.
     RequestedIpTaken,
-    /// The requested address lies in no pool the Service may use.
+    /// The requested address lies in no pool the Service may use (also: in a pool whose
+    /// selectors do not match the Service).
     RequestedIpOutsidePools,
     /// The requested addresses do not parse.
     BadRequestedIp,
@@ -81,8 +95,13 @@ pub enum Reason {
     FamilyNotAvailable,
     /// The pool the Service names does not exist or is not valid.
     UnknownPool,
+    /// The pool the Service names exists, but its selectors do not match the Service.
+    PoolNotAllowed,
     /// Its address was also held by an older Service: it gets another.
     AddressConflict,
+    /// It holds an address its pool's current rules would not give it (the pool was edited,
+    /// or the Service names another pool): kept, never moved.
+    KeptOutsidePoolRules,
 }
 
 impl Reason {
@@ -95,7 +114,9 @@ impl Reason {
             Reason::BadRequestedIp => "BadRequestedIP",
             Reason::FamilyNotAvailable => "IPFamilyNotAvailable",
             Reason::UnknownPool => "UnknownAddressPool",
+            Reason::PoolNotAllowed => "AddressPoolNotAllowed",
             Reason::AddressConflict => "AddressConflict",
+            Reason::KeptOutsidePoolRules => "AddressOutsidePoolRules",
         }
     }
 }
@@ -161,6 +182,26 @@ struct PoolView {
 }
 
 impl PoolView {
+    /// Why the pool's selectors refuse a Service with these labels in a namespace with these
+    /// labels, or `None` if they let it in.
+    fn refuses(
+        &self,
+        labels: &BTreeMap<String, String>,
+        ns_labels: &BTreeMap<String, String>,
+    ) -> Option<&'static str> {
+        if self
+            .namespaces
+            .as_ref()
+            .is_some_and(|s| !s.matches(ns_labels))
+        {
+            Some("its namespaceSelector does not match the Service's namespace")
+        } else if self.services.as_ref().is_some_and(|s| !s.matches(labels)) {
+            Some("its serviceSelector does not match the Service")
+        } else {
+            None
+        }
+    }
+
     fn contains(&self, ip: IpAddr) -> bool {
         self.ranges.iter().any(|r| r.contains(ip))
     }
@@ -238,18 +279,117 @@ struct Svc<'a> {
     current: Vec<IpAddr>,
     requested: Result<Vec<IpAddr>, String>,
     pool: Option<&'a str>,
-    share: Option<&'a str>,
-    ports: Ports,
+    sharing: Sharing,
     families: Vec<Family>,
     policy: Policy,
+}
+
+/// Which other namespaces' Services a Service may share its address with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+enum OtherNamespaces {
+    /// None (no annotation).
+    #[default]
+    None,
+    /// These.
+    Some(BTreeSet<String>),
+    /// Every one (`*`).
+    All,
+}
+
+impl OtherNamespaces {
+    fn parse(text: Option<&str>) -> OtherNamespaces {
+        let Some(text) = text else {
+            return OtherNamespaces::None;
+        };
+        let names: BTreeSet<String> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        if names.contains("*") {
+            OtherNamespaces::All
+        } else if names.is_empty() {
+            OtherNamespaces::None
+        } else {
+            OtherNamespaces::Some(names)
+        }
+    }
+
+    fn allows(&self, ns: &str) -> bool {
+        match self {
+            OtherNamespaces::None => false,
+            OtherNamespaces::Some(names) => names.contains(ns),
+            OtherNamespaces::All => true,
+        }
+    }
+}
+
+/// What decides whether two Services may share an address.
+#[derive(Clone, Debug, Default)]
+struct Sharing {
+    /// `announcer.dev/allow-shared-ip` (`None`: shares with nobody).
+    key: Option<String>,
+    /// `announcer.dev/allow-shared-ip-namespaces`.
+    namespaces: OtherNamespaces,
+    /// `externalTrafficPolicy: Local`.
+    local: bool,
+    /// `spec.selector`, which must be the same for two `Local` Services: each is announced
+    /// only from nodes with its own endpoints, so one address for two Pod sets would land
+    /// where kube-proxy drops one Service's traffic.
+    selector: Option<BTreeMap<String, String>>,
+    /// Port and protocol pairs, which must not clash.
+    ports: Ports,
 }
 
 /// Who holds an address.
 #[derive(Clone)]
 struct Holder {
     svc: ServiceKey,
-    share: Option<String>,
-    ports: Ports,
+    sharing: Sharing,
+}
+
+impl Holder {
+    /// Why `svc` may not hold the address `ip` beside this holder, if it may not.
+    fn refuses(&self, ip: IpAddr, svc: &Svc) -> Option<String> {
+        let (h, s) = (&self.sharing, &svc.sharing);
+        let Some(key) = s.key.as_deref().filter(|k| h.key.as_deref() == Some(*k)) else {
+            return Some(format!("{ip} is held by {}", self.svc));
+        };
+        let (hns, sns) = (&self.svc.namespace, &svc.key.namespace);
+        if hns != sns && !(h.namespaces.allows(sns) && s.namespaces.allows(hns)) {
+            return Some(format!(
+                "{ip} is held by {} with sharing key {key:?}, but in namespace {hns}: sharing \
+                 across namespaces needs both Services to allow the other's namespace \
+                 ({ALLOW_SHARED_IP_NAMESPACES_ANNOTATION})",
+                self.svc
+            ));
+        }
+        if h.local != s.local {
+            let policy = |local| if local { "Local" } else { "Cluster" };
+            return Some(format!(
+                "{ip} is held by {} with sharing key {key:?}, but its externalTrafficPolicy is \
+                 {}, not {}",
+                self.svc,
+                policy(h.local),
+                policy(s.local)
+            ));
+        }
+        if h.local && (h.selector.is_none() || h.selector != s.selector) {
+            return Some(format!(
+                "{ip} is held by {} with sharing key {key:?}, but two externalTrafficPolicy: \
+                 Local Services share only with the same Pod selector",
+                self.svc
+            ));
+        }
+        if let Some(p) = h.ports.intersection(&s.ports).next() {
+            return Some(format!(
+                "{ip} is shared with {}, whose port {}/{} clashes",
+                self.svc, p.0, p.1
+            ));
+        }
+        None
+    }
 }
 
 /// The addresses in the Service's `status.loadBalancer.ingress` (unparsable ones left out).
@@ -345,14 +485,20 @@ fn view<'a>(s: &'a Service) -> Svc<'a> {
         .flatten()
         .map(|p| (p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into())))
         .collect();
+    let sharing = Sharing {
+        key: annotation(s, ALLOW_SHARED_IP_ANNOTATION).map(String::from),
+        namespaces: OtherNamespaces::parse(annotation(s, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION)),
+        local: spec.and_then(|sp| sp.external_traffic_policy.as_deref()) == Some("Local"),
+        selector: spec.and_then(|sp| sp.selector.clone()),
+        ports,
+    };
     Svc {
         key: key_of(s),
         labels: s.metadata.labels.clone().unwrap_or_default(),
         current: current_ips(s),
         requested: requested(s),
         pool: annotation(s, ADDRESS_POOL_ANNOTATION),
-        share: annotation(s, ALLOW_SHARED_IP_ANNOTATION),
-        ports,
+        sharing,
         families,
         policy,
     }
@@ -389,22 +535,14 @@ impl Claims {
         let Some(holders) = self.held.get(&ip) else {
             return Ok(());
         };
-        for h in holders {
-            if h.svc == svc.key {
-                continue;
-            }
-            let shared = svc.share.is_some() && h.share.as_deref() == svc.share;
-            if !shared {
-                return Err(format!("{ip} is held by {}", h.svc));
-            }
-            if let Some(p) = h.ports.intersection(&svc.ports).next() {
-                return Err(format!(
-                    "{ip} is shared with {}, whose port {}/{} clashes",
-                    h.svc, p.0, p.1
-                ));
-            }
+        match holders
+            .iter()
+            .filter(|h| h.svc != svc.key)
+            .find_map(|h| h.refuses(ip, svc))
+        {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn take(&mut self, ip: IpAddr, svc: &Svc) {
@@ -412,8 +550,7 @@ impl Claims {
         if !hs.iter().any(|h| h.svc == svc.key) {
             hs.push(Holder {
                 svc: svc.key.clone(),
-                share: svc.share.map(String::from),
-                ports: svc.ports.clone(),
+                sharing: svc.sharing.clone(),
             });
         }
     }
@@ -493,19 +630,27 @@ pub fn plan(
             for ip in &v.current {
                 claims.held.entry(*ip).or_default().push(Holder {
                     svc: v.key.clone(),
-                    share: None,
-                    ports: Ports::new(),
+                    sharing: Sharing::default(),
                 });
             }
         }
     }
 
-    // Which pools each Service may hold addresses from, and which it is auto-assigned from.
+    // Which pools each Service may take addresses from (requests and new allocations), and
+    // which it is auto-assigned from. The selectors hold on every path: naming a pool
+    // (`announcer.dev/address-pool`) only lifts `autoAssign: false`.
     let empty = BTreeMap::new();
     let mut may_hold: Vec<Vec<&PoolView>> = Vec::new();
     let mut problems: Vec<Vec<Problem>> = vec![Vec::new(); ours.len()];
+    // Why each pool refuses each Service (`None`: it may use it).
+    let mut refusal: Vec<BTreeMap<&str, Option<&'static str>>> = Vec::new();
     for (i, v) in ours.iter().enumerate() {
         let ns_labels = namespaces.get(&v.key.namespace).unwrap_or(&empty);
+        let why: BTreeMap<&str, Option<&'static str>> = usable
+            .iter()
+            .map(|p| (p.name.as_str(), p.refuses(&v.labels, ns_labels)))
+            .collect();
+        let allowed = |p: &&PoolView| why.get(p.name.as_str()).is_some_and(Option::is_none);
         let pools: Vec<&PoolView> = match v.pool {
             Some(name) => {
                 let found: Vec<&PoolView> =
@@ -518,16 +663,20 @@ pub fn plan(
                         ),
                     });
                 }
-                found
+                if let Some(Some(no)) = why.get(name) {
+                    problems[i].push(Problem {
+                        reason: Reason::PoolNotAllowed,
+                        message: format!(
+                            "the address pool {name:?} it names may not be used by it: {no}"
+                        ),
+                    });
+                }
+                found.into_iter().filter(allowed).collect()
             }
-            None => usable
-                .iter()
-                .copied()
-                .filter(|p| p.services.as_ref().is_none_or(|s| s.matches(&v.labels)))
-                .filter(|p| p.namespaces.as_ref().is_none_or(|s| s.matches(ns_labels)))
-                .collect(),
+            None => usable.iter().copied().filter(allowed).collect(),
         };
         may_hold.push(pools);
+        refusal.push(why);
     }
     let auto_from = |i: usize, v: &Svc| -> Vec<&PoolView> {
         may_hold[i]
@@ -537,8 +686,36 @@ pub fn plan(
             .collect()
     };
 
-    // Phase 1, oldest first: requested addresses, then the addresses Services already have.
+    // Phase 1, oldest first: the addresses Services already have. Only an older holder it may
+    // not share with takes one from a Service; pool edits never do (a Warning says so below).
     let mut got: Vec<BTreeMap<Family, IpAddr>> = vec![BTreeMap::new(); ours.len()];
+    for (i, v) in ours.iter().enumerate() {
+        for &f in &v.families {
+            let Some(ip) = v.current.iter().copied().find(|ip| Family::of(*ip) == f) else {
+                continue;
+            };
+            if !in_our_pools(ip) {
+                // In no pool at all: another IPAM (or a person) assigned it, or its pool was
+                // deleted; it is not ours to take back or to replace. It is announced as
+                // before pools existed.
+                got[i].insert(f, ip);
+                continue;
+            }
+            match claims.may_take(ip, v) {
+                Ok(()) => {
+                    claims.take(ip, v);
+                    got[i].insert(f, ip);
+                }
+                Err(why) => problems[i].push(Problem {
+                    reason: Reason::AddressConflict,
+                    message: format!("{why}, an older Service: it gets another address"),
+                }),
+            }
+        }
+    }
+
+    // Phase 2, oldest first: requested addresses, which never take a held one. A request that
+    // cannot be served is a Warning and changes nothing (the Service keeps what it has).
     for (i, v) in ours.iter().enumerate() {
         let requested = match &v.requested {
             Ok(r) => r.clone(),
@@ -563,50 +740,42 @@ pub fn plan(
             }
         }
         for &f in &v.families {
-            let req = requested.iter().copied().find(|ip| Family::of(*ip) == f);
-            if let Some(ip) = req {
-                if !may_hold[i].iter().any(|p| p.contains(ip)) {
-                    problems[i].push(Problem {
-                        reason: Reason::RequestedIpOutsidePools,
-                        message: format!("requested {ip} is outside every pool it may use"),
-                    });
-                } else if let Err(why) = claims.may_take(ip, v) {
-                    problems[i].push(Problem {
-                        reason: Reason::RequestedIpTaken,
-                        message: format!("requested {why}"),
-                    });
-                } else {
-                    claims.take(ip, v);
-                    got[i].insert(f, ip);
-                }
-                continue;
-            }
-            let Some(ip) = v.current.iter().copied().find(|ip| Family::of(*ip) == f) else {
+            let Some(ip) = requested.iter().copied().find(|ip| Family::of(*ip) == f) else {
                 continue;
             };
-            if !in_our_pools(ip) {
-                // In no pool at all: another IPAM (or a person) assigned it, and it is not ours
-                // to take back or to replace. It is announced as before pools existed.
-                got[i].insert(f, ip);
+            if got[i].get(&f) == Some(&ip) {
                 continue;
             }
             if !may_hold[i].iter().any(|p| p.contains(ip)) {
-                continue;
-            }
-            match claims.may_take(ip, v) {
-                Ok(()) => {
-                    claims.take(ip, v);
-                    got[i].insert(f, ip);
+                let message = match usable.iter().find(|p| p.contains(ip)) {
+                    Some(p) => match refusal[i].get(p.name.as_str()).copied().flatten() {
+                        Some(no) => format!("requested {ip} is in pool {}, and {no}", p.name),
+                        None => format!(
+                            "requested {ip} is in pool {}, not in the pool it names",
+                            p.name
+                        ),
+                    },
+                    None => format!("requested {ip} is outside every pool it may use"),
+                };
+                problems[i].push(Problem {
+                    reason: Reason::RequestedIpOutsidePools,
+                    message,
+                });
+            } else if let Err(why) = claims.may_take(ip, v) {
+                problems[i].push(Problem {
+                    reason: Reason::RequestedIpTaken,
+                    message: format!("requested {why}"),
+                });
+            } else {
+                if let Some(old) = got[i].insert(f, ip) {
+                    claims.release(old, &v.key);
                 }
-                Err(why) => problems[i].push(Problem {
-                    reason: Reason::AddressConflict,
-                    message: format!("{why}, an older Service: it gets another address"),
-                }),
+                claims.take(ip, v);
             }
         }
     }
 
-    // Phase 2, oldest first: first fit for the families still missing.
+    // Phase 3, oldest first: first fit for the families still missing (not requested).
     for (i, v) in ours.iter().enumerate() {
         let Ok(requested) = &v.requested else {
             continue;
@@ -656,6 +825,32 @@ pub fn plan(
             problems[i].push(Problem {
                 reason: Reason::FamilyNotAvailable,
                 message: "RequireDualStack needs an address of each family: none assigned".into(),
+            });
+        }
+    }
+
+    // What a Service keeps against its pool's current rules: said, never moved.
+    for (i, v) in ours.iter().enumerate() {
+        for ip in got[i].values() {
+            let Some(p) = usable.iter().find(|p| p.contains(*ip)) else {
+                continue;
+            };
+            if may_hold[i].iter().any(|m| m.name == p.name) {
+                continue;
+            }
+            let why = match (refusal[i].get(p.name.as_str()).copied().flatten(), v.pool) {
+                (Some(no), _) => no.to_owned(),
+                (None, Some(named)) => format!("the Service names the pool {named:?}"),
+                (None, None) => "it is not in a pool the Service may use".to_owned(),
+            };
+            problems[i].push(Problem {
+                reason: Reason::KeptOutsidePoolRules,
+                message: format!(
+                    "{ip} is from pool {}, which its current rules would not give it ({why}): \
+                     kept, as held addresses are never moved; to move it, request an address \
+                     ({LOAD_BALANCER_IPS_ANNOTATION}) or clear its status.loadBalancer.ingress",
+                    p.name
+                ),
             });
         }
     }
@@ -727,10 +922,9 @@ fn families_text(fs: &[Family]) -> String {
 /// A shared address of the Service's sharing key first, then the first free address of
 /// family `f` in `pools` (in name order).
 fn first_fit(claims: &Claims, v: &Svc, pools: &[&PoolView], f: Family) -> Option<IpAddr> {
-    if v.share.is_some() {
-        let shared = claims.held.iter().find(|(ip, hs)| {
+    if v.sharing.key.is_some() {
+        let shared = claims.held.iter().find(|(ip, _)| {
             Family::of(**ip) == f
-                && hs.iter().all(|h| h.share.as_deref() == v.share)
                 && pools.iter().any(|p| p.contains(**ip))
                 && claims.may_take(**ip, v).is_ok()
         });

@@ -18,7 +18,7 @@ pub use alloc::{
     pool_status,
 };
 pub use pool::{
-    ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolSpec,
-    AddressPoolStatus, LOAD_BALANCER_IPS_ANNOTATION,
+    ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION,
+    AddressPool, AddressPoolSpec, AddressPoolStatus, LOAD_BALANCER_IPS_ANNOTATION,
 };
 pub use range::{Family, Range, RangeError};

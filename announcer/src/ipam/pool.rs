@@ -9,15 +9,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-/// Service annotation: the pool to allocate from (by name). Overrides the pools' selectors and
-/// `autoAssign: false`.
+/// Service annotation: the pool to allocate from (by name). Overrides `autoAssign: false`, not
+/// the pool's selectors: a pool the Service may not use is refused with a Warning.
 pub const ADDRESS_POOL_ANNOTATION: &str = "announcer.dev/address-pool";
 /// Service annotation: the addresses requested, comma-separated, at most one per family
 /// (`spec.loadBalancerIP`, deprecated upstream, is read too).
 pub const LOAD_BALANCER_IPS_ANNOTATION: &str = "announcer.dev/load-balancer-ips";
 /// Service annotation: Services with the same value may share an address when their ports do
-/// not clash.
+/// not clash, they are in one namespace (or both allow each other's with
+/// [`ALLOW_SHARED_IP_NAMESPACES_ANNOTATION`]) and their traffic policies agree.
 pub const ALLOW_SHARED_IP_ANNOTATION: &str = "announcer.dev/allow-shared-ip";
+/// Service annotation: the other namespaces (comma-separated, or `*` for all) whose Services
+/// this one may share its address with. Both Services must allow the other's namespace.
+pub const ALLOW_SHARED_IP_NAMESPACES_ANNOTATION: &str = "announcer.dev/allow-shared-ip-namespaces";
 
 /// A set of addresses the allocator may assign to LoadBalancer Services, and where they may be
 /// announced.

@@ -293,10 +293,49 @@ async fn all_have_one(c: &Cluster) -> bool {
     a.len() == MANY && a.values().all(|ips| ips.len() == 1)
 }
 
+/// Lists the Services every 20 ms until `stop` is set, and returns every list in which one
+/// address was on two Services at once (a list is one snapshot of the API server, so such a
+/// pair really held the address together), with the count of lists taken.
+fn sample_duplicates(
+    c: &Cluster,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<(Vec<String>, usize)> {
+    let api = Api::<Service>::namespaced(c.client.clone(), NS);
+    tokio::spawn(async move {
+        let mut dups = Vec::new();
+        let mut lists = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(l) = api.list(&ListParams::default()).await {
+                lists += 1;
+                let mut seen: BTreeMap<String, String> = BTreeMap::new();
+                for s in l.items {
+                    let name = s.metadata.name.clone().unwrap_or_default();
+                    let ips = s
+                        .status
+                        .and_then(|st| st.load_balancer)
+                        .and_then(|lb| lb.ingress)
+                        .unwrap_or_default();
+                    for ip in ips.into_iter().filter_map(|i| i.ip) {
+                        if let Some(other) = seen.insert(ip.clone(), name.clone()) {
+                            dups.push(format!("{ip} on {other} and {name}"));
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (dups, lists)
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
     let c = world("ipam-many", &["node-a", "node-b"], &[]).await;
     add_pool(&c, "big", &["10.0.82.0/24"]);
+    // Sampled all along, not only at the end: an allocator that wrote first and resolved
+    // conflicts afterwards would end in the same distinct state.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = sample_duplicates(&c, stop.clone());
     create_many(&c).await;
     until(&c, "every Service has an address", T, || all_have_one(&c)).await;
     assert_distinct(&addresses(&c).await);
@@ -321,6 +360,16 @@ async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
         pool_json(&c, "big")["status"]["assignedIPv4"] == MANY as u64
     })
     .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (dups, lists) = sampler.await.expect("sampler");
+    eprintln!("{lists} lists sampled during the churn");
+    assert!(lists > 50, "the churn was sampled ({lists} lists)");
+    assert!(
+        dups.is_empty(),
+        "an address was on two Services at once, {} times; first: {:?}",
+        dups.len(),
+        &dups[..dups.len().min(5)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -662,32 +711,177 @@ async fn a_prefer_dual_stack_service_gets_an_address_of_each_family() {
     assert!(ips.contains(&"fd00::93:0".to_string()), "{ips:?}");
 }
 
+/// The Service's `metadata.creationTimestamp`.
+async fn created(c: &Cluster, name: &str) -> k8s_openapi::jiff::Timestamp {
+    Api::<Service>::namespaced(c.client.clone(), NS)
+        .get(name)
+        .await
+        .expect("get")
+        .metadata
+        .creation_timestamp
+        .expect("creationTimestamp")
+        .0
+}
+
+/// Waits until the API server's clock (second granularity) has passed `name`'s
+/// creationTimestamp, so that the next Service created is strictly younger.
+async fn next_second(c: &Cluster, name: &str) {
+    let t = created(c, name).await;
+    while k8s_openapi::jiff::Timestamp::now().as_second() <= t.as_second() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_services_on_one_address_keep_the_older_and_move_the_younger_with_a_warning() {
     let c = world("ipam-conflict", &["node-a"], &[]).await;
     add_pool(&c, "web", &["10.0.94.0/24"]);
-    create(&c, "old", json!({}), json!({})).await;
-    until(&c, "old has an address", T, || async {
-        addresses(&c).await["old"].len() == 1
+    // Names in the opposite order to ages: a rule that broke the tie by name (or compared
+    // names first) would keep the younger.
+    let (older, younger) = ("z-older", "a-younger");
+    create(&c, older, json!({}), json!({})).await;
+    until(&c, "the older has an address", T, || async {
+        addresses(&c).await[older].len() == 1
     })
     .await;
-    create(&c, "young", json!({}), json!({})).await;
-    until(&c, "young has an address", T, || async {
-        addresses(&c).await["young"].len() == 1
+    next_second(&c, older).await;
+    create(&c, younger, json!({}), json!({})).await;
+    assert!(
+        created(&c, older).await < created(&c, younger).await,
+        "the two creationTimestamps differ"
+    );
+    until(&c, "the younger has an address", T, || async {
+        addresses(&c).await[younger].len() == 1
     })
     .await;
-    let old = addresses(&c).await["old"].clone();
+    let old = addresses(&c).await[older].clone();
     // What a split brain would leave: the younger Service written onto the older's address.
-    c.set_ingress(NS, "young", &[old[0].as_str()]).await;
-    warning(&c, "young", "AddressConflict").await;
-    until(&c, "young moved off old's address", T, || async {
-        let a = addresses(&c).await;
-        a["young"].len() == 1 && a["young"] != old
-    })
+    c.set_ingress(NS, younger, &[old[0].as_str()]).await;
+    warning(&c, younger, "AddressConflict").await;
+    until(
+        &c,
+        "the younger moved off the older's address",
+        T,
+        || async {
+            let a = addresses(&c).await;
+            a[younger].len() == 1 && a[younger] != old
+        },
+    )
     .await;
     assert_eq!(
-        addresses(&c).await["old"],
+        addresses(&c).await[older],
         old,
         "the older keeps its address"
     );
+}
+
+/// The Warning Events on `svc` so far: (reason, note).
+async fn warnings_on(c: &Cluster, svc: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(c.client.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(svc))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+/// Watches for `timeout`: `svc` must never get an address, and must be warned with `reason`;
+/// returns the Warning's note.
+async fn refused(c: &Cluster, svc: &str, reason: &str, timeout: Duration) -> String {
+    let end = Instant::now() + timeout;
+    loop {
+        let got = addresses(c).await[svc].clone();
+        assert!(got.is_empty(), "{svc} was given {got:?}");
+        if let Some((_, note)) = warnings_on(c, svc)
+            .await
+            .into_iter()
+            .find(|w| w.0 == reason)
+        {
+            return note;
+        }
+        assert!(
+            Instant::now() < end,
+            "no {reason} Warning on {svc} after {timeout:?}: {:?}\n{}",
+            warnings_on(c, svc).await,
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_service_requesting_a_younger_services_live_address_does_not_get_it() {
+    let c = world("ipam-hold", &["node-a"], &[]).await;
+    add_pool(&c, "web", &["10.0.95.0/24"]);
+    // An old ClusterIP Service, later switched to LoadBalancer naming the victim's address.
+    create(
+        &c,
+        "attacker",
+        json!({"type": "ClusterIP", "loadBalancerClass": null}),
+        json!({}),
+    )
+    .await;
+    next_second(&c, "attacker").await;
+    create(&c, "victim", json!({}), json!({})).await;
+    assert!(created(&c, "attacker").await < created(&c, "victim").await);
+    until(&c, "the victim has an address", T, || async {
+        addresses(&c).await["victim"].len() == 1
+    })
+    .await;
+    let live = addresses(&c).await["victim"].clone();
+    Api::<Service>::namespaced(c.client.clone(), NS)
+        .patch(
+            "attacker",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "metadata": {"annotations": {"announcer.dev/load-balancer-ips": live[0]}},
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS},
+            })),
+        )
+        .await
+        .expect("switch to LoadBalancer");
+    let note = refused(&c, "attacker", "RequestedIPTaken", T).await;
+    assert!(note.contains(&live[0]), "{note}");
+    // And it stays so: a few more allocator passes change nothing.
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        let a = addresses(&c).await;
+        assert_eq!(a["victim"], live, "the victim keeps its address");
+        assert!(a["attacker"].is_empty(), "attacker got {:?}", a["attacker"]);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_naming_a_pool_its_namespace_may_not_use_gets_no_address_and_a_warning() {
+    let c = world("ipam-selector", &["node-a"], &[]).await;
+    apply(
+        &c,
+        &pool_yaml(
+            "red",
+            &["10.0.96.0/24"],
+            "  namespaceSelector:\n    matchLabels: {team: red}\n",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("apply pool: {e}"));
+    // NS has no `team` label.
+    create(
+        &c,
+        "intruder",
+        json!({}),
+        json!({"announcer.dev/address-pool": "red"}),
+    )
+    .await;
+    let note = refused(&c, "intruder", "AddressPoolNotAllowed", T).await;
+    assert!(note.contains("red"), "{note}");
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        assert!(addresses(&c).await["intruder"].is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

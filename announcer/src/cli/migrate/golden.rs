@@ -250,8 +250,8 @@ spec:
             "ConfigMap x/config: not a MetalLB object; skipped",
             "L2Advertisement metallb-system/x: ipAddressPools names gone, which is not among the IPAddressPools read",
             "IPAddressPool metallb-system/a: serviceAllocation.priority 10 is not expressed: an AddressPool has no priority; name the pool on a Service (announcer.dev/address-pool) where the choice matters",
-            "IPAddressPool metallb-system/a: serviceAllocation's namespaces and namespaceSelectors are an OR of 2 selectors, which one label selector cannot say: kept \"kubernetes.io/metadata.name in (web)\", dropped \"team=x\" (a Service in a namespace matching only another one gets nothing from this pool unless it names it with announcer.dev/address-pool)",
-            "IPAddressPool metallb-system/a: serviceAllocation.serviceSelectors are an OR of 2 selectors, which one label selector cannot say: kept \"app=x\", dropped \"app=y\" (a Service matching only another one gets nothing from this pool unless it names it with announcer.dev/address-pool)",
+            "IPAddressPool metallb-system/a: serviceAllocation's namespaces and namespaceSelectors are an OR of 2 selectors, which one label selector cannot say: kept \"kubernetes.io/metadata.name in (web)\", dropped \"team=x\" (a Service in a namespace matching only another one gets nothing from this pool, named or not)",
+            "IPAddressPool metallb-system/a: serviceAllocation.serviceSelectors are an OR of 2 selectors, which one label selector cannot say: kept \"app=x\", dropped \"app=y\" (a Service matching only another one gets nothing from this pool, named or not)",
         ],
     ),
     // SCALARS

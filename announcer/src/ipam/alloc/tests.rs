@@ -622,3 +622,414 @@ fn an_address_in_no_pool_is_left_to_whoever_assigned_it() {
     assert!(reasons(&p, "ext").is_empty(), "{:?}", reasons(&p, "ext"));
     assert_eq!(ips(&p, "new"), ["10.0.0.1"]);
 }
+
+/// The Event reasons of the Service's problems, as written.
+fn reason_names(p: &Allocation, ns: &str, name: &str) -> Vec<&'static str> {
+    p.services[&ServiceKey {
+        namespace: ns.into(),
+        name: name.into(),
+    }]
+        .problems
+        .iter()
+        .map(|p| p.reason.as_str())
+        .collect()
+}
+
+fn ips_in(p: &Allocation, ns: &str, name: &str) -> Vec<String> {
+    p.services[&ServiceKey {
+        namespace: ns.into(),
+        name: name.into(),
+    }]
+        .ips
+        .iter()
+        .map(|i| i.to_string())
+        .collect()
+}
+
+/// Namespaces with their labels, `kubernetes.io/metadata.name` included as the API server
+/// sets it.
+fn namespaces(list: &[(&str, &[(&str, &str)])]) -> BTreeMap<String, BTreeMap<String, String>> {
+    list.iter()
+        .map(|(ns, labels)| {
+            let mut l: BTreeMap<String, String> = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            l.insert("kubernetes.io/metadata.name".into(), ns.to_string());
+            (ns.to_string(), l)
+        })
+        .collect()
+}
+
+#[test]
+fn an_older_services_request_never_takes_an_address_a_younger_one_holds() {
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            annotated(
+                "old",
+                0,
+                json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.0.5" }),
+            ),
+            svc("young", 5, &["10.0.0.5"], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "young"), ["10.0.0.5"], "the holder keeps it");
+    assert!(ips(&p, "old").is_empty(), "no fallback to another address");
+    assert_eq!(reason_names(&p, "apps", "old"), ["RequestedIPTaken"]);
+    assert!(reasons(&p, "young").is_empty());
+}
+
+#[test]
+fn a_refused_request_leaves_the_service_the_address_it_holds() {
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc_in(
+                "apps",
+                "x",
+                0,
+                &["10.0.0.1"],
+                json!({}),
+                json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.0.5" }),
+            ),
+            svc("y", 5, &["10.0.0.5"], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "x"), ["10.0.0.1"]);
+    assert_eq!(ips(&p, "y"), ["10.0.0.5"]);
+    assert_eq!(reason_names(&p, "apps", "x"), ["RequestedIPTaken"]);
+}
+
+#[test]
+fn a_served_request_moves_the_service_and_frees_its_old_address() {
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc_in(
+                "apps",
+                "x",
+                0,
+                &["10.0.0.1"],
+                json!({}),
+                json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.0.5" }),
+            ),
+            svc("y", 5, &[], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "x"), ["10.0.0.5"]);
+    assert_eq!(ips(&p, "y"), ["10.0.0.0"]);
+    assert_eq!(
+        p.pools["a"].assigned[&Family::V4],
+        2,
+        "10.0.0.1 is free again"
+    );
+}
+
+#[test]
+fn two_holders_of_one_address_keep_the_older_even_when_its_name_sorts_last() {
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc("a-young", 5, &["10.0.0.1"], json!({})),
+            svc("z-old", 1, &["10.0.0.1"], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "z-old"), ["10.0.0.1"]);
+    assert_eq!(ips(&p, "a-young"), ["10.0.0.0"]);
+    assert_eq!(reasons(&p, "a-young"), [Reason::AddressConflict]);
+}
+
+fn red_pool(extra: Value) -> AddressPool {
+    pool_with("red", &["10.0.1.0/24"], 0, extra)
+}
+
+#[test]
+fn a_named_pool_whose_namespace_selector_refuses_the_service_gives_it_nothing() {
+    let pools = [red_pool(
+        json!({"namespaceSelector": {"matchLabels": {"team": "red"}}}),
+    )];
+    let named = json!({ ADDRESS_POOL_ANNOTATION: "red" });
+    let services = [
+        svc_in("blue", "x", 0, &[], json!({}), named.clone()),
+        svc_in("red", "y", 1, &[], json!({}), named),
+    ];
+    let ns = namespaces(&[("blue", &[]), ("red", &[("team", "red")])]);
+    let p = plan(&pools, &services, &ns, &cfg());
+    assert!(ips_in(&p, "blue", "x").is_empty());
+    assert_eq!(reason_names(&p, "blue", "x"), ["AddressPoolNotAllowed"]);
+    assert_eq!(ips_in(&p, "red", "y"), ["10.0.1.0"]);
+}
+
+#[test]
+fn a_named_pool_whose_service_selector_refuses_the_service_gives_it_nothing() {
+    let pools = [red_pool(
+        json!({"serviceSelector": {"matchLabels": {"tier": "web"}}, "autoAssign": false}),
+    )];
+    let p = run(
+        &pools,
+        &[annotated("x", 0, json!({ ADDRESS_POOL_ANNOTATION: "red" }))],
+    );
+    assert!(ips(&p, "x").is_empty());
+    assert_eq!(reason_names(&p, "apps", "x"), ["AddressPoolNotAllowed"]);
+}
+
+#[test]
+fn a_requested_address_in_a_pool_the_service_may_not_use_is_refused_named_or_not() {
+    let pools = [
+        red_pool(json!({"namespaceSelector": {"matchLabels": {"team": "red"}}})),
+        pool("open", &["10.0.2.0/24"], 0),
+    ];
+    let ns = namespaces(&[("apps", &[])]);
+    for annotations in [
+        json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.1.7" }),
+        json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.1.7", ADDRESS_POOL_ANNOTATION: "red" }),
+    ] {
+        let p = plan(&pools, &[annotated("x", 0, annotations)], &ns, &cfg());
+        assert!(ips(&p, "x").is_empty(), "{:?}", ips(&p, "x"));
+        assert!(
+            reason_names(&p, "apps", "x").contains(&"RequestedIPOutsidePools"),
+            "{:?}",
+            reasons(&p, "x")
+        );
+    }
+}
+
+fn shared(key: &str, other_namespaces: Option<&str>) -> Value {
+    match other_namespaces {
+        None => json!({ ALLOW_SHARED_IP_ANNOTATION: key }),
+        Some(n) => json!({
+            ALLOW_SHARED_IP_ANNOTATION: key,
+            ALLOW_SHARED_IP_NAMESPACES_ANNOTATION: n,
+        }),
+    }
+}
+
+/// `x` in namespace `a` on port 80 and `y` in namespace `b` on port 443, one sharing key.
+fn across_namespaces(x_allows: Option<&str>, y_allows: Option<&str>) -> Allocation {
+    let https = json!({"ports": [{"port": 443}]});
+    run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc_in("a", "x", 0, &[], json!({}), shared("k", x_allows)),
+            svc_in("b", "y", 1, &[], https, shared("k", y_allows)),
+        ],
+    )
+}
+
+#[test]
+fn one_sharing_key_in_two_namespaces_shares_only_when_both_allow_it() {
+    let p = across_namespaces(None, None);
+    assert_ne!(ips_in(&p, "a", "x"), ips_in(&p, "b", "y"));
+    let p = across_namespaces(None, Some("a"));
+    assert_ne!(
+        ips_in(&p, "a", "x"),
+        ips_in(&p, "b", "y"),
+        "x did not allow b"
+    );
+    let p = across_namespaces(Some("b"), None);
+    assert_ne!(
+        ips_in(&p, "a", "x"),
+        ips_in(&p, "b", "y"),
+        "y did not allow a"
+    );
+    let p = across_namespaces(Some("c, b"), Some("*"));
+    assert_eq!(ips_in(&p, "a", "x"), ips_in(&p, "b", "y"), "both allowed");
+}
+
+#[test]
+fn a_request_for_another_namespaces_shared_address_without_the_opt_in_is_refused() {
+    let mut annotations = shared("k", None);
+    annotations[LOAD_BALANCER_IPS_ANNOTATION] = json!("10.0.0.9");
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc_in(
+                "victim",
+                "x",
+                5,
+                &["10.0.0.9"],
+                json!({}),
+                shared("k", None),
+            ),
+            svc_in(
+                "tenant",
+                "y",
+                0,
+                &[],
+                json!({"ports": [{"port": 443}]}),
+                annotations,
+            ),
+        ],
+    );
+    assert_eq!(ips_in(&p, "victim", "x"), ["10.0.0.9"]);
+    assert!(ips_in(&p, "tenant", "y").is_empty());
+    assert_eq!(reason_names(&p, "tenant", "y"), ["RequestedIPTaken"]);
+}
+
+#[test]
+fn a_local_and_a_cluster_service_never_share() {
+    let key = shared("k", None);
+    let mut requested = key.clone();
+    requested[LOAD_BALANCER_IPS_ANNOTATION] = json!("10.0.0.0");
+    let local = json!({"ports": [{"port": 443}], "externalTrafficPolicy": "Local",
+        "selector": {"app": "x"}});
+    let pools = [pool("a", &["10.0.0.0/24"], 0)];
+    let p = run(
+        &pools,
+        &[
+            svc_in(
+                "apps",
+                "x",
+                0,
+                &[],
+                json!({"selector": {"app": "x"}}),
+                key.clone(),
+            ),
+            svc_in("apps", "y", 1, &[], local.clone(), key.clone()),
+        ],
+    );
+    assert_ne!(ips(&p, "x"), ips(&p, "y"));
+    let p = run(
+        &pools,
+        &[
+            svc_in(
+                "apps",
+                "x",
+                0,
+                &["10.0.0.0"],
+                json!({"selector": {"app": "x"}}),
+                key,
+            ),
+            svc_in("apps", "y", 1, &[], local, requested),
+        ],
+    );
+    assert!(ips(&p, "y").is_empty());
+    assert_eq!(reason_names(&p, "apps", "y"), ["RequestedIPTaken"]);
+}
+
+#[test]
+fn two_local_services_share_only_when_they_select_the_same_pods() {
+    let key = shared("k", None);
+    let local = |app: &str, port: i32| {
+        json!({"ports": [{"port": port}], "externalTrafficPolicy": "Local",
+            "selector": {"app": app}})
+    };
+    let pools = [pool("a", &["10.0.0.0/24"], 0)];
+    let p = run(
+        &pools,
+        &[
+            svc_in("apps", "x", 0, &[], local("web", 80), key.clone()),
+            svc_in("apps", "y", 1, &[], local("web", 443), key.clone()),
+        ],
+    );
+    assert_eq!(ips(&p, "x"), ips(&p, "y"), "same Pods");
+    let p = run(
+        &pools,
+        &[
+            svc_in("apps", "x", 0, &[], local("web", 80), key.clone()),
+            svc_in("apps", "y", 1, &[], local("db", 443), key),
+        ],
+    );
+    assert_ne!(ips(&p, "x"), ips(&p, "y"), "different Pods");
+}
+
+#[test]
+fn shared_holders_that_break_the_sharing_rules_keep_the_older_one() {
+    // Written before the namespace rule existed: the younger is moved, as any conflict.
+    let p = run(
+        &[pool("a", &["10.0.0.0/24"], 0)],
+        &[
+            svc_in("a", "x", 0, &["10.0.0.7"], json!({}), shared("k", None)),
+            svc_in(
+                "b",
+                "y",
+                1,
+                &["10.0.0.7"],
+                json!({"ports": [{"port": 443}]}),
+                shared("k", None),
+            ),
+        ],
+    );
+    assert_eq!(ips_in(&p, "a", "x"), ["10.0.0.7"]);
+    assert_eq!(ips_in(&p, "b", "y"), ["10.0.0.0"]);
+    assert_eq!(reason_names(&p, "b", "y"), ["AddressConflict"]);
+}
+
+#[test]
+fn narrowing_a_pools_selectors_keeps_the_addresses_services_hold_with_a_warning() {
+    let narrowed = [red_pool(
+        json!({"serviceSelector": {"matchLabels": {"tier": "web"}}}),
+    )];
+    let p = run(
+        &narrowed,
+        &[
+            svc("held", 0, &["10.0.1.9"], json!({})),
+            svc("new", 1, &[], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "held"), ["10.0.1.9"], "never renumbered");
+    assert_eq!(
+        reason_names(&p, "apps", "held"),
+        ["AddressOutsidePoolRules"]
+    );
+    let note = &p.services[&key("held")].problems[0].message;
+    assert!(note.contains(LOAD_BALANCER_IPS_ANNOTATION), "{note}");
+    assert!(
+        ips(&p, "new").is_empty(),
+        "the new rules apply to new Services"
+    );
+    assert_eq!(p.pools["red"].assigned[&Family::V4], 1, "still counted");
+}
+
+#[test]
+fn a_service_whose_namespace_a_pool_no_longer_selects_keeps_its_address() {
+    let pools = [red_pool(
+        json!({"namespaceSelector": {"matchLabels": {"team": "red"}}}),
+    )];
+    let ns = namespaces(&[("apps", &[])]);
+    let p = plan(
+        &pools,
+        &[svc("held", 0, &["10.0.1.9"], json!({}))],
+        &ns,
+        &cfg(),
+    );
+    assert_eq!(ips(&p, "held"), ["10.0.1.9"]);
+    assert_eq!(
+        reason_names(&p, "apps", "held"),
+        ["AddressOutsidePoolRules"]
+    );
+}
+
+#[test]
+fn an_address_whose_pool_was_deleted_stays_and_counts_in_no_pool() {
+    let p = run(
+        &[pool("other", &["10.0.2.0/24"], 0)],
+        &[svc("held", 0, &["10.0.1.9"], json!({}))],
+    );
+    assert_eq!(ips(&p, "held"), ["10.0.1.9"]);
+    assert!(reasons(&p, "held").is_empty());
+    assert_eq!(p.pools["other"].assigned[&Family::V4], 0);
+}
+
+#[test]
+fn a_service_kept_outside_its_pools_rules_moves_when_it_requests_an_allowed_address() {
+    let pools = [
+        red_pool(json!({"serviceSelector": {"matchLabels": {"tier": "web"}}})),
+        pool("open", &["10.0.2.0/24"], 0),
+    ];
+    let p = run(
+        &pools,
+        &[svc_in(
+            "apps",
+            "held",
+            0,
+            &["10.0.1.9"],
+            json!({}),
+            json!({ LOAD_BALANCER_IPS_ANNOTATION: "10.0.2.4" }),
+        )],
+    );
+    assert_eq!(ips(&p, "held"), ["10.0.2.4"]);
+    assert!(reasons(&p, "held").is_empty());
+    assert_eq!(p.pools["red"].assigned[&Family::V4], 0);
+}
