@@ -70,6 +70,11 @@ fn add_pool(c: &Cluster, name: &str, addresses: &[&str]) {
 /// Creates a LoadBalancer Service (port 80 unless `spec` says otherwise) of our class unless
 /// `spec` overrides `loadBalancerClass`, with `annotations`; its status is left alone.
 async fn create(c: &Cluster, name: &str, spec: Value, annotations: Value) {
+    create_in(c, NS, name, spec, annotations).await;
+}
+
+/// [`create`] in namespace `ns`.
+async fn create_in(c: &Cluster, ns: &str, name: &str, spec: Value, annotations: Value) {
     let mut full =
         json!({"type": "LoadBalancer", "loadBalancerClass": CLASS, "ports": [{"port": 80}]});
     if let (Some(f), Some(e)) = (full.as_object_mut(), spec.as_object()) {
@@ -77,11 +82,11 @@ async fn create(c: &Cluster, name: &str, spec: Value, annotations: Value) {
         f.retain(|_, v| !v.is_null());
     }
     let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
         "spec": full,
     }))
     .expect("service");
-    Api::<Service>::namespaced(c.client.clone(), NS)
+    Api::<Service>::namespaced(c.client.clone(), ns)
         .create(&PostParams::default(), &svc)
         .await
         .expect("create service");
@@ -884,4 +889,113 @@ async fn a_service_naming_a_pool_its_namespace_may_not_use_gets_no_address_and_a
         assert!(addresses(&c).await["intruder"].is_empty());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The ingress IPs of `ns/name`.
+async fn addresses_of(c: &Cluster, ns: &str, name: &str) -> Vec<String> {
+    Api::<Service>::namespaced(c.client.clone(), ns)
+        .get(name)
+        .await
+        .expect("get service")
+        .status
+        .and_then(|st| st.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|i| i.ip)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sharing_key_in_another_namespace_does_not_share_without_both_opting_in() {
+    let c = world("ipam-share-ns", &["node-a"], &[]).await;
+    add_pool(&c, "web", &["10.0.97.0/24"]);
+    c.ensure_namespace("tenant").await;
+    let key = json!({"announcer.dev/allow-shared-ip": "front"});
+    create(&c, "victim", json!({"ports": [{"port": 80}]}), key.clone()).await;
+    until(&c, "the victim has an address", T, || async {
+        addresses(&c).await["victim"].len() == 1
+    })
+    .await;
+    let live = addresses(&c).await["victim"].clone();
+    // Another tenant, same key, another port, asking for the victim's address.
+    let mut ask = key.clone();
+    ask["announcer.dev/load-balancer-ips"] = json!(live[0]);
+    create_in(
+        &c,
+        "tenant",
+        "rider",
+        json!({"ports": [{"port": 443}]}),
+        ask,
+    )
+    .await;
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let rider = addresses_of(&c, "tenant", "rider").await;
+        assert!(rider.is_empty(), "rider shares {rider:?} across namespaces");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let e = c
+        .wait_for_event("tenant", "RequestedIPTaken on rider", T, |e: &Event| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("RequestedIPTaken")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("rider")
+        })
+        .await;
+    assert!(
+        e.note
+            .unwrap_or_default()
+            .contains("allow-shared-ip-namespaces"),
+        "the Warning names the opt-in"
+    );
+    assert_eq!(addresses(&c).await["victim"], live);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrowing_a_pool_keeps_the_address_a_service_holds_with_a_warning() {
+    let c = world("ipam-narrow", &["node-a"], &[]).await;
+    add_pool(&c, "web", &["10.0.98.0/24"]);
+    create(&c, "held", json!({}), json!({})).await;
+    until(&c, "held has an address", T, || async {
+        addresses(&c).await["held"].len() == 1
+    })
+    .await;
+    let before = addresses(&c).await["held"].clone();
+    // The pool now serves only `tier: web` Services; `held` has no such label.
+    apply(
+        &c,
+        &pool_yaml(
+            "web",
+            &["10.0.98.0/24"],
+            "  serviceSelector:\n    matchLabels: {tier: web}\n",
+        ),
+    )
+    .unwrap_or_else(|e| panic!("apply pool: {e}"));
+    let end = Instant::now() + T;
+    loop {
+        assert_eq!(
+            addresses(&c).await["held"],
+            before,
+            "the pool edit renumbered held"
+        );
+        if warnings_on(&c, "held")
+            .await
+            .iter()
+            .any(|w| w.0 == "AddressOutsidePoolRules")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "no AddressOutsidePoolRules Warning on held: {:?}\n{}",
+            warnings_on(&c, "held").await,
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // New rules for new Services: an unlabelled one gets nothing from the pool.
+    create(&c, "new", json!({}), json!({})).await;
+    warning(&c, "new", "IPFamilyNotAvailable").await;
+    assert!(addresses(&c).await["new"].is_empty());
+    assert_eq!(addresses(&c).await["held"], before);
 }
