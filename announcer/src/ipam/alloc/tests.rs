@@ -1033,3 +1033,44 @@ fn a_service_kept_outside_its_pools_rules_moves_when_it_requests_an_allowed_addr
     assert!(reasons(&p, "held").is_empty());
     assert_eq!(p.pools["red"].assigned[&Family::V4], 0);
 }
+
+proptest! {
+    /// Whatever the ages and requests, a Service that holds an address keeps it, unless its
+    /// own request moved it elsewhere: no request takes a held address.
+    #[test]
+    fn a_request_never_takes_a_held_address_whatever_the_ages(
+        svcs in proptest::collection::vec(
+            (proptest::option::of(0u8..8), proptest::option::of(0u8..8), 0i64..5),
+            1..10,
+        ),
+    ) {
+        let pools = [pool("a", &["10.0.0.0/28"], 0)];
+        let mut held_once = BTreeSet::new();
+        let services: Vec<Service> = svcs
+            .iter()
+            .enumerate()
+            .map(|(i, (held, asked, created))| {
+                let held = held
+                    .filter(|h| held_once.insert(*h))
+                    .map(|h| format!("10.0.0.{h}"));
+                let ips: Vec<&str> = held.iter().map(String::as_str).collect();
+                let annotations = match asked {
+                    Some(r) => json!({ LOAD_BALANCER_IPS_ANNOTATION: format!("10.0.0.{r}") }),
+                    None => json!({}),
+                };
+                svc_in("apps", &format!("s{i}"), *created, &ips, json!({}), annotations)
+            })
+            .collect();
+        let p = run(&pools, &services);
+        for s in &services {
+            let k = key_of(s);
+            let held = current_ips(s);
+            let asked = requested(s).unwrap_or_default();
+            let got = &p.services[&k].ips;
+            prop_assert!(
+                held.is_empty() || *got == held || *got == asked,
+                "{k}: held {held:?}, asked {asked:?}, got {got:?}"
+            );
+        }
+    }
+}
