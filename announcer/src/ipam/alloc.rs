@@ -45,10 +45,9 @@ use k8s_openapi::{
 use kube::core::{Selector, SelectorExt};
 
 use super::{
-    pool::ALLOW_SHARED_IP_NAMESPACES_ANNOTATION,
     pool::{
-        ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolStatus,
-        LOAD_BALANCER_IPS_ANNOTATION,
+        ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION,
+        AddressPool, AddressPoolStatus, LOAD_BALANCER_IPS_ANNOTATION,
     },
     range::{Family, Range, is_buggy, saturating_i64},
 };
@@ -101,7 +100,7 @@ pub enum Reason {
     AddressConflict,
     /// It holds an address its pool's current rules would not give it (the pool was edited,
     /// or the Service names another pool): kept, never moved.
-    KeptOutsidePoolRules,
+    AddressOutsidePoolRules,
 }
 
 impl Reason {
@@ -116,7 +115,7 @@ impl Reason {
             Reason::UnknownPool => "UnknownAddressPool",
             Reason::PoolNotAllowed => "AddressPoolNotAllowed",
             Reason::AddressConflict => "AddressConflict",
-            Reason::KeptOutsidePoolRules => "AddressOutsidePoolRules",
+            Reason::AddressOutsidePoolRules => "AddressOutsidePoolRules",
         }
     }
 }
@@ -844,7 +843,7 @@ pub fn plan(
                 (None, None) => "it is not in a pool the Service may use".to_owned(),
             };
             problems[i].push(Problem {
-                reason: Reason::KeptOutsidePoolRules,
+                reason: Reason::AddressOutsidePoolRules,
                 message: format!(
                     "{ip} is from pool {}, which its current rules would not give it ({why}): \
                      kept, as held addresses are never moved; to move it, request an address \
