@@ -134,7 +134,8 @@ async fn a_pools_interfaces_decide_the_link_even_against_the_subnet_rule() {
         .await;
     tb.add_service("control", &[control], false, &["node-a"])
         .await;
-    tb.start_agents(&[]);
+    // The control VIP is in no pool: announced only with `--announce-outside-pools`.
+    tb.start_agents(&["--announce-outside-pools"]);
 
     let owner = tb.wait_owner(on_eth0, T);
     let iface = |tb: &Testbed, vip: IpAddr| {
@@ -183,7 +184,8 @@ async fn a_pool_whose_interfaces_no_node_has_is_answered_by_nobody() {
     tb.add_service("web", &[vip], false, &["node-a"]).await;
     tb.add_service("control", &[control], false, &["node-a"])
         .await;
-    tb.start_agents(&[]);
+    // The control VIP is in no pool: announced only with `--announce-outside-pools`.
+    tb.start_agents(&["--announce-outside-pools"]);
     let control_owner = tb.wait_owner(control, T);
     let mac = tb.node_mac(&control_owner);
     tb.wait_for("the control VIP answered", T, |tb| {
