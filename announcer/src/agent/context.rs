@@ -278,7 +278,14 @@ impl Context {
                     .insert(format!("refused {vip} on {}", c.iface))
                 {
                     self.report.recorder.refused_on_link();
-                    tracing::warn!(%vip, iface = %c.iface, reason = r.label(), "not announcing {vip} from this node: {r}");
+                    let note = format!("not announcing {vip} from {}: {r}", self.args.node_name);
+                    tracing::warn!(%vip, iface = %c.iface, reason = r.label(), "{note}");
+                    for svc in self.kube.vip_services.get(&vip).into_iter().flatten() {
+                        let warning = EventType::Warning;
+                        self.kube
+                            .events
+                            .record(svc, warning, "AddressRefused", &note);
+                    }
                 }
                 None
             }

@@ -273,4 +273,21 @@ async fn the_broadcast_address_of_the_announcing_link_is_answered_by_no_node() {
         "no node answers for the LAN's broadcast address"
     );
     assert_eq!(tb.owners(broadcast), Vec::<String>::new(), "nobody owns it");
+    let e = announcer_tests::env::cluster::wait_for_event(
+        &tb.kube(),
+        "default",
+        "AddressRefused on edge",
+        T,
+        |e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("AddressRefused")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("edge")
+        },
+        String::new,
+    )
+    .await;
+    assert!(
+        e.note.as_deref().is_some_and(|n| n.contains("broadcast")),
+        "the Warning names the rule: {e:?}"
+    );
 }
