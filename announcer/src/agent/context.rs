@@ -271,24 +271,7 @@ impl Context {
             &pool_cfg
         };
         match iface::choose(vip, &self.net.ifaces, cfg) {
-            Ok(c) if let Some(r) = self.refused_on_link(vip, &c.iface) => {
-                if self
-                    .report
-                    .reported
-                    .insert(format!("refused {vip} on {}", c.iface))
-                {
-                    self.report.recorder.refused_on_link();
-                    let note = format!("not announcing {vip} from {}: {r}", self.args.node_name);
-                    tracing::warn!(%vip, iface = %c.iface, reason = r.label(), "{note}");
-                    for svc in self.kube.vip_services.get(&vip).into_iter().flatten() {
-                        let warning = EventType::Warning;
-                        self.kube
-                            .events
-                            .record(svc, warning, "AddressRefused", &note);
-                    }
-                }
-                None
-            }
+            Ok(c) if self.refused_on_link(vip, &c.iface) => None,
             Ok(c) => {
                 self.net.used_ifaces.insert(c.iface.to_string());
                 Some(c.iface)
@@ -302,11 +285,32 @@ impl Context {
         }
     }
 
-    /// Why `vip` must not be announced on `iface` (its subnet's network or broadcast address).
-    fn refused_on_link(&self, vip: IpAddr, iface: &IfaceName) -> Option<Refusal> {
-        let link = self.net.ifaces.iter().find(|i| *i.name == **iface)?;
+    /// Whether `vip` must not be announced on `iface`, being its subnet's network or broadcast
+    /// address; the first time, logged, counted and raised as a Warning on its Services.
+    fn refused_on_link(&mut self, vip: IpAddr, iface: &IfaceName) -> bool {
+        let Some(link) = self.net.ifaces.iter().find(|i| *i.name == **iface) else {
+            return false;
+        };
         let addrs: Vec<(IpAddr, u8)> = link.addrs.iter().map(|a| (a.ip, a.prefix)).collect();
-        Refusal::on_link(vip, &addrs)
+        let Some(r) = Refusal::on_link(vip, &addrs) else {
+            return false;
+        };
+        if self
+            .report
+            .reported
+            .insert(format!("refused {vip} on {iface}"))
+        {
+            self.report.recorder.refused_on_link();
+            let note = format!("not announcing {vip} from {}: {r}", self.args.node_name);
+            tracing::warn!(%vip, %iface, reason = r.label(), "{note}");
+            for svc in self.kube.vip_services.get(&vip).into_iter().flatten() {
+                let warning = EventType::Warning;
+                self.kube
+                    .events
+                    .record(svc, warning, "AddressRefused", &note);
+            }
+        }
+        true
     }
 
     /// The core's VIP specs, with problems reported (by one node per Service).
