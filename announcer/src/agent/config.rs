@@ -186,6 +186,10 @@ pub struct AgentFlags {
     /// Do not announce IPv6 VIPs.
     #[arg(long)]
     pub no_ipv6: bool,
+    /// Once an `AddressPool` exists, also announce addresses outside every pool (assigned by
+    /// another IPAM). Off: only pool addresses are (with no pool at all, every address is).
+    #[arg(long)]
+    pub announce_outside_pools: bool,
 
     /// Heartbeat UDP port (the same on every node). Not 7946: that is MetalLB's memberlist.
     #[arg(long, default_value_t = crate::agent::net::heartbeat_socket::DEFAULT_PORT)]

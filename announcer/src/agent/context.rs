@@ -32,6 +32,7 @@ use crate::{
     election::{Core, IfaceName, ServiceRef, VipSpec},
     placement::{
         eligibility::{self, Placement, Selection},
+        refusal::Refusal,
         selector,
     },
     state::AgentState,
@@ -270,6 +271,7 @@ impl Context {
             &pool_cfg
         };
         match iface::choose(vip, &self.net.ifaces, cfg) {
+            Ok(c) if self.refused_on_link(vip, &c.iface) => None,
             Ok(c) => {
                 self.net.used_ifaces.insert(c.iface.to_string());
                 Some(c.iface)
@@ -281,6 +283,34 @@ impl Context {
                 None
             }
         }
+    }
+
+    /// Whether `vip` must not be announced on `iface`, being its subnet's network or broadcast
+    /// address; the first time, logged, counted and raised as a Warning on its Services.
+    fn refused_on_link(&mut self, vip: IpAddr, iface: &IfaceName) -> bool {
+        let Some(link) = self.net.ifaces.iter().find(|i| *i.name == **iface) else {
+            return false;
+        };
+        let addrs: Vec<(IpAddr, u8)> = link.addrs.iter().map(|a| (a.ip, a.prefix)).collect();
+        let Some(r) = Refusal::on_link(vip, &addrs) else {
+            return false;
+        };
+        if self
+            .report
+            .reported
+            .insert(format!("refused {vip} on {iface}"))
+        {
+            self.report.recorder.refused_on_link();
+            let note = format!("not announcing {vip} from {}: {r}", self.args.node_name);
+            tracing::warn!(%vip, %iface, reason = r.label(), "{note}");
+            for svc in self.kube.vip_services.get(&vip).into_iter().flatten() {
+                let warning = EventType::Warning;
+                self.kube
+                    .events
+                    .record(svc, warning, "AddressRefused", &note);
+            }
+        }
+        true
     }
 
     /// The core's VIP specs, with problems reported (by one node per Service).
@@ -309,6 +339,7 @@ impl Context {
     /// Logs each problem once, and raises it as an Event if `reporter` says this node is
     /// the one to (so that N nodes do not raise the same Event N times).
     pub(super) fn report_problems(&mut self, plan: &Placement, reporter: impl Fn(&str) -> bool) {
+        self.report.recorder.refusals(&plan.problems);
         let mut now_seen = BTreeSet::new();
         for p in &plan.problems {
             let key = format!("{}|{}", p.service, p.message);
@@ -400,6 +431,7 @@ pub(crate) fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> 
         ipv6: !args.no_ipv6,
         load_balancer_class: Some(args.load_balancer_class.clone()),
         class_only: args.class_only,
+        announce_outside_pools: args.announce_outside_pools,
         ..Selection::with_selectors(
             args.service_selector
                 .as_deref()

@@ -59,6 +59,9 @@ impl Vip {
                 if a.is_loopback() {
                     return bad("loopback");
                 }
+                if a.is_link_local() {
+                    return bad("link-local");
+                }
             }
             IpAddr::V6(a) => {
                 if let Some(v4) = a.to_ipv4_mapped() {
@@ -71,6 +74,9 @@ impl Vip {
                 }
                 if a.is_multicast() {
                     return bad("multicast (Neighbor Discovery never resolves those)");
+                }
+                if a.is_unicast_link_local() {
+                    return bad("link-local");
                 }
             }
         }

@@ -16,12 +16,24 @@
 //!   is planned for the first by namespace/name only, and reported on the others, unless they
 //!   carry the same `announcer.dev/allow-shared-ip` key: then it is one VIP for all of them,
 //!   eligible wherever any of them is (under `Local`, the union of their endpoints' nodes).
+//!   Sharers must also agree: the same `externalTrafficPolicy` (a Local Service placed where
+//!   only a Cluster one has endpoints would have its traffic dropped by kube-proxy), and the
+//!   same namespace unless both opt in with `announcer.dev/allow-shared-ip-across-namespaces`
+//!   (the other's namespace, a comma-separated list, or `*`), as Cilium asks. Of two that
+//!   disagree the younger (creationTimestamp, then namespace/name) is refused
+//!   ([`ProblemReason::SharingConflict`], naming both), as MetalLB and Cilium refuse them.
+//! * Refusals ([`super::refusal`]): whatever a status says, an agent never announces an
+//!   address of a Node of the cluster (`InternalIP`, `ExternalIP`), nor a link-local,
+//!   multicast, unspecified, loopback or broadcast one; and once any `AddressPool` exists, an
+//!   address outside every pool only with [`Selection::announce_outside_pools`]
+//!   ([`ProblemReason::Refused`]). Whoever can write a Service's status must not be able to
+//!   make a healthy node answer for the gateway or another node.
 //! * Pools (placement): a VIP inside an `AddressPool` (the oldest one containing it, as the
 //!   allocator decides overlaps) is announced only by nodes matching the pool's
 //!   `nodeSelector` (besides the agent's), and only on interfaces matching its `interfaces`
 //!   ([`VipPlacement::interfaces`]; the election core ranks a node only if it has one). A pool
 //!   that says nothing keeps the agent's flags. A VIP in no pool (assigned by another IPAM)
-//!   is placed as before pools existed.
+//!   is placed as before pools existed, if announced at all (see Refusals).
 //! * Nodes: condition `Ready` is `True`, no `node.kubernetes.io/exclude-from-external-load-balancers`
 //!   label (any value: Kubernetes checks presence), matching the configured node selector.
 //! * Endpoints: the EndpointSlices labelled `kubernetes.io/service-name=<service>` in the
@@ -51,6 +63,7 @@ use k8s_openapi::{
 };
 use kube::core::{ParseExpressionError, Selector, SelectorExt};
 
+use super::refusal::{self, Refusal};
 use crate::{
     dataplane::Vip,
     election::{IfaceName, NodeName, ServiceRef, VipSpec},
@@ -63,6 +76,10 @@ pub const DEFAULT_CLASS: &str = "announcer.dev/l2";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 /// The label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Services in different namespaces share an address only if each lists the other's namespace
+/// here (comma-separated, or `*` for any), besides the same `announcer.dev/allow-shared-ip` key.
+pub const ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION: &str =
+    "announcer.dev/allow-shared-ip-across-namespaces";
 
 /// Which Services and Nodes this agent considers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +97,9 @@ pub struct Selection {
     pub ipv4: bool,
     /// Announce IPv6 VIPs.
     pub ipv6: bool,
+    /// Once an `AddressPool` exists, announce addresses outside every pool too
+    /// (`announceOutsidePools`; without any pool they always are).
+    pub announce_outside_pools: bool,
 }
 
 impl Default for Selection {
@@ -91,6 +111,7 @@ impl Default for Selection {
             node_selector: None,
             ipv4: true,
             ipv6: true,
+            announce_outside_pools: false,
         }
     }
 }
@@ -209,6 +230,11 @@ pub enum ProblemReason {
     NoReadyEndpoints,
     /// No node is Ready, included and selected (and, under `Local`, hosts a ready endpoint).
     NoEligibleNode,
+    /// The address is one an agent never announces (the rule says which).
+    Refused(Refusal),
+    /// The Service shares the address with this older one, but their traffic policies differ
+    /// or they are in different namespaces without both opting in.
+    SharingConflict(ServiceRef),
 }
 
 impl ProblemReason {
@@ -221,6 +247,21 @@ impl ProblemReason {
             ProblemReason::Duplicate(_) => "DuplicateAddress",
             ProblemReason::NoReadyEndpoints => "NoReadyEndpoints",
             ProblemReason::NoEligibleNode => "NoEligibleNode",
+            // Never unicast: refused as a bad address since the first release; the Event
+            // reason users may alert on stays.
+            ProblemReason::Refused(r) if !r.unicast() => "BadAddress",
+            ProblemReason::Refused(_) => "AddressRefused",
+            ProblemReason::SharingConflict(_) => "SharingConflict",
+        }
+    }
+
+    /// The metric label of a refusal (a [`Refusal::label`] or `sharing_conflict`); `None` for
+    /// the problems that are not refusals.
+    pub fn refusal_label(&self) -> Option<&'static str> {
+        match self {
+            ProblemReason::Refused(r) => Some(r.label()),
+            ProblemReason::SharingConflict(_) => Some("sharing_conflict"),
+            _ => None,
         }
     }
 }
@@ -411,9 +452,12 @@ where
         })
         .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
+    let node_addrs = refusal::node_addresses(nodes);
+    let conflicts = sharing_conflicts(&ours);
 
-    // Each address's first claimant, its sharing key, and where its placement is in `out.vips`.
-    let mut claimed: BTreeMap<IpAddr, (ServiceRef, Option<&str>, usize)> = BTreeMap::new();
+    // Each address's first claimant, its sharing key, and where its placement is in `out.vips`
+    // (`None` while every sharer so far was refused for a sharing conflict).
+    let mut claimed: BTreeMap<IpAddr, (ServiceRef, Option<&str>, Option<usize>)> = BTreeMap::new();
     let mut out = Placement::default();
     for (sref, svc) in ours {
         let local_policy = svc
@@ -470,6 +514,14 @@ where
                     continue;
                 }
             };
+            if let Some(r) = Refusal::of_address(vip) {
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::Refused(r.clone()),
+                    format!("not announcing {vip}: {r}"),
+                );
+                continue;
+            }
             if let Err(e) = Vip::new(vip, None) {
                 let why = e.to_string();
                 problem(
@@ -493,6 +545,21 @@ where
                 continue;
             }
             let pool = pools.iter().find(|(p, _, _)| p.spec.contains(vip));
+            let refused = match node_addrs.get(&vip) {
+                Some(n) => Some(Refusal::NodeAddress(n.clone())),
+                None if pool.is_none() && !pools.is_empty() && !sel.announce_outside_pools => {
+                    Some(Refusal::OutsidePools)
+                }
+                None => None,
+            };
+            if let Some(r) = refused {
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::Refused(r.clone()),
+                    format!("not announcing {vip}: {r}"),
+                );
+                continue;
+            }
             if let Some((_, _, Some(why))) = pool {
                 problem(
                     Some(text.to_owned()),
@@ -513,9 +580,7 @@ where
             }
             let shared = match claimed.get(&vip) {
                 Some((owner, _, _)) if *owner == sref => continue, // listed twice in one Service
-                Some((owner, key, at)) if key.is_some() && *key == share_key => {
-                    Some((owner.clone(), *at))
-                }
+                Some((_, key, at)) if key.is_some() && *key == share_key => Some(*at),
                 Some((owner, _, _)) => {
                     let owner = owner.clone();
                     problem(
@@ -527,8 +592,21 @@ where
                     );
                     continue;
                 }
-                None => None,
+                None => {
+                    claimed.insert(vip, (sref.clone(), share_key, None));
+                    None
+                }
             };
+            if let Some((older, why)) = conflicts.get(&(vip, sref.clone())) {
+                problem(
+                    Some(text.to_owned()),
+                    ProblemReason::SharingConflict(older.clone()),
+                    format!(
+                        "not announcing {vip} for {sref}: it shares the address with the older Service {older}, but {why}"
+                    ),
+                );
+                continue;
+            }
             if !eps.any_ready {
                 problem(
                     Some(text.to_owned()),
@@ -536,14 +614,16 @@ where
                     format!("not announcing {vip}: the Service has no ready endpoints"),
                 );
             }
-            if let Some((_, at)) = shared {
+            if let Some(Some(at)) = shared {
                 let v = &mut out.vips[at];
                 v.eligible.extend(eligible);
                 v.local_policy &= local_policy;
                 v.shared_with.push(sref.clone());
                 continue;
             }
-            claimed.insert(vip, (sref.clone(), share_key, out.vips.len()));
+            if let Some(c) = claimed.get_mut(&vip) {
+                c.2 = Some(out.vips.len());
+            }
             out.vips.push(VipPlacement {
                 vip,
                 service: sref.clone(),
@@ -588,6 +668,118 @@ where
     out.vips.sort_by_key(|v| v.vip);
     out.problems
         .sort_by(|a, b| (&a.service, &a.vip, &a.message).cmp(&(&b.service, &b.vip, &b.message)));
+    out
+}
+
+/// What decides whether two Services may share an address's placement.
+struct Sharer<'a> {
+    sref: &'a ServiceRef,
+    age: (Option<k8s_openapi::jiff::Timestamp>, &'a ServiceRef),
+    key: Option<&'a str>,
+    local: bool,
+    across: Vec<&'a str>,
+}
+
+impl<'a> Sharer<'a> {
+    fn of(sref: &'a ServiceRef, svc: &'a Service) -> Self {
+        let annotation = |k: &str| {
+            svc.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(k))
+                .map(String::as_str)
+        };
+        Sharer {
+            sref,
+            age: (svc.metadata.creation_timestamp.as_ref().map(|t| t.0), sref),
+            key: annotation(ALLOW_SHARED_IP_ANNOTATION).filter(|k| !k.is_empty()),
+            local: svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.external_traffic_policy.as_deref())
+                == Some("Local"),
+            across: annotation(ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|n| !n.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
+    fn allows(&self, namespace: &str) -> bool {
+        self.across.iter().any(|n| *n == "*" || *n == namespace)
+    }
+
+    /// Why `self` may not share with `older`, if it may not.
+    fn conflict(&self, older: &Sharer<'_>) -> Option<String> {
+        let policy = |l: bool| if l { "Local" } else { "Cluster" };
+        if self.local != older.local {
+            return Some(format!(
+                "{} has externalTrafficPolicy: {} and {} has {} (kube-proxy would drop one's traffic where only the other has endpoints)",
+                self.sref,
+                policy(self.local),
+                older.sref,
+                policy(older.local)
+            ));
+        }
+        let (mine, theirs) = (&self.sref.namespace, &older.sref.namespace);
+        if mine != theirs && !(self.allows(theirs) && older.allows(mine)) {
+            return Some(format!(
+                "they are in different namespaces and both must allow it with {ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION} ({} in {}, {} in {})",
+                self.sref, mine, older.sref, theirs
+            ));
+        }
+        None
+    }
+}
+
+/// The Services refused an address they would share (same sharing key as its first claimant by
+/// namespace/name) because they disagree with an older sharer: by (address, Service), the older
+/// one and why. Sharers are taken oldest first; each must agree with every one kept before it.
+fn sharing_conflicts(
+    ours: &[(ServiceRef, &Service)],
+) -> BTreeMap<(IpAddr, ServiceRef), (ServiceRef, String)> {
+    let mut by_addr: BTreeMap<IpAddr, Vec<Sharer<'_>>> = BTreeMap::new();
+    for (sref, svc) in ours {
+        let ingress = svc
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|lb| lb.ingress.as_ref());
+        let mut seen = BTreeSet::new();
+        for ip in ingress
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.as_deref())
+        {
+            if let Ok(ip) = ip.parse::<IpAddr>()
+                && seen.insert(ip)
+            {
+                by_addr.entry(ip).or_default().push(Sharer::of(sref, svc));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    for (ip, claimants) in by_addr {
+        // `ours` is sorted by namespace/name: the first claimant's key decides who shares.
+        let Some(key) = claimants.first().and_then(|c| c.key) else {
+            continue;
+        };
+        let mut group: Vec<&Sharer<'_>> = claimants.iter().filter(|c| c.key == Some(key)).collect();
+        group.sort_by(|a, b| a.age.cmp(&b.age));
+        let mut kept: Vec<&Sharer<'_>> = Vec::new();
+        for s in group {
+            match kept.iter().find_map(|k| s.conflict(k).map(|why| (k, why))) {
+                Some((older, why)) => {
+                    out.insert((ip, s.sref.clone()), (older.sref.clone(), why));
+                }
+                None => kept.push(s),
+            }
+        }
+    }
     out
 }
 

@@ -3,6 +3,8 @@
 //! `AddressPool`s.
 //!
 //! * [`eligibility`]: the rules, from the objects to the plan and the problems to report;
+//! * [`refusal`]: the addresses an agent never announces, whatever a Service's status says
+//!   (a node's own, link-local, multicast…, and the announcing link's network and broadcast);
 //! * [`selector`]: label selectors in their string form (`--node-selector 'zone in (a,b)'`),
 //!   which the rules and the configuration filter by.
 //!
@@ -13,4 +15,5 @@
 //! allocation rules of [`crate::ipam`].
 
 pub mod eligibility;
+pub mod refusal;
 pub mod selector;

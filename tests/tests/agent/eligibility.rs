@@ -6,10 +6,14 @@
 //! VIP to nodes hosting a ready endpoint; the `exclude-from-external-load-balancers` label, a
 //! `--node-selector` and a not-Ready node take a node out; a Service with no ready endpoint is
 //! announced nowhere; Services of another `loadBalancerClass` are ignored; a bad ingress IP is
-//! reported and skipped without losing the Service's other VIPs.
+//! reported and skipped without losing the Service's other VIPs. What an agent refuses to
+//! announce whatever the status says (`announcer::placement::refusal`): a node's own address, a
+//! link-local one, one outside every pool once a pool exists (unless `announceOutsidePools`),
+//! and the younger of a Local and a Cluster Service sharing one address.
 
 use std::time::Duration;
 
+use announcer::ipam::{ALLOW_SHARED_IP_ANNOTATION, AddressPool, AddressPoolSpec};
 use announcer_tests::{
     env::{
         ApiKind,
@@ -17,7 +21,8 @@ use announcer_tests::{
     },
     on_both_api_servers,
 };
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::{core::v1::Node, events::v1::Event};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::world::{NODES, successor, three_nodes};
 
@@ -440,5 +445,187 @@ async fn no_ready_endpoints_is_not_blamed_on_nodes(api) {
         "no ready endpoints, yet a Warning blames the nodes: {:?}",
         blamed.iter().map(|e| &e.note).collect::<Vec<_>>()
     );
+}
+}
+
+/// Replaces Node `name`'s addresses (status subresource, as the kubelet reports them).
+async fn set_node_addresses(c: &Cluster, name: &str, addrs: &[(&str, &str)]) {
+    let list: Vec<serde_json::Value> = addrs
+        .iter()
+        .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+        .collect();
+    Api::<Node>::all(c.client())
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"addresses": list}})),
+        )
+        .await
+        .expect("node addresses");
+}
+
+/// Waits until `vip` is announced by nobody while the control VIP is, then for the Warning
+/// `AddressRefused` on `svc` naming `vip` and `rule`, then checks it stays so for [`HOLD`].
+async fn refused(c: &Cluster, svc: &'static str, vip: &str, rule: &str) {
+    let nobody = |c: &Cluster| c.owners(vip).is_empty() && control_answered(c);
+    c.wait_for(
+        &format!("the control VIP is announced and {vip} by nobody"),
+        T,
+        nobody,
+    )
+    .await;
+    c.hold(&format!("{vip} is announced by nobody"), HOLD, nobody)
+        .await;
+    let e = warned(c, svc, "AddressRefused").await;
+    let note = e.note.as_deref().unwrap_or("");
+    assert!(
+        note.contains(vip) && note.contains(rule),
+        "the Event names the address and the rule ({rule}): {e:?}"
+    );
+}
+
+on_both_api_servers! {
+/// Issue 25, finding 1 (reproduced on the real control plane): an address written into a
+/// Service's status that is another node's InternalIP must not be answered by any node.
+async fn a_vip_that_is_a_nodes_internal_ip_is_announced_by_no_node_and_warned(api) {
+    const NODE_B_IP: &str = "10.0.10.2";
+    let mut c = three_nodes(api, "node-ip").await;
+    set_node_addresses(
+        &c,
+        "node-b",
+        &[("InternalIP", NODE_B_IP), ("Hostname", "node-b")],
+    )
+    .await;
+    add_control(&c).await;
+    c.add_service("default", "hijack", &[NODE_B_IP], false).await;
+    c.set_endpoints("default", "hijack", &[("node-a", true)])
+        .await;
+    start_all(&mut c, &[]);
+    refused(&c, "hijack", NODE_B_IP, "Node node-b").await;
+}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_local_vip_is_announced_by_no_node_and_warned() {
+    const LINK_LOCAL: &str = "169.254.7.1";
+    let mut c = three_nodes(ApiKind::InRepo, "link-local").await;
+    add_control(&c).await;
+    c.add_service("default", "ll", &[LINK_LOCAL], false).await;
+    c.set_endpoints("default", "ll", &[("node-a", true)]).await;
+    start_all(&mut c, &[]);
+    refused(&c, "ll", LINK_LOCAL, "link-local").await;
+}
+
+/// Creates AddressPool `name` with `addresses`.
+async fn add_pool(c: &Cluster, name: &str, addresses: &[&str]) {
+    let pool = AddressPool::new(
+        name,
+        AddressPoolSpec {
+            addresses: addresses.iter().map(|a| a.to_string()).collect(),
+            auto_assign: true,
+            ..Default::default()
+        },
+    );
+    Api::<AddressPool>::all(c.client())
+        .create(&PostParams::default(), &pool)
+        .await
+        .expect("create pool");
+}
+
+/// The pool of the pool tests: the control VIP is in it.
+const POOL: &str = "10.0.9.0/24";
+/// An address in no pool: the testbed's API relay address, as in the finding.
+const OUTSIDE: &str = "10.78.0.254";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_pool_an_address_outside_every_pool_is_announced_by_no_node_and_warned() {
+    let mut c = three_nodes(ApiKind::InRepo, "outside-pools").await;
+    add_pool(&c, "lan", &[POOL]).await;
+    add_control(&c).await;
+    c.add_service("default", "foreign", &[OUTSIDE], false).await;
+    c.set_endpoints("default", "foreign", &[("node-a", true)])
+        .await;
+    start_all(&mut c, &[]);
+    refused(&c, "foreign", OUTSIDE, "announceOutsidePools").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_announce_outside_pools_an_address_outside_every_pool_is_announced() {
+    let mut c = three_nodes(ApiKind::InRepo, "outside-pools-on").await;
+    add_pool(&c, "lan", &[POOL]).await;
+    add_control(&c).await;
+    c.add_service("default", "foreign", &[OUTSIDE], false).await;
+    c.set_endpoints("default", "foreign", &[("node-a", true)])
+        .await;
+    let config = std::env::temp_dir().join(format!(
+        "announcer-outside-pools-{}.yaml",
+        std::process::id()
+    ));
+    std::fs::write(&config, "announceOutsidePools: true\n").expect("write the config file");
+    start_all(&mut c, &["--config", config.to_str().expect("utf-8")]);
+    let top = rendezvous_owner(OUTSIDE, &NODES);
+    c.wait_for("the address in no pool on its rendezvous owner", T, |c| {
+        c.owners(OUTSIDE) == [top.as_str()] && control_answered(c)
+    })
+    .await;
+    let _ = std::fs::remove_file(&config);
+}
+
+on_both_api_servers! {
+/// Issue 25, finding 4: a Local and a Cluster Service sharing one address. The older (Local,
+/// its endpoint on a node that is not the rendezvous top) keeps the address, placed by its own
+/// rule; the younger (Cluster) is refused with a Warning naming both. Before, the union of the
+/// two placed the address on the rendezvous top, where kube-proxy drops the Local one's traffic.
+async fn a_local_and_a_cluster_service_sharing_an_address_announce_it_for_the_older_only(api) {
+    const VIP: &str = "10.0.8.53";
+    let mut c = three_nodes(api, "share-etp").await;
+    let top = rendezvous_owner(VIP, &NODES);
+    let first = NODES.iter().copied().find(|n| *n != top).expect("another node");
+    let share = serde_json::json!({ ALLOW_SHARED_IP_ANNOTATION: "dns" });
+    let create = |name: &'static str, policy: &'static str| {
+        let c = &c;
+        let share = share.clone();
+        async move {
+            c.create_service(
+                "default",
+                name,
+                &[VIP],
+                serde_json::json!({"externalTrafficPolicy": policy}),
+            )
+            .await;
+            Api::<k8s_openapi::api::core::v1::Service>::namespaced(c.client(), "default")
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"annotations": share}})),
+                )
+                .await
+                .expect("annotate");
+        }
+    };
+    create("old-local", "Local").await;
+    // creationTimestamp has a resolution of one second: make the ages differ.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create("young-cluster", "Cluster").await;
+    c.set_endpoints("default", "old-local", &[(first, true)]).await;
+    c.set_endpoints("default", "young-cluster", &[("node-a", true), ("node-b", true), ("node-c", true)])
+        .await;
+    start_all(&mut c, &[]);
+    c.wait_for(
+        &format!("only {first} (hosting the Local Service's endpoint) announces"),
+        T,
+        |c| c.owners(VIP) == [first],
+    )
+    .await;
+    let e = warned(&c, "young-cluster", "SharingConflict").await;
+    let note = e.note.as_deref().unwrap_or("");
+    assert!(
+        note.contains("default/old-local") && note.contains("default/young-cluster"),
+        "the Event names both Services: {e:?}"
+    );
+    c.hold(&format!("{first} alone announces"), HOLD, |c| {
+        c.owners(VIP) == [first]
+    })
+    .await;
 }
 }

@@ -115,7 +115,12 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
     // The agents run with deploy/config.yaml; the testbed's flags (ports, addresses, the mode)
     // override it, as flags on the DaemonSet would.
     let config = deploy_dir().join("config.yaml");
-    let mut args = vec!["--config", config.to_str().expect("utf-8")];
+    // The Services' addresses are in no pool: still announced once the allocator's pool exists.
+    let mut args = vec![
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--announce-outside-pools",
+    ];
     args.extend_from_slice(mode_args);
     for n in NODES {
         c.start_agent(n, &args);

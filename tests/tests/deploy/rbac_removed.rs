@@ -29,7 +29,15 @@ const WINDOW: Duration = Duration::from_secs(15);
 const STEADY: Duration = Duration::from_secs(5);
 /// A 4 s Lease renewed every second: a refused renewal shows within the window, and a write
 /// slowed by a loaded host (in flight for a renewal period counts as failed) rarely does.
-const LEASE_ARGS: [&str; 4] = ["--lease-duration", "4s", "--lease-renew", "1s"];
+/// (`web`'s and `local`'s addresses are in no pool: announced beside the `auto` pool only with
+/// `--announce-outside-pools`.)
+const LEASE_ARGS: [&str; 5] = [
+    "--lease-duration",
+    "4s",
+    "--lease-renew",
+    "1s",
+    "--announce-outside-pools",
+];
 
 /// What a user would notice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

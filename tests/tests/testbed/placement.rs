@@ -9,7 +9,7 @@ use announcer::ipam::{AddressPool, AddressPoolSpec};
 use announcer_tests::env::{
     ApiKind,
     cluster::rendezvous_owner,
-    lan::{Testbed, TestbedConfig, nic2_vip4, vip4},
+    lan::{BRIDGE_V4, Testbed, TestbedConfig, nic2_vip4, vip4},
 };
 use k8s_openapi::api::core::v1::Node;
 use kube::{
@@ -134,7 +134,8 @@ async fn a_pools_interfaces_decide_the_link_even_against_the_subnet_rule() {
         .await;
     tb.add_service("control", &[control], false, &["node-a"])
         .await;
-    tb.start_agents(&[]);
+    // The control VIP is in no pool: announced only with `--announce-outside-pools`.
+    tb.start_agents(&["--announce-outside-pools"]);
 
     let owner = tb.wait_owner(on_eth0, T);
     let iface = |tb: &Testbed, vip: IpAddr| {
@@ -183,7 +184,8 @@ async fn a_pool_whose_interfaces_no_node_has_is_answered_by_nobody() {
     tb.add_service("web", &[vip], false, &["node-a"]).await;
     tb.add_service("control", &[control], false, &["node-a"])
         .await;
-    tb.start_agents(&[]);
+    // The control VIP is in no pool: announced only with `--announce-outside-pools`.
+    tb.start_agents(&["--announce-outside-pools"]);
     let control_owner = tb.wait_owner(control, T);
     let mac = tb.node_mac(&control_owner);
     tb.wait_for("the control VIP answered", T, |tb| {
@@ -195,4 +197,97 @@ async fn a_pool_whose_interfaces_no_node_has_is_answered_by_nobody() {
         "no node has a bond interface"
     );
     assert_eq!(tb.arp_macs(vip, Q), Vec::<[u8; 6]>::new());
+}
+
+/// Issue 25, finding 1 as it was reproduced: a Service whose status names the segment's
+/// gateway (the testbed's bridge, which is also the API relay, 10.78.0.254) while a pool
+/// exists. No node's data plane may answer ARP for it; the bridge alone does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_address_in_a_services_status_is_answered_by_no_node() {
+    let mut tb = testbed("gateway-refused").await;
+    let gateway = IpAddr::V4(BRIDGE_V4);
+    let control = IpAddr::V4(vip4(9));
+    create_pool(
+        &tb,
+        "lan",
+        AddressPoolSpec {
+            addresses: vec![format!("{control}/32")],
+            auto_assign: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    tb.add_service("hijack", &[gateway], false, &["node-a"])
+        .await;
+    tb.add_service("control", &[control], false, &["node-a"])
+        .await;
+    tb.start_agents(&[]);
+    let owner = tb.wait_owner(control, T);
+    let mac = tb.node_mac(&owner);
+    tb.wait_for("the control VIP answered", T, |tb| {
+        tb.arp_macs(control, Q) == vec![mac]
+    });
+    // The agents have acted on the plan that holds both Services.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let node_macs: Vec<[u8; 6]> = tb.nodes().iter().map(|n| tb.node_mac(n)).collect();
+    let answered = tb.arp_macs(gateway, Q);
+    assert!(
+        !answered.is_empty() && answered.iter().all(|m| !node_macs.contains(m)),
+        "only the bridge answers for the gateway {gateway}, no node: {answered:02x?} (nodes {node_macs:02x?})"
+    );
+    assert_eq!(tb.owners(gateway), Vec::<String>::new(), "nobody owns it");
+}
+
+/// The broadcast address of the nodes' LAN (10.78.0.0/16), even inside a pool: every node
+/// refuses it on the link it would announce it on, so no node answers ARP for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broadcast_address_of_the_announcing_link_is_answered_by_no_node() {
+    let mut tb = testbed("link-broadcast").await;
+    let broadcast: IpAddr = "10.78.255.255".parse().expect("an address");
+    let control = IpAddr::V4(vip4(10));
+    create_pool(
+        &tb,
+        "lan",
+        AddressPoolSpec {
+            addresses: vec![format!("{control}/32"), format!("{broadcast}/32")],
+            auto_assign: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    tb.add_service("edge", &[broadcast], false, &["node-a"])
+        .await;
+    tb.add_service("control", &[control], false, &["node-a"])
+        .await;
+    tb.start_agents(&[]);
+    let owner = tb.wait_owner(control, T);
+    let mac = tb.node_mac(&owner);
+    tb.wait_for("the control VIP answered", T, |tb| {
+        tb.arp_macs(control, Q) == vec![mac]
+    });
+    // The agents have acted on the plan that holds both Services.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        tb.arp_macs(broadcast, Q),
+        Vec::<[u8; 6]>::new(),
+        "no node answers for the LAN's broadcast address"
+    );
+    assert_eq!(tb.owners(broadcast), Vec::<String>::new(), "nobody owns it");
+    let e = announcer_tests::env::cluster::wait_for_event(
+        &tb.kube(),
+        "default",
+        "AddressRefused on edge",
+        T,
+        |e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some("AddressRefused")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("edge")
+        },
+        String::new,
+    )
+    .await;
+    assert!(
+        e.note.as_deref().is_some_and(|n| n.contains("broadcast")),
+        "the Warning names the rule: {e:?}"
+    );
 }

@@ -90,6 +90,8 @@ pub struct ConfigFile {
     pub xdp_mode: Option<XdpMode>,
     /// `--state-dir`: this node's heartbeat identity and incarnation counter.
     pub state_dir: Option<StateDirPath>,
+    /// `--announce-outside-pools`: announce addresses outside every `AddressPool` too.
+    pub announce_outside_pools: Option<bool>,
 }
 
 /// `allocator:`.
@@ -354,6 +356,12 @@ impl ConfigFile {
         }
         set(&keep, "no_ipv4", self.ipv4.map(|b| !b), &mut flags.no_ipv4);
         set(&keep, "no_ipv6", self.ipv6.map(|b| !b), &mut flags.no_ipv6);
+        set(
+            &keep,
+            "announce_outside_pools",
+            self.announce_outside_pools,
+            &mut flags.announce_outside_pools,
+        );
         set(&keep, "election", self.election, &mut flags.election);
         if let Some(h) = &self.heartbeat {
             set(

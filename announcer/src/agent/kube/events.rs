@@ -335,6 +335,7 @@ fn action(reason: &str) -> &'static str {
     match reason {
         "Announcing" => "Announce",
         "Released" => "Release",
+        "AddressRefused" | "SharingConflict" => "Refuse",
         _ => "Elect",
     }
 }

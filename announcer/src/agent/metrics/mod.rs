@@ -28,7 +28,7 @@ pub mod collect;
 mod tests;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     sync::{Arc, atomic::AtomicU64},
     time::Duration,
 };
@@ -39,7 +39,10 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::election::NodeName;
+use crate::{
+    election::NodeName,
+    placement::{eligibility::Problem, refusal::Refusal},
+};
 
 pub use self::collect::Sources;
 
@@ -76,6 +79,15 @@ pub struct Recorder {
     heartbeat_delay: Family<PeerLabel, Gauge<f64, AtomicU64>>,
     peer_key_changes: Family<PeerLabel, Counter>,
     heartbeats_rejected_from: Family<RejectLabel, Counter>,
+    refused: Family<ReasonLabel, Gauge>,
+    refused_on_link: Counter,
+}
+
+/// A `reason` label: which rule refused an address.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// [`crate::placement::refusal::Refusal::label`], or `sharing_conflict`.
+    pub reason: String,
 }
 
 /// A `peer` and `reason` label: authenticated heartbeats rejected (clock skew, replay).
@@ -97,7 +109,35 @@ impl Recorder {
             heartbeat_delay: Family::default(),
             peer_key_changes: Family::default(),
             heartbeats_rejected_from: Family::default(),
+            refused: Family::default(),
+            refused_on_link: Counter::default(),
         }
+    }
+
+    /// The addresses the last plan refuses, by rule (from its problems; every rule's series is
+    /// set, to zero when nothing is refused by it, so a refusal that ends is seen to end).
+    pub fn refusals(&self, problems: &[Problem]) {
+        let mut counts: BTreeMap<&str, i64> = Refusal::LABELS
+            .iter()
+            .chain(&["sharing_conflict"])
+            .filter(|l| **l != "link_network_or_broadcast")
+            .map(|l| (*l, 0))
+            .collect();
+        for label in problems.iter().filter_map(|p| p.reason.refusal_label()) {
+            *counts.entry(label).or_default() += 1;
+        }
+        for (reason, n) in counts {
+            let label = ReasonLabel {
+                reason: reason.to_owned(),
+            };
+            self.refused.get_or_create(&label).set(n);
+        }
+    }
+
+    /// This node refused to announce an address on the link it would use (its subnet's
+    /// network or broadcast address); counted once per address and link.
+    pub fn refused_on_link(&self) {
+        self.refused_on_link.inc();
     }
 
     /// `peer` published a different heartbeat key than the one we had (its state directory
@@ -258,6 +298,16 @@ impl Metrics {
             "announcer_heartbeats_rejected_from",
             "Authenticated heartbeats from a peer rejected, by reason (clock_skew: its clock is off by more than 5 s)",
             recorder.heartbeats_rejected_from.clone(),
+        );
+        registry.register(
+            "announcer_addresses_refused",
+            "Addresses named in Services' status that the agent refuses to announce, by rule (node_address, link_local, outside_pools, sharing_conflict, ...)",
+            recorder.refused.clone(),
+        );
+        registry.register(
+            "announcer_addresses_refused_on_link",
+            "Addresses this node refused to announce because they are the network or broadcast address of the link it would announce them on",
+            recorder.refused_on_link.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

@@ -318,3 +318,55 @@ fn a_data_plane_without_interfaces_has_families_but_no_samples() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn refused_addresses_are_counted_by_rule_and_drop_to_zero_when_the_refusal_ends() {
+    use crate::{
+        election::ServiceRef,
+        placement::{
+            eligibility::{Problem, ProblemReason},
+            refusal::Refusal,
+        },
+    };
+    let problem = |vip: &str, reason| Problem {
+        service: ServiceRef {
+            namespace: "default".into(),
+            name: "web".into(),
+        },
+        vip: Some(vip.into()),
+        reason,
+        message: String::new(),
+    };
+    let m = Metrics::new();
+    let r = m.recorder();
+    r.refusals(&[
+        problem(
+            "10.0.0.2",
+            ProblemReason::Refused(Refusal::NodeAddress("b".into())),
+        ),
+        problem(
+            "10.0.0.3",
+            ProblemReason::Refused(Refusal::NodeAddress("c".into())),
+        ),
+        problem("169.254.0.1", ProblemReason::Refused(Refusal::LinkLocal)),
+        problem("10.0.0.9", ProblemReason::NoReadyEndpoints),
+    ]);
+    let text = m.encode();
+    let family = "announcer_addresses_refused";
+    assert_eq!(type_of(&text, family).as_deref(), Some("gauge"));
+    assert_eq!(sample(&text, family, "reason=\"node_address\""), Some(2.0));
+    assert_eq!(sample(&text, family, "reason=\"link_local\""), Some(1.0));
+    assert_eq!(sample(&text, family, "reason=\"outside_pools\""), Some(0.0));
+    assert_eq!(
+        sample(&text, family, "reason=\"sharing_conflict\""),
+        Some(0.0)
+    );
+    r.refusals(&[]);
+    let text = m.encode();
+    assert_eq!(sample(&text, family, "reason=\"node_address\""), Some(0.0));
+    r.refused_on_link();
+    assert_eq!(
+        sample(&m.encode(), "announcer_addresses_refused_on_link_total", ""),
+        Some(1.0)
+    );
+}

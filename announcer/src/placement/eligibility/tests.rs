@@ -635,7 +635,12 @@ fn a_pools_node_selector_narrows_where_its_addresses_are_announced() {
     })];
     let services = [svc("default", "web", &["10.0.0.5", "10.9.0.5"])];
     let slices = [slice("default", "web", &[("a", None)])];
-    let p = plan_placed(&services, &slices, &ns, &pools, &Selection::default());
+    // An address in no pool is placed as before pools only with `announceOutsidePools`.
+    let sel = Selection {
+        announce_outside_pools: true,
+        ..Selection::default()
+    };
+    let p = plan_placed(&services, &slices, &ns, &pools, &sel);
     assert_eq!(p.vips[0].eligible, set(&["a", "c"]), "in the pool");
     assert_eq!(p.vips[0].pool.as_deref(), Some("zone-x"));
     assert_eq!(p.vips[1].eligible, set(&["a", "b", "c"]), "in no pool");
@@ -744,4 +749,234 @@ fn services_with_different_sharing_keys_do_not_share() {
     let p = plan(&services, &slices, &nodes(&["a"]), &Selection::default());
     assert_eq!(p.vips[0].shared_with, Vec::<ServiceRef>::new());
     assert_eq!(reasons(&p), vec![("10.0.0.53", "DuplicateAddress")]);
+}
+
+// What an agent will announce (issue 25, finding 1): never a node's address, a link-local one,
+// nor, once a pool exists, one outside every pool unless `announceOutsidePools` says so.
+
+fn with_addresses(mut n: Node, addrs: &[(&str, &str)]) -> Node {
+    n.status.as_mut().unwrap().addresses = Some(
+        addrs
+            .iter()
+            .map(|(t, a)| k8s_openapi::api::core::v1::NodeAddress {
+                type_: t.to_string(),
+                address: a.to_string(),
+            })
+            .collect(),
+    );
+    n
+}
+
+fn created(mut s: Service, secs: i64) -> Service {
+    use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+    s.metadata.creation_timestamp = Some(Time(Timestamp::from_second(secs).unwrap()));
+    s
+}
+
+fn annotated(mut s: Service, kv: &[(&str, &str)]) -> Service {
+    let a = s.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    for (k, v) in kv {
+        a.insert(k.to_string(), v.to_string());
+    }
+    s
+}
+
+#[test]
+fn a_nodes_internal_or_external_ip_is_refused_and_the_services_other_vips_still_planned() {
+    let ns = [
+        with_addresses(node("a", "True", &[]), &[("InternalIP", "10.0.0.1")]),
+        with_addresses(
+            node("b", "True", &[]),
+            &[("InternalIP", "fd00::2"), ("ExternalIP", "203.0.113.2")],
+        ),
+        // A node that is not Ready still owns its address.
+        with_addresses(node("c", "False", &[]), &[("InternalIP", "10.0.0.3")]),
+    ];
+    let services = [svc(
+        "default",
+        "web",
+        &["10.0.0.1", "fd00::2", "203.0.113.2", "10.0.0.3", "10.0.0.5"],
+    )];
+    let slices = [slice("default", "web", &[("a", None)])];
+    let p = plan(&services, &slices, &ns, &Selection::default());
+    assert_eq!(vips_of(&p), vec![ip("10.0.0.5")]);
+    assert_eq!(
+        reasons(&p),
+        vec![
+            ("10.0.0.1", "AddressRefused"),
+            ("10.0.0.3", "AddressRefused"),
+            ("203.0.113.2", "AddressRefused"),
+            ("fd00::2", "AddressRefused"),
+        ]
+    );
+    assert!(
+        p.problems[2].message.contains("Node b"),
+        "the Event says whose address: {}",
+        p.problems[2].message
+    );
+}
+
+#[test]
+fn link_local_addresses_are_refused_in_both_families() {
+    let services = [svc(
+        "default",
+        "web",
+        &["169.254.10.1", "fe80::10", "10.0.0.5"],
+    )];
+    let slices = [slice("default", "web", &[("a", None)])];
+    let p = plan(&services, &slices, &nodes(&["a"]), &Selection::default());
+    assert_eq!(vips_of(&p), vec![ip("10.0.0.5")]);
+    assert_eq!(
+        reasons(&p),
+        vec![
+            ("169.254.10.1", "AddressRefused"),
+            ("fe80::10", "AddressRefused"),
+        ]
+    );
+    assert!(p.problems[0].message.contains("link-local"));
+}
+
+#[test]
+fn once_a_pool_exists_an_address_outside_every_pool_is_refused() {
+    let pools = [pool("lan", &["10.0.0.0/24"], |_| {})];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5", "10.78.0.254"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &pools,
+        &Selection::default(),
+    );
+    assert_eq!(vips_of(&p), vec![ip("10.0.0.5")]);
+    assert_eq!(reasons(&p), vec![("10.78.0.254", "AddressRefused")]);
+    assert!(
+        p.problems[0].message.contains("announceOutsidePools"),
+        "the Event says how to allow it: {}",
+        p.problems[0].message
+    );
+}
+
+#[test]
+fn announce_outside_pools_places_an_address_in_no_pool_as_before_pools() {
+    let pools = [pool("lan", &["10.0.0.0/24"], |_| {})];
+    let sel = Selection {
+        announce_outside_pools: true,
+        ..Selection::default()
+    };
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5", "10.78.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a", "b"]),
+        &pools,
+        &sel,
+    );
+    assert_eq!(p.problems, vec![]);
+    assert_eq!(vips_of(&p), vec![ip("10.0.0.5"), ip("10.78.0.5")]);
+    assert_eq!(p.vips[1].eligible, set(&["a", "b"]));
+    assert_eq!(p.vips[1].pool, None);
+}
+
+#[test]
+fn without_any_pool_another_ipams_address_is_announced() {
+    let p = plan(
+        &[svc("default", "web", &["10.78.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &nodes(&["a"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.problems, vec![]);
+    assert_eq!(vips_of(&p), vec![ip("10.78.0.5")]);
+}
+
+// Sharing (issue 25, finding 4): a Local and a Cluster Service never share one address's
+// placement, nor do two namespaces without both opting in.
+
+#[test]
+fn a_local_and_a_cluster_service_sharing_an_address_refuse_the_younger() {
+    // The younger (Local) is first by name, so age, not name, must decide.
+    let services = [
+        created(
+            shared(local(svc("default", "a-young", &["10.0.0.53"])), "dns"),
+            2_000,
+        ),
+        created(
+            shared(svc("default", "b-old", &["10.0.0.53"]), "dns"),
+            1_000,
+        ),
+    ];
+    let slices = [
+        slice("default", "a-young", &[("a", None)]),
+        slice("default", "b-old", &[("b", None)]),
+    ];
+    let p = plan(
+        &services,
+        &slices,
+        &nodes(&["a", "b", "c"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(p.vips[0].service.to_string(), "default/b-old");
+    assert_eq!(p.vips[0].shared_with, Vec::<ServiceRef>::new());
+    assert!(!p.vips[0].local_policy);
+    assert_eq!(p.vips[0].eligible, set(&["a", "b", "c"]));
+    assert_eq!(reasons(&p), vec![("10.0.0.53", "SharingConflict")]);
+    assert_eq!(p.problems[0].service.to_string(), "default/a-young");
+    let m = &p.problems[0].message;
+    assert!(
+        m.contains("default/a-young") && m.contains("default/b-old") && m.contains("Local"),
+        "the Event names both Services and the policies: {m}"
+    );
+}
+
+#[test]
+fn services_in_two_namespaces_do_not_share_an_address_without_both_opting_in() {
+    let services = [
+        created(shared(svc("one", "web", &["10.0.0.53"]), "k"), 1_000),
+        created(shared(svc("two", "web", &["10.0.0.53"]), "k"), 2_000),
+    ];
+    let slices = [
+        slice("one", "web", &[("a", None)]),
+        slice("two", "web", &[("b", None)]),
+    ];
+    let p = plan(
+        &services,
+        &slices,
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(p.vips[0].service.to_string(), "one/web");
+    assert_eq!(p.vips[0].shared_with, Vec::<ServiceRef>::new());
+    assert_eq!(reasons(&p), vec![("10.0.0.53", "SharingConflict")]);
+    assert_eq!(p.problems[0].service.to_string(), "two/web");
+}
+
+#[test]
+fn services_in_two_namespaces_share_an_address_when_both_opt_in() {
+    let across = |s: Service, other: &str| {
+        annotated(s, &[(ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION, other)])
+    };
+    let services = [
+        across(
+            created(shared(svc("one", "web", &["10.0.0.53"]), "k"), 1_000),
+            "two",
+        ),
+        across(
+            created(shared(svc("two", "web", &["10.0.0.53"]), "k"), 2_000),
+            "*",
+        ),
+    ];
+    let slices = [
+        slice("one", "web", &[("a", None)]),
+        slice("two", "web", &[("b", None)]),
+    ];
+    let p = plan(
+        &services,
+        &slices,
+        &nodes(&["a", "b"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.problems, vec![]);
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(p.vips[0].shared_with.len(), 1);
+    assert_eq!(p.vips[0].shared_with[0].to_string(), "two/web");
 }

@@ -13,39 +13,39 @@ use super::{ConfigFile, tests::EVERY_KEY};
 const ACCEPTED: &[(&str, &str)] = &[
     (
         include_str!("../../../../../deploy/config.yaml"),
-        "ConfigFile { load_balancer_class: Some(\"announcer.dev/l2\"), class_only: Some(false), allocator: Some(AllocatorSection { enabled: Some(true), classless: Some(false) }), service_selector: Some(Selector(\"\")), node_selector: Some(Selector(\"\")), interfaces: Some([]), ipv4: Some(true), ipv6: Some(true), election: Some(NodeLease), heartbeat: Some(HeartbeatSection { interval: Some(Dur(75ms)), misses: Some(3), port: Some(9747) }), lease: Some(LeaseSection { duration: Some(Dur(10s)), renew: Some(Dur(3s)) }), service_lease: Some(ServiceLeaseSection { duration: Some(Dur(15s)), renew_deadline: Some(Dur(5s)), retry: Some(Dur(2s)) }), announcement: Some(AnnouncementSection { count: Some(3), interval: Some(Dur(1s)) }), grace: Some(Dur(5s)), probe_timeout: Some(Dur(75ms)), warmup: Some(Dur(500ms)), handover_timeout: Some(Dur(2s)), xdp_mode: Some(Auto), state_dir: None }",
+        "ConfigFile { load_balancer_class: Some(\"announcer.dev/l2\"), class_only: Some(false), allocator: Some(AllocatorSection { enabled: Some(true), classless: Some(false) }), service_selector: Some(Selector(\"\")), node_selector: Some(Selector(\"\")), interfaces: Some([]), ipv4: Some(true), ipv6: Some(true), election: Some(NodeLease), heartbeat: Some(HeartbeatSection { interval: Some(Dur(75ms)), misses: Some(3), port: Some(9747) }), lease: Some(LeaseSection { duration: Some(Dur(10s)), renew: Some(Dur(3s)) }), service_lease: Some(ServiceLeaseSection { duration: Some(Dur(15s)), renew_deadline: Some(Dur(5s)), retry: Some(Dur(2s)) }), announcement: Some(AnnouncementSection { count: Some(3), interval: Some(Dur(1s)) }), grace: Some(Dur(5s)), probe_timeout: Some(Dur(75ms)), warmup: Some(Dur(500ms)), handover_timeout: Some(Dur(2s)), xdp_mode: Some(Auto), state_dir: None, announce_outside_pools: None }",
     ),
     (
         EVERY_KEY,
-        "ConfigFile { load_balancer_class: Some(\"example.com/l2\"), class_only: None, allocator: None, service_selector: Some(Selector(\"l2=true,tier in (web)\")), node_selector: Some(Selector(\"!node-role.kubernetes.io/control-plane\")), interfaces: Some([InterfacePattern(\"eth1\"), InterfacePattern(\"bond*\"), InterfacePattern(\"eth0.100\")]), ipv4: Some(true), ipv6: Some(false), election: Some(LeasePerService), heartbeat: Some(HeartbeatSection { interval: Some(Dur(50ms)), misses: Some(4), port: Some(7000) }), lease: Some(LeaseSection { duration: Some(Dur(20s)), renew: Some(Dur(5s)) }), service_lease: Some(ServiceLeaseSection { duration: Some(Dur(10s)), renew_deadline: Some(Dur(4s)), retry: Some(Dur(1s)) }), announcement: Some(AnnouncementSection { count: Some(2), interval: Some(Dur(1.5s)) }), grace: Some(Dur(8s)), probe_timeout: Some(Dur(150ms)), warmup: Some(Dur(1s)), handover_timeout: Some(Dur(3s)), xdp_mode: Some(Generic), state_dir: Some(StateDirPath(\"/var/lib/announcer-test\")) }",
+        "ConfigFile { load_balancer_class: Some(\"example.com/l2\"), class_only: None, allocator: None, service_selector: Some(Selector(\"l2=true,tier in (web)\")), node_selector: Some(Selector(\"!node-role.kubernetes.io/control-plane\")), interfaces: Some([InterfacePattern(\"eth1\"), InterfacePattern(\"bond*\"), InterfacePattern(\"eth0.100\")]), ipv4: Some(true), ipv6: Some(false), election: Some(LeasePerService), heartbeat: Some(HeartbeatSection { interval: Some(Dur(50ms)), misses: Some(4), port: Some(7000) }), lease: Some(LeaseSection { duration: Some(Dur(20s)), renew: Some(Dur(5s)) }), service_lease: Some(ServiceLeaseSection { duration: Some(Dur(10s)), renew_deadline: Some(Dur(4s)), retry: Some(Dur(1s)) }), announcement: Some(AnnouncementSection { count: Some(2), interval: Some(Dur(1.5s)) }), grace: Some(Dur(8s)), probe_timeout: Some(Dur(150ms)), warmup: Some(Dur(1s)), handover_timeout: Some(Dur(3s)), xdp_mode: Some(Generic), state_dir: Some(StateDirPath(\"/var/lib/announcer-test\")), announce_outside_pools: Some(true) }",
     ),
     (
         "",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "# nothing set\n",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "heartbeat: {interval: 50ms, misses: 4}\nipv6: false\ninterfaces: [eth1]\n",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: Some([InterfacePattern(\"eth1\")]), ipv4: None, ipv6: Some(false), election: None, heartbeat: Some(HeartbeatSection { interval: Some(Dur(50ms)), misses: Some(4), port: None }), lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: Some([InterfacePattern(\"eth1\")]), ipv4: None, ipv6: Some(false), election: None, heartbeat: Some(HeartbeatSection { interval: Some(Dur(50ms)), misses: Some(4), port: None }), lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "lease: {duration: 3s, renew: 3s}\n",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: Some(LeaseSection { duration: Some(Dur(3s)), renew: Some(Dur(3s)) }), service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: Some(LeaseSection { duration: Some(Dur(3s)), renew: Some(Dur(3s)) }), service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "ipv4: false\nipv6: false\n",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: Some(false), ipv6: Some(false), election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: None, node_selector: None, interfaces: None, ipv4: Some(false), ipv6: Some(false), election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "classOnly: true\nallocator: {enabled: false, classless: true}\n",
-        "ConfigFile { load_balancer_class: None, class_only: Some(true), allocator: Some(AllocatorSection { enabled: Some(false), classless: Some(true) }), service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: Some(true), allocator: Some(AllocatorSection { enabled: Some(false), classless: Some(true) }), service_selector: None, node_selector: None, interfaces: None, ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
     (
         "serviceSelector: ''\nnodeSelector: \"\"\ninterfaces: []\n",
-        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: Some(Selector(\"\")), node_selector: Some(Selector(\"\")), interfaces: Some([]), ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None }",
+        "ConfigFile { load_balancer_class: None, class_only: None, allocator: None, service_selector: Some(Selector(\"\")), node_selector: Some(Selector(\"\")), interfaces: Some([]), ipv4: None, ipv6: None, election: None, heartbeat: None, lease: None, service_lease: None, announcement: None, grace: None, probe_timeout: None, warmup: None, handover_timeout: None, xdp_mode: None, state_dir: None, announce_outside_pools: None }",
     ),
 ];
 
@@ -85,7 +85,7 @@ const REJECTED: &[(&str, &str)] = &[
     ),
     (
         "loadBalancerclass: x\n",
-        "unknown field `loadBalancerclass`, expected one of `loadBalancerClass`, `classOnly`, `allocator`, `serviceSelector`, `nodeSelector`, `interfaces`, `ipv4`, `ipv6`, `election`, `heartbeat`, `lease`, `serviceLease`, `announcement`, `grace`, `probeTimeout`, `warmup`, `handoverTimeout`, `xdpMode`, `stateDir`",
+        "unknown field `loadBalancerclass`, expected one of `loadBalancerClass`, `classOnly`, `allocator`, `serviceSelector`, `nodeSelector`, `interfaces`, `ipv4`, `ipv6`, `election`, `heartbeat`, `lease`, `serviceLease`, `announcement`, `grace`, `probeTimeout`, `warmup`, `handoverTimeout`, `xdpMode`, `stateDir`, `announceOutsidePools`",
     ),
     (
         "grace: 5s\nheartbeat:\n  interval: 100\n",

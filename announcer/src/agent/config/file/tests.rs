@@ -79,6 +79,7 @@ warmup: 1s
 handoverTimeout: 3s
 xdpMode: generic
 stateDir: /var/lib/announcer-test
+announceOutsidePools: true
 "#;
 
 #[test]
@@ -111,6 +112,7 @@ fn every_key_is_applied() {
     assert_eq!(a.handover_timeout, Duration::from_secs(3));
     assert_eq!(a.xdp_mode, XdpMode::Generic);
     assert_eq!(a.state_dir(), Path::new("/var/lib/announcer-test"));
+    assert!(a.announce_outside_pools);
 }
 
 #[test]
