@@ -283,9 +283,11 @@ struct Svc<'a> {
     policy: Policy,
 }
 
-/// Which other namespaces' Services a Service may share its address with.
+/// Which other namespaces' Services a Service may share its address with: its
+/// `announcer.dev/allow-shared-ip-namespaces` annotation (comma-separated names, or `*`). The
+/// allocator and the agents' placement read it with this one parser.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-enum OtherNamespaces {
+pub enum OtherNamespaces {
     /// None (no annotation).
     #[default]
     None,
@@ -296,7 +298,8 @@ enum OtherNamespaces {
 }
 
 impl OtherNamespaces {
-    fn parse(text: Option<&str>) -> OtherNamespaces {
+    /// The annotation's value (`None`: no annotation, shares within its namespace only).
+    pub fn parse(text: Option<&str>) -> OtherNamespaces {
         let Some(text) = text else {
             return OtherNamespaces::None;
         };
@@ -315,7 +318,8 @@ impl OtherNamespaces {
         }
     }
 
-    fn allows(&self, ns: &str) -> bool {
+    /// Whether a Service of namespace `ns` may share with this one.
+    pub fn allows(&self, ns: &str) -> bool {
         match self {
             OtherNamespaces::None => false,
             OtherNamespaces::Some(names) => names.contains(ns),

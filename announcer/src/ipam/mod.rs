@@ -14,8 +14,8 @@ pub mod pool;
 pub mod range;
 
 pub use alloc::{
-    Allocation, AllocationScope, Assignment, PoolReport, Problem, Reason, ServiceKey, plan,
-    pool_status,
+    Allocation, AllocationScope, Assignment, OtherNamespaces, PoolReport, Problem, Reason,
+    ServiceKey, plan, pool_status,
 };
 pub use pool::{
     ADDRESS_POOL_ANNOTATION, ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION,

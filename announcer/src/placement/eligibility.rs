@@ -18,7 +18,7 @@
 //!   eligible wherever any of them is (under `Local`, the union of their endpoints' nodes).
 //!   Sharers must also agree: the same `externalTrafficPolicy` (a Local Service placed where
 //!   only a Cluster one has endpoints would have its traffic dropped by kube-proxy), and the
-//!   same namespace unless both opt in with `announcer.dev/allow-shared-ip-across-namespaces`
+//!   same namespace unless both opt in with `announcer.dev/allow-shared-ip-namespaces`
 //!   (the other's namespace, a comma-separated list, or `*`), as Cilium asks. Of two that
 //!   disagree the younger (creationTimestamp, then namespace/name) is refused
 //!   ([`ProblemReason::SharingConflict`], naming both), as MetalLB and Cilium refuse them.
@@ -67,7 +67,10 @@ use super::refusal::{self, Refusal};
 use crate::{
     dataplane::Vip,
     election::{IfaceName, NodeName, ServiceRef, VipSpec},
-    ipam::{ALLOW_SHARED_IP_ANNOTATION, AddressPool},
+    ipam::{
+        ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool,
+        OtherNamespaces,
+    },
 };
 
 /// The `spec.loadBalancerClass` the agent serves by default.
@@ -76,11 +79,6 @@ pub const DEFAULT_CLASS: &str = "announcer.dev/l2";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 /// The label linking an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Services in different namespaces share an address only if each lists the other's namespace
-/// here (comma-separated, or `*` for any), besides the same `announcer.dev/allow-shared-ip` key.
-pub const ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION: &str =
-    "announcer.dev/allow-shared-ip-across-namespaces";
-
 /// Which Services and Nodes this agent considers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selection {
@@ -677,7 +675,7 @@ struct Sharer<'a> {
     age: (Option<k8s_openapi::jiff::Timestamp>, &'a ServiceRef),
     key: Option<&'a str>,
     local: bool,
-    across: Vec<&'a str>,
+    across: OtherNamespaces,
 }
 
 impl<'a> Sharer<'a> {
@@ -698,19 +696,12 @@ impl<'a> Sharer<'a> {
                 .as_ref()
                 .and_then(|s| s.external_traffic_policy.as_deref())
                 == Some("Local"),
-            across: annotation(ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION)
-                .map(|v| {
-                    v.split(',')
-                        .map(str::trim)
-                        .filter(|n| !n.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default(),
+            across: OtherNamespaces::parse(annotation(ALLOW_SHARED_IP_NAMESPACES_ANNOTATION)),
         }
     }
 
     fn allows(&self, namespace: &str) -> bool {
-        self.across.iter().any(|n| *n == "*" || *n == namespace)
+        self.across.allows(namespace)
     }
 
     /// Why `self` may not share with `older`, if it may not.
@@ -728,7 +719,7 @@ impl<'a> Sharer<'a> {
         let (mine, theirs) = (&self.sref.namespace, &older.sref.namespace);
         if mine != theirs && !(self.allows(theirs) && older.allows(mine)) {
             return Some(format!(
-                "they are in different namespaces and both must allow it with {ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION} ({} in {}, {} in {})",
+                "they are in different namespaces and both must allow it with {ALLOW_SHARED_IP_NAMESPACES_ANNOTATION} ({} in {}, {} in {})",
                 self.sref, mine, older.sref, theirs
             ));
         }

@@ -952,9 +952,8 @@ fn services_in_two_namespaces_do_not_share_an_address_without_both_opting_in() {
 
 #[test]
 fn services_in_two_namespaces_share_an_address_when_both_opt_in() {
-    let across = |s: Service, other: &str| {
-        annotated(s, &[(ALLOW_SHARED_IP_ACROSS_NAMESPACES_ANNOTATION, other)])
-    };
+    let across =
+        |s: Service, other: &str| annotated(s, &[(ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, other)]);
     let services = [
         across(
             created(shared(svc("one", "web", &["10.0.0.53"]), "k"), 1_000),
