@@ -675,6 +675,9 @@ struct Sharer<'a> {
     age: (Option<k8s_openapi::jiff::Timestamp>, &'a ServiceRef),
     key: Option<&'a str>,
     local: bool,
+    /// `spec.selector`: two `Local` sharers must select the same Pods (MetalLB's rule, and the
+    /// allocator's), or one's traffic lands on nodes with only the other's endpoints.
+    selector: Option<&'a std::collections::BTreeMap<String, String>>,
     across: OtherNamespaces,
 }
 
@@ -696,6 +699,7 @@ impl<'a> Sharer<'a> {
                 .as_ref()
                 .and_then(|s| s.external_traffic_policy.as_deref())
                 == Some("Local"),
+            selector: svc.spec.as_ref().and_then(|s| s.selector.as_ref()),
             across: OtherNamespaces::parse(annotation(ALLOW_SHARED_IP_NAMESPACES_ANNOTATION)),
         }
     }
@@ -714,6 +718,12 @@ impl<'a> Sharer<'a> {
                 policy(self.local),
                 older.sref,
                 policy(older.local)
+            ));
+        }
+        if self.local && self.selector != older.selector {
+            return Some(format!(
+                "{} and {} both have externalTrafficPolicy: Local but select different Pods (each is announced only where its own endpoints run)",
+                self.sref, older.sref
             ));
         }
         let (mine, theirs) = (&self.sref.namespace, &older.sref.namespace);

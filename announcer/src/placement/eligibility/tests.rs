@@ -928,6 +928,49 @@ fn a_local_and_a_cluster_service_sharing_an_address_refuse_the_younger() {
 }
 
 #[test]
+fn two_local_services_selecting_different_pods_do_not_share_an_address() {
+    let with_selector = |mut s: Service, app: &str| {
+        s.spec.get_or_insert_default().selector =
+            Some([("app".to_owned(), app.to_owned())].into_iter().collect());
+        s
+    };
+    let services = [
+        created(
+            with_selector(
+                shared(local(svc("default", "old", &["10.0.0.53"])), "k"),
+                "x",
+            ),
+            1_000,
+        ),
+        created(
+            with_selector(
+                shared(local(svc("default", "young", &["10.0.0.53"])), "k"),
+                "y",
+            ),
+            2_000,
+        ),
+    ];
+    let slices = [
+        slice("default", "old", &[("a", None)]),
+        slice("default", "young", &[("b", None)]),
+    ];
+    let p = plan(
+        &services,
+        &slices,
+        &nodes(&["a", "b", "c"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 1);
+    assert_eq!(p.vips[0].service.to_string(), "default/old");
+    assert_eq!(
+        p.vips[0].eligible,
+        set(&["a"]),
+        "only where the older one's endpoints run"
+    );
+    assert_eq!(reasons(&p), vec![("10.0.0.53", "SharingConflict")]);
+}
+
+#[test]
 fn services_in_two_namespaces_do_not_share_an_address_without_both_opting_in() {
     let services = [
         created(shared(svc("one", "web", &["10.0.0.53"]), "k"), 1_000),
