@@ -335,7 +335,9 @@ fn a_node_that_claimed_a_huge_incarnation_is_heard_again_under_a_new_key() {
     let sealed = huge.seal(&CLUSTER.a, &beat(), &n("node-b"), NOW).unwrap();
     assert!(v.open(&k, &sealed, NOW).is_ok());
     // Under the same key a lower incarnation stays rejected: no replay of older runs.
-    let lower = sealer().seal(&CLUSTER.a, &beat(), &n("node-b"), NOW).unwrap();
+    let lower = sealer()
+        .seal(&CLUSTER.a, &beat(), &n("node-b"), NOW)
+        .unwrap();
     assert_eq!(reason(v.open(&k, &lower, NOW)), Reject::OldIncarnation);
     // node-a gets a new key (a new identity epoch) and starts its counter afresh.
     let new_a = id(11);
@@ -362,7 +364,10 @@ fn an_incarnation_of_any_size_is_accepted_while_the_timestamp_is_fresh() {
     assert!(open_at_b(&mut verifier(), &a_to_b(&mut past, &beat(), NOW)).is_ok());
     // What stays bounded is the timestamp: the same beat sent 5.001 s ahead is refused.
     assert_eq!(
-        reason(open_at_b(&mut verifier(), &a_to_b(&mut past, &beat(), NOW + 5_001))),
+        reason(open_at_b(
+            &mut verifier(),
+            &a_to_b(&mut past, &beat(), NOW + 5_001)
+        )),
         Reject::ClockSkew
     );
 }

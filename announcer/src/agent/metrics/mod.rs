@@ -76,6 +76,15 @@ pub struct Recorder {
     heartbeat_delay: Family<PeerLabel, Gauge<f64, AtomicU64>>,
     peer_key_changes: Family<PeerLabel, Counter>,
     heartbeats_rejected_from: Family<RejectLabel, Counter>,
+    state_dir_problems: Family<ProblemLabel, Counter>,
+}
+
+/// A `problem` label: a state-directory fault worked around
+/// ([`crate::agent::persist::StateProblem::label`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProblemLabel {
+    /// The fault.
+    pub problem: String,
 }
 
 /// A `peer` and `reason` label: authenticated heartbeats rejected (clock skew, replay).
@@ -97,6 +106,7 @@ impl Recorder {
             heartbeat_delay: Family::default(),
             peer_key_changes: Family::default(),
             heartbeats_rejected_from: Family::default(),
+            state_dir_problems: Family::default(),
         }
     }
 
@@ -107,6 +117,14 @@ impl Recorder {
             peer: peer.to_string(),
         };
         self.peer_key_changes.get_or_create(&label).inc();
+    }
+
+    /// A state-directory fault was worked around at start (`problem`: its label).
+    pub fn state_dir_problem(&self, problem: &str) {
+        let label = ProblemLabel {
+            problem: problem.to_owned(),
+        };
+        self.state_dir_problems.get_or_create(&label).inc();
     }
 
     /// An authenticated heartbeat from `peer` was rejected for `reason`.
@@ -258,6 +276,11 @@ impl Metrics {
             "announcer_heartbeats_rejected_from",
             "Authenticated heartbeats from a peer rejected, by reason (clock_skew: its clock is off by more than 5 s)",
             recorder.heartbeats_rejected_from.clone(),
+        );
+        registry.register(
+            "announcer_state_dir_problems",
+            "State-directory faults worked around at start, by problem (identity_leaked, incarnation_corrupt, ...; see the StateDirectory Event)",
+            recorder.state_dir_problems.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));
