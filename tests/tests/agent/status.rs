@@ -239,3 +239,70 @@ async fn state_is_served_on_loopback_only_while_metrics_and_probes_answer_everyo
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 25, finding 12: an `identity` file a `chmod -R` made world-readable and a corrupt
+/// `incarnation` each stopped the agent at start, and the kubelet restarted it into the same
+/// error. Now it starts, replaces the key (stored 0600: the old one counts as leaked) and
+/// says what it worked around on `/metrics` (and in a `StateDirectory` Event on its Node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_a_leaked_key_and_a_corrupt_incarnation_starts_with_a_new_key() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let pair = Pair::new("statedir");
+    let dir = std::env::temp_dir().join(format!("annstatedir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let _api = crate::dataplane::start_node_api(
+        ApiKind::InRepo,
+        "statedir",
+        &pair.node,
+        &dir,
+        &[VIP4.into()],
+    )
+    .await;
+    let state_dir = dir.join("state-node-a");
+    std::fs::create_dir_all(&state_dir).expect("state dir");
+    let identity = state_dir.join("identity");
+    let leaked = [7u8; 32];
+    std::fs::write(&identity, leaked).expect("identity");
+    std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(state_dir.join("incarnation"), "garbage\n").expect("incarnation");
+    let log = dir.join("agent.log");
+    let cmd = AgentCommand::new("node-a", &dir.join("kubeconfig.node-a"), &state_dir)
+        .no_dataplane()
+        .http_address(format!("127.0.0.1:{HTTP}"));
+    let agent = Proc {
+        child: cmd.spawn(Some(&pair.node), &log),
+        log: log.clone(),
+    };
+    let local = format!("127.0.0.1:{HTTP}");
+    wait("the agent to be ready", T, &log, || {
+        status_code(&pair.node, &local, "/readyz") == Some(200)
+    });
+    let meta = std::fs::metadata(&identity).expect("identity kept");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_ne!(
+        std::fs::read(&identity).expect("identity"),
+        leaked,
+        "a new key"
+    );
+    let metrics = pair
+        .node
+        .enter(|| {
+            ureq::get(&format!("http://{local}/metrics"))
+                .call()
+                .ok()?
+                .into_string()
+                .ok()
+        })
+        .expect("/metrics answers");
+    for problem in ["identity_leaked", "incarnation_corrupt"] {
+        let series = format!("announcer_state_dir_problems_total{{problem=\"{problem}\"}}");
+        assert_eq!(
+            sample(&metrics, &series),
+            Some(1.0),
+            "{series} in\n{metrics}"
+        );
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
