@@ -129,7 +129,9 @@
 //!   a new history: the receiver's state for the old key is dropped, so the node may start
 //!   its counter afresh, and no beat sealed under the old key verifies any more
 //!   ([`Reject::BadTag`]), so none can be replayed. The agent uses this to recover when its
-//!   stored counter is lost ([`crate::agent::persist`]).
+//!   stored counter is lost ([`crate::agent::persist`]). The election core, which ignores a
+//!   peer's incarnations below the last it saw, still sees a later one: the verifier shifts
+//!   the new key's incarnations past the old key's ([`Verified::beat`]).
 
 pub mod identity;
 pub mod keyring;
@@ -396,6 +398,10 @@ impl std::error::Error for Rejected {}
 pub struct Verified {
     /// What the election core takes ([`crate::election::Input::Heartbeat`]). `acks` and
     /// `hears` hold this node alone or nothing, as the datagram's ACK and HEARS bits say.
+    /// Its `incarnation` is the datagram's, except after the sender's key changed: then it is
+    /// shifted, if need be, past the last one reported under the old key, so that the core
+    /// (which ignores incarnations below the last it saw) takes a new identity epoch that
+    /// counts from a lower value as the new life it is.
     pub beat: Beat,
     /// Its sequence number.
     pub sequence: u64,
@@ -403,15 +409,27 @@ pub struct Verified {
     pub sent_unix_ms: u64,
 }
 
+/// The last accepted heartbeat of one peer.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// The key it verified under. State under another key than the peer's current one is not
+    /// replay state any more (a new identity epoch).
+    key: PublicKey,
+    /// Its incarnation and sequence, as sent.
+    incarnation: u64,
+    sequence: u64,
+    /// What this key's incarnations are shifted by in [`Verified`]: 0, or enough to order the
+    /// first incarnation of this key after the last one reported under the previous key.
+    offset: u64,
+}
+
 /// Verifies the heartbeats this node receives, and remembers what it accepted from whom.
 #[derive(Debug)]
 pub struct Verifier {
     own: NodeName,
     max_skew_ms: u64,
-    /// Per keyring peer: the key its last accepted heartbeat verified under, and that
-    /// heartbeat's (incarnation, sequence). State under another key than the peer's current
-    /// one is ignored (a new identity epoch).
-    seen: HashMap<NodeName, (PublicKey, u64, u64)>,
+    /// Per keyring peer: what its last accepted heartbeat was.
+    seen: HashMap<NodeName, Seen>,
 }
 
 impl Verifier {
@@ -438,7 +456,7 @@ impl Verifier {
 
     /// The last accepted (incarnation, sequence) of `node`.
     pub fn last_seen(&self, node: &NodeName) -> Option<(u64, u64)> {
-        self.seen.get(node).map(|&(_, inc, seq)| (inc, seq))
+        self.seen.get(node).map(|s| (s.incarnation, s.sequence))
     }
 
     /// Peers with replay state. Never more than the keyring's peers plus those removed from
@@ -490,20 +508,38 @@ impl Verifier {
         let incarnation = packet.incarnation();
         let sequence = packet.sequence();
         let key = peer.public();
-        if let Some(&(_, inc, seq)) = self.seen.get(node).filter(|(k, ..)| *k == key) {
-            if incarnation < inc {
-                return Err(named(Reject::OldIncarnation, None));
+        let offset = match self.seen.get(node) {
+            Some(s) if s.key == key => {
+                if incarnation < s.incarnation {
+                    return Err(named(Reject::OldIncarnation, None));
+                }
+                if incarnation == s.incarnation && sequence <= s.sequence {
+                    return Err(named(Reject::Replayed, None));
+                }
+                s.offset
             }
-            if incarnation == inc && sequence <= seq {
-                return Err(named(Reject::Replayed, None));
+            // A new identity epoch: its counter may start lower, but the election must see a
+            // later incarnation than any of the old key (a new life, not an old one).
+            Some(s) => {
+                let last = s.incarnation.saturating_add(s.offset);
+                (last.saturating_add(1)).saturating_sub(incarnation)
             }
-        }
+            None => 0,
+        };
         if self.seen.len() >= keyring.len() && !self.seen.contains_key(node) {
             // Peers left the keyring without being forgotten: drop their state now, so it
             // stays bounded by the keyring.
             self.seen.retain(|n, _| keyring.contains(n.as_str()));
         }
-        self.seen.insert(node.clone(), (key, incarnation, sequence));
+        self.seen.insert(
+            node.clone(),
+            Seen {
+                key,
+                incarnation,
+                sequence,
+                offset,
+            },
+        );
         let only_own = |bit| {
             if flags & bit != 0 {
                 vec![self.own.clone()]
@@ -514,7 +550,7 @@ impl Verifier {
         Ok(Verified {
             beat: Beat {
                 node: node.clone(),
-                incarnation,
+                incarnation: incarnation.saturating_add(offset),
                 mac: packet.mac(),
                 leaving: flags & wire::flags::LEAVING != 0,
                 api_ok: flags & wire::flags::API_OK != 0,

@@ -349,9 +349,63 @@ fn a_node_that_claimed_a_huge_incarnation_is_heard_again_under_a_new_key() {
         .seal(&ring(new_a, &[("node-b", b())]), &beat(), &n("node-b"), NOW)
         .unwrap();
     let got = v.open(&k, &fresh, NOW).unwrap();
-    assert_eq!(got.beat.incarnation, INC);
+    assert_eq!(
+        v.last_seen(&n("node-a")),
+        Some((INC, 1)),
+        "its own counter, for replay"
+    );
+    // For the election it is not below the huge one (it saturates at the top).
+    assert_eq!(got.beat.incarnation, u64::MAX);
     // And the old key's beats, the huge one included, are forgeries now.
     assert_eq!(reason(v.open(&k, &sealed, NOW)), Reject::BadTag);
+}
+
+/// The election core ignores a beat whose incarnation is below the last one it saw from that
+/// node (`election::peer`), whatever the key. A node starting a new identity epoch may count
+/// from a lower value (its counter was lost while its clock had run ahead), so the verifier
+/// orders the new key's incarnations after every one of the old key: the core sees a new life.
+#[test]
+fn a_new_key_with_a_lower_incarnation_is_a_later_incarnation_for_the_election() {
+    let mut k = ring(b(), &[("node-a", a())]);
+    let mut v = verifier();
+    let mut ahead = Sealer::new(n("node-a"), INC + 1_000).unwrap();
+    let old = v
+        .open(
+            &k,
+            &ahead.seal(&CLUSTER.a, &beat(), &n("node-b"), NOW).unwrap(),
+            NOW,
+        )
+        .unwrap();
+    let new_a = id(11);
+    k.set_peer(n("node-a"), new_a.public()).unwrap();
+    let new_ring = ring(new_a, &[("node-b", b())]);
+    let mut restarted = sealer();
+    let first = v
+        .open(
+            &k,
+            &restarted
+                .seal(&new_ring, &beat(), &n("node-b"), NOW)
+                .unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert!(
+        first.beat.incarnation > old.beat.incarnation,
+        "{} <= {}",
+        first.beat.incarnation,
+        old.beat.incarnation
+    );
+    // Within the new epoch, one incarnation stays one (a healed partition is not a restart).
+    let second = v
+        .open(
+            &k,
+            &restarted
+                .seal(&new_ring, &beat(), &n("node-b"), NOW)
+                .unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(second.beat.incarnation, first.beat.incarnation);
 }
 
 #[test]
