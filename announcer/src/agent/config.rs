@@ -245,7 +245,8 @@ pub struct AgentFlags {
     /// Run the election only: no XDP, no map writes, no bursts (control-plane benchmarks).
     #[arg(long)]
     pub no_dataplane: bool,
-    /// Health, readiness and state endpoint (`/healthz`, `/readyz`, `/state`).
+    /// Health, readiness, metrics and state endpoint (`/healthz`, `/readyz`, `/metrics` to
+    /// anyone who can reach it; `/state` to loopback peers only).
     #[arg(long, default_value = "0.0.0.0:9746")]
     pub http_address: SocketAddr,
 }

@@ -35,12 +35,12 @@ use super::{
         link_watch::{self, LinkWatch},
         probe::{Answer, Probes},
     },
-    persist::StateDir,
+    persist,
     shutdown::Shutdown,
 };
 use crate::{
     election::{Core, Input, LeaseWriteResult, NodeName, Output},
-    heartbeat::{Identity, Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
+    heartbeat::{Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
     state::{AgentState, OwnedVip, PeerState},
     wire::MacAddr,
 };
@@ -164,13 +164,20 @@ impl Shell {
         ));
         // This node's identity and incarnation live in its state directory, so that a restart
         // keeps its key (peers need not learn a new one, also during an API outage) and its
-        // incarnation never goes backwards, whatever the wall clock does.
-        let state_dir = StateDir::open(ctx.args.state_dir())?;
-        let (identity, created) = Identity::load_or_create(&state_dir.identity_path())?;
-        if created {
-            tracing::info!(path = %state_dir.identity_path().display(), key = %identity.public(), "created this node's heartbeat identity");
+        // incarnation never goes backwards, whatever the wall clock does. A faulty directory
+        // is worked around, never a reason to stop (see `persist`).
+        let state = persist::load(&ctx.args.state_dir(), heartbeat_socket::incarnation_now());
+        for problem in &state.problems {
+            tracing::warn!(problem = problem.label(), "{problem}");
+            ctx.report.recorder.state_dir_problem(problem.label());
+            ctx.kube.events.record_on_node(
+                kube::runtime::events::EventType::Warning,
+                "StateDirectory",
+                &problem.to_string(),
+            );
         }
-        let incarnation = state_dir.next_incarnation(heartbeat_socket::incarnation_now())?;
+        let (identity, incarnation) = (state.identity, state.incarnation);
+        tracing::info!(key = %identity.public(), incarnation, "this node's heartbeat identity");
         let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
         let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
         lease.set_contents(LeaseContents {

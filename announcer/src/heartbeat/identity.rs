@@ -192,7 +192,7 @@ impl Identity {
             Ok(file) => Self::load(path, file).map(|id| (id, false)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let id = Self::generate();
-                id.create(path).map_err(io)?;
+                id.store(path).map_err(io)?;
                 Ok((id, true))
             }
             Err(e) => Err(io(e)),
@@ -231,7 +231,9 @@ impl Identity {
         Ok(Self::from_secret_bytes(bytes))
     }
 
-    fn create(&self, path: &Path) -> io::Result<()> {
+    /// Writes the secret to `path` (mode 0600), replacing any file there, whole or not at all
+    /// (see [`load_or_create`](Self::load_or_create)).
+    pub fn store(&self, path: &Path) -> io::Result<()> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),

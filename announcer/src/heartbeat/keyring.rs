@@ -65,6 +65,11 @@ impl PeerKey {
         tag
     }
 
+    /// The peer's published key.
+    pub(super) fn public(&self) -> PublicKey {
+        self.public
+    }
+
     /// Whether `tag` is the truncated tag of `data`, compared in constant time.
     pub(super) fn verify(&self, data: &[u8], tag: &[u8]) -> bool {
         self.mac

@@ -24,10 +24,11 @@
 //!   fails the tag ([`Reject::BadTag`]), and names it makes up cost the receiver a hash look-up
 //!   and no memory ([`Reject::UnknownSender`]).
 //! - A compromised node can forge only its own heartbeats. It cannot speak as another node,
-//!   even to itself as recipient: the pair (X, Y) key needs X's or Y's secret. Its own beats
-//!   cannot claim an incarnation far in the future to lock its future self out
-//!   ([`Reject::FutureIncarnation`]), which is what `u64::MAX` with `leaving` did in
-//!   version 1 once the cluster-wide key leaked.
+//!   even to itself as recipient: the pair (X, Y) key needs X's or Y's secret. A huge
+//!   incarnation in its own beats (`u64::MAX` with `leaving` locked *every* node out in
+//!   version 1, once the cluster-wide key leaked) now locks out only its own later beats under
+//!   that same key, and only until it gets a new one: replay state belongs to the peer's key
+//!   (see "Replay protection").
 //! - Remaining gap: until an admission policy restricts Lease writes to each node's own Lease,
 //!   a compromised node with its API credentials can rewrite a peer's published key in that
 //!   peer's Lease and then speak as the peer. A key change is never silent:
@@ -59,7 +60,7 @@
 //! | 7          | len  | sender        | a DNS-1123 subdomain                                       |
 //! | s          | 1    | recipient len | 1..=253                                                    |
 //! | s + 1      | len  | recipient     | the one node this datagram is for, a DNS-1123 subdomain    |
-//! | n          | 8    | incarnation   | grows on every agent start (start time, ns since the epoch) |
+//! | n          | 8    | incarnation   | grows on every agent start under one key (a stored counter, see [`crate::agent::persist`]) |
 //! | n + 8      | 8    | sequence      | grows by one per datagram within an incarnation            |
 //! | n + 16     | 8    | timestamp     | sender's wall clock, milliseconds since the Unix epoch     |
 //! | n + 24     | 6    | MAC           | the interface the sender sends from (where to probe it)    |
@@ -86,9 +87,9 @@
 //!
 //! # Replay protection
 //!
-//! A [`Verifier`] remembers, per peer in the keyring, the highest (incarnation, sequence) it
-//! accepted, and accepts only a newer incarnation, or the same incarnation with a higher
-//! sequence. Late, reordered heartbeats are therefore dropped ([`Reject::Replayed`]) rather
+//! A [`Verifier`] remembers, per peer in the keyring *and that peer's current key*, the highest
+//! (incarnation, sequence) it accepted, and accepts only a newer incarnation, or the same
+//! incarnation with a higher sequence. Late, reordered heartbeats are therefore dropped ([`Reject::Replayed`]) rather
 //! than accepted within a window: heartbeats are idempotent statements of current state, so a
 //! late one carries nothing the next one will not, and the simplest rule is the strongest.
 //!
@@ -101,14 +102,36 @@
 //! Lease says. The Lease stays the authority on membership: heartbeats only make failover
 //! fast, they never keep a node whose Lease expired in the cluster.
 //!
-//! Incarnations are the agent's start time in nanoseconds (or a persisted counter, which is
-//! smaller), so they grow across restarts as long as the node's clock does not step back past
-//! the previous start; a sender whose incarnation went backwards is rejected
+//! Incarnations grow on every agent start: the stored counter plus one, or the wall clock in
+//! ns if that is larger ([`crate::agent::persist`]), so they grow across restarts whatever
+//! the clock does. A sender whose incarnation went backwards under the same key is rejected
 //! ([`Reject::OldIncarnation`]) by receivers that remember it, until they
-//! [`forget`](Verifier::forget) it (when its Lease goes). An incarnation more than the maximum
-//! skew ahead of the receiver's clock is rejected ([`Reject::FutureIncarnation`]): no honest
-//! agent can have started in the future, and accepting one would lock the node's real,
-//! later incarnations out.
+//! [`forget`](Verifier::forget) it (when its Lease goes) or it publishes a new key.
+//!
+//! # Why no check of the incarnation against the clock
+//!
+//! Version 1 rejected an incarnation more than the maximum skew ahead of the receiver's clock.
+//! With one cluster-wide key that guarded something: anyone holding the key could send
+//! `u64::MAX` in any node's name and lock that node out for good. With per-node keys only the
+//! node itself can seal its beats, so the check protected nobody else, and it cost an honest
+//! node dearly (issue 25, finding 7): an agent started while its clock ran far ahead stored an
+//! incarnation from that clock, and since the counter only grows, every later run, also after
+//! NTP corrected the clock, was rejected until the real clock caught up (an hour ahead: an
+//! hour unheard, restarts or not). So the incarnation is compared with nothing but the last
+//! one accepted under the same key, and replay protection is unchanged:
+//!
+//! - Under one key, (incarnation, sequence) only grows, whatever its distance from any
+//!   clock: a replayed or older beat is [`Reject::Replayed`] or [`Reject::OldIncarnation`].
+//! - A fresh receiver is protected by the timestamp ([`Reject::ClockSkew`]), which is still
+//!   checked against the receiver's clock: a node whose clock is off is unheard exactly while
+//!   it is off, and heard again as soon as it is corrected, with the incarnation it has.
+//! - A new key (a new identity epoch: the identity file was lost, leaked or replaced) starts
+//!   a new history: the receiver's state for the old key is dropped, so the node may start
+//!   its counter afresh, and no beat sealed under the old key verifies any more
+//!   ([`Reject::BadTag`]), so none can be replayed. The agent uses this to recover when its
+//!   stored counter is lost ([`crate::agent::persist`]). The election core, which ignores a
+//!   peer's incarnations below the last it saw, still sees a later one: the verifier shifts
+//!   the new key's incarnations past the old key's ([`Verified::beat`]).
 
 pub mod identity;
 pub mod keyring;
@@ -282,16 +305,11 @@ pub enum Reject {
     /// Sender and receiver clocks differ by more than the maximum skew.
     #[error("timestamp outside the allowed clock skew")]
     ClockSkew,
-    /// An incarnation (start time in ns) more than the maximum skew ahead of our clock: no
-    /// agent starts in the future, and accepting it would lock the sender's real incarnations
-    /// out.
-    #[error("incarnation in the future")]
-    FutureIncarnation,
 }
 
 impl Reject {
     /// Every reason, in a fixed order (for registering metrics up front).
-    pub const ALL: [Reject; 13] = [
+    pub const ALL: [Reject; 12] = [
         Reject::Truncated,
         Reject::BadMagic,
         Reject::UnsupportedVersion,
@@ -304,7 +322,6 @@ impl Reject {
         Reject::Replayed,
         Reject::OldIncarnation,
         Reject::ClockSkew,
-        Reject::FutureIncarnation,
     ];
 
     /// A short snake_case label for metrics.
@@ -322,7 +339,6 @@ impl Reject {
             Reject::Replayed => "replayed",
             Reject::OldIncarnation => "old_incarnation",
             Reject::ClockSkew => "clock_skew",
-            Reject::FutureIncarnation => "future_incarnation",
         }
     }
 
@@ -366,7 +382,8 @@ impl fmt::Display for Rejected {
             let side = if ms >= 0 { "ahead" } else { "behind" };
             write!(
                 f,
-                " (its clock is {:.1} s {side})",
+                " (its clock is {:.1} s {side}; it is heard again as soon as its clock is \
+                 corrected, without a restart)",
                 ms.unsigned_abs() as f64 / 1000.0
             )?;
         }
@@ -381,6 +398,10 @@ impl std::error::Error for Rejected {}
 pub struct Verified {
     /// What the election core takes ([`crate::election::Input::Heartbeat`]). `acks` and
     /// `hears` hold this node alone or nothing, as the datagram's ACK and HEARS bits say.
+    /// Its `incarnation` is the datagram's, except after the sender's key changed: then it is
+    /// shifted, if need be, past the last one reported under the old key, so that the core
+    /// (which ignores incarnations below the last it saw) takes a new identity epoch that
+    /// counts from a lower value as the new life it is.
     pub beat: Beat,
     /// Its sequence number.
     pub sequence: u64,
@@ -388,13 +409,27 @@ pub struct Verified {
     pub sent_unix_ms: u64,
 }
 
+/// The last accepted heartbeat of one peer.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    /// The key it verified under. State under another key than the peer's current one is not
+    /// replay state any more (a new identity epoch).
+    key: PublicKey,
+    /// Its incarnation and sequence, as sent.
+    incarnation: u64,
+    sequence: u64,
+    /// What this key's incarnations are shifted by in [`Verified`]: 0, or enough to order the
+    /// first incarnation of this key after the last one reported under the previous key.
+    offset: u64,
+}
+
 /// Verifies the heartbeats this node receives, and remembers what it accepted from whom.
 #[derive(Debug)]
 pub struct Verifier {
     own: NodeName,
     max_skew_ms: u64,
-    /// Per keyring peer: the last accepted (incarnation, sequence).
-    seen: HashMap<NodeName, (u64, u64)>,
+    /// Per keyring peer: what its last accepted heartbeat was.
+    seen: HashMap<NodeName, Seen>,
 }
 
 impl Verifier {
@@ -407,8 +442,7 @@ impl Verifier {
         }
     }
 
-    /// Sets the largest accepted difference between a heartbeat's timestamp and now (and how
-    /// far ahead of now an incarnation may be).
+    /// Sets the largest accepted difference between a heartbeat's timestamp and now.
     pub fn with_max_skew(mut self, max_skew: Duration) -> Self {
         self.max_skew_ms = u64::try_from(max_skew.as_millis()).unwrap_or(u64::MAX);
         self
@@ -422,7 +456,7 @@ impl Verifier {
 
     /// The last accepted (incarnation, sequence) of `node`.
     pub fn last_seen(&self, node: &NodeName) -> Option<(u64, u64)> {
-        self.seen.get(node).copied()
+        self.seen.get(node).map(|s| (s.incarnation, s.sequence))
     }
 
     /// Peers with replay state. Never more than the keyring's peers plus those removed from
@@ -434,8 +468,8 @@ impl Verifier {
 
     /// Checks one datagram received at wall-clock time `now_unix_ms`, in this order:
     /// structure; the sender's key in `keyring` (looked up without allocating); the recipient
-    /// is us; the tag; flags; not from ourselves; freshness (clock skew, then the
-    /// incarnation's bound); replay. Only a datagram that passes every check updates the
+    /// is us; the tag; flags; not from ourselves; freshness (clock skew); replay (against the
+    /// state kept for the sender's current key). Only a datagram that passes every check updates the
     /// replay state.
     pub fn open(
         &mut self,
@@ -472,27 +506,40 @@ impl Verifier {
             return Err(named(Reject::ClockSkew, Some(skew)));
         }
         let incarnation = packet.incarnation();
-        let latest_ns = now_unix_ms
-            .saturating_add(self.max_skew_ms)
-            .saturating_mul(1_000_000);
-        if incarnation > latest_ns {
-            return Err(named(Reject::FutureIncarnation, None));
-        }
         let sequence = packet.sequence();
-        if let Some(&(inc, seq)) = self.seen.get(node) {
-            if incarnation < inc {
-                return Err(named(Reject::OldIncarnation, None));
+        let key = peer.public();
+        let offset = match self.seen.get(node) {
+            Some(s) if s.key == key => {
+                if incarnation < s.incarnation {
+                    return Err(named(Reject::OldIncarnation, None));
+                }
+                if incarnation == s.incarnation && sequence <= s.sequence {
+                    return Err(named(Reject::Replayed, None));
+                }
+                s.offset
             }
-            if incarnation == inc && sequence <= seq {
-                return Err(named(Reject::Replayed, None));
+            // A new identity epoch: its counter may start lower, but the election must see a
+            // later incarnation than any of the old key (a new life, not an old one).
+            Some(s) => {
+                let last = s.incarnation.saturating_add(s.offset);
+                (last.saturating_add(1)).saturating_sub(incarnation)
             }
-        }
+            None => 0,
+        };
         if self.seen.len() >= keyring.len() && !self.seen.contains_key(node) {
             // Peers left the keyring without being forgotten: drop their state now, so it
             // stays bounded by the keyring.
             self.seen.retain(|n, _| keyring.contains(n.as_str()));
         }
-        self.seen.insert(node.clone(), (incarnation, sequence));
+        self.seen.insert(
+            node.clone(),
+            Seen {
+                key,
+                incarnation,
+                sequence,
+                offset,
+            },
+        );
         let only_own = |bit| {
             if flags & bit != 0 {
                 vec![self.own.clone()]
@@ -503,7 +550,7 @@ impl Verifier {
         Ok(Verified {
             beat: Beat {
                 node: node.clone(),
-                incarnation,
+                incarnation: incarnation.saturating_add(offset),
                 mac: packet.mac(),
                 leaving: flags & wire::flags::LEAVING != 0,
                 api_ok: flags & wire::flags::API_OK != 0,

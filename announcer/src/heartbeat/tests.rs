@@ -309,28 +309,120 @@ fn a_forged_max_incarnation_leaving_beat_does_not_lock_the_real_node_out() {
     assert!(!real.beat.leaving);
 }
 
+/// Issue 25, finding 7: an agent started while its clock ran an hour ahead counted its
+/// incarnation from that clock, and its stored counter keeps it there across restarts; once
+/// NTP corrects the clock its heartbeats' timestamps are fresh again, and it must be heard.
 #[test]
-fn a_node_cannot_claim_an_incarnation_in_the_future() {
-    // Even a node's own, correctly keyed beat: u64::MAX would lock its later restarts out.
+fn an_agent_whose_incarnation_ran_ahead_of_a_corrected_clock_is_heard() {
+    let hour_ahead = (NOW + 3_600_000) * 1_000_000;
     let mut v = verifier();
-    let mut far = Sealer::new(n("node-a"), u64::MAX).unwrap();
-    let got = open_at_b(&mut v, &a_to_b(&mut far, &beat(), NOW)).unwrap_err();
-    assert_eq!(got.reason, Reject::FutureIncarnation);
-    assert_eq!(got.sender, Some(n("node-a")));
-    assert_eq!(v.tracked(), 0);
-    assert!(open_at_b(&mut v, &a_to_b(&mut sealer(), &beat(), NOW)).is_ok());
+    let mut s = Sealer::new(n("node-a"), hour_ahead).unwrap();
+    let got = open_at_b(&mut v, &a_to_b(&mut s, &beat(), NOW)).unwrap();
+    assert_eq!(got.beat.incarnation, hour_ahead);
+    // Its next run continues the counter, and is heard too.
+    let mut next = Sealer::new(n("node-a"), hour_ahead + 1).unwrap();
+    assert!(open_at_b(&mut v, &a_to_b(&mut next, &beat(), NOW)).is_ok());
+}
+
+/// What the future-incarnation check once prevented, a node locking its own later runs out
+/// with a huge incarnation, is undone by a new identity epoch: replay state belongs to the
+/// peer's key, so under a new key (a wiped or replaced identity) a lower incarnation is heard.
+#[test]
+fn a_node_that_claimed_a_huge_incarnation_is_heard_again_under_a_new_key() {
+    let mut k = ring(b(), &[("node-a", a())]);
+    let mut v = verifier();
+    let mut huge = Sealer::new(n("node-a"), u64::MAX).unwrap();
+    let sealed = huge.seal(&CLUSTER.a, &beat(), &n("node-b"), NOW).unwrap();
+    assert!(v.open(&k, &sealed, NOW).is_ok());
+    // Under the same key a lower incarnation stays rejected: no replay of older runs.
+    let lower = sealer()
+        .seal(&CLUSTER.a, &beat(), &n("node-b"), NOW)
+        .unwrap();
+    assert_eq!(reason(v.open(&k, &lower, NOW)), Reject::OldIncarnation);
+    // node-a gets a new key (a new identity epoch) and starts its counter afresh.
+    let new_a = id(11);
+    assert_eq!(
+        k.set_peer(n("node-a"), new_a.public()),
+        Ok(PeerKeyChange::Changed)
+    );
+    let fresh = sealer()
+        .seal(&ring(new_a, &[("node-b", b())]), &beat(), &n("node-b"), NOW)
+        .unwrap();
+    let got = v.open(&k, &fresh, NOW).unwrap();
+    assert_eq!(
+        v.last_seen(&n("node-a")),
+        Some((INC, 1)),
+        "its own counter, for replay"
+    );
+    // For the election it is not below the huge one (it saturates at the top).
+    assert_eq!(got.beat.incarnation, u64::MAX);
+    // And the old key's beats, the huge one included, are forgeries now.
+    assert_eq!(reason(v.open(&k, &sealed, NOW)), Reject::BadTag);
+}
+
+/// The election core ignores a beat whose incarnation is below the last one it saw from that
+/// node (`election::peer`), whatever the key. A node starting a new identity epoch may count
+/// from a lower value (its counter was lost while its clock had run ahead), so the verifier
+/// orders the new key's incarnations after every one of the old key: the core sees a new life.
+#[test]
+fn a_new_key_with_a_lower_incarnation_is_a_later_incarnation_for_the_election() {
+    let mut k = ring(b(), &[("node-a", a())]);
+    let mut v = verifier();
+    let mut ahead = Sealer::new(n("node-a"), INC + 1_000).unwrap();
+    let old = v
+        .open(
+            &k,
+            &ahead.seal(&CLUSTER.a, &beat(), &n("node-b"), NOW).unwrap(),
+            NOW,
+        )
+        .unwrap();
+    let new_a = id(11);
+    k.set_peer(n("node-a"), new_a.public()).unwrap();
+    let new_ring = ring(new_a, &[("node-b", b())]);
+    let mut restarted = sealer();
+    let first = v
+        .open(
+            &k,
+            &restarted
+                .seal(&new_ring, &beat(), &n("node-b"), NOW)
+                .unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert!(
+        first.beat.incarnation > old.beat.incarnation,
+        "{} <= {}",
+        first.beat.incarnation,
+        old.beat.incarnation
+    );
+    // Within the new epoch, one incarnation stays one (a healed partition is not a restart).
+    let second = v
+        .open(
+            &k,
+            &restarted
+                .seal(&new_ring, &beat(), &n("node-b"), NOW)
+                .unwrap(),
+            NOW,
+        )
+        .unwrap();
+    assert_eq!(second.beat.incarnation, first.beat.incarnation);
 }
 
 #[test]
-fn an_incarnation_up_to_the_max_skew_ahead_is_accepted() {
+fn an_incarnation_of_any_size_is_accepted_while_the_timestamp_is_fresh() {
     let limit = (NOW + 5_000) * 1_000_000;
     let mut v = verifier().with_max_skew(Duration::from_secs(5));
     let mut at_limit = Sealer::new(n("node-a"), limit).unwrap();
     assert!(open_at_b(&mut v, &a_to_b(&mut at_limit, &beat(), NOW)).is_ok());
     let mut past = Sealer::new(n("node-a"), limit + 1).unwrap();
+    assert!(open_at_b(&mut verifier(), &a_to_b(&mut past, &beat(), NOW)).is_ok());
+    // What stays bounded is the timestamp: the same beat sent 5.001 s ahead is refused.
     assert_eq!(
-        reason(open_at_b(&mut verifier(), &a_to_b(&mut past, &beat(), NOW))),
-        Reject::FutureIncarnation
+        reason(open_at_b(
+            &mut verifier(),
+            &a_to_b(&mut past, &beat(), NOW + 5_001)
+        )),
+        Reject::ClockSkew
     );
 }
 
@@ -467,7 +559,8 @@ fn clock_skew_reports_the_sender_and_the_skew() {
     assert_eq!(
         ahead.to_string(),
         "heartbeats from node-a are rejected: timestamp outside the allowed clock skew \
-         (its clock is 10.2 s ahead)"
+         (its clock is 10.2 s ahead; it is heard again as soon as its clock is corrected, \
+         without a restart)"
     );
     let behind = open_at_b(
         &mut verifier(),
@@ -476,7 +569,10 @@ fn clock_skew_reports_the_sender_and_the_skew() {
     .unwrap_err();
     assert_eq!(behind.skew_ms, Some(-61_500));
     assert!(
-        behind.to_string().ends_with("(its clock is 61.5 s behind)"),
+        behind.to_string().ends_with(
+            "(its clock is 61.5 s behind; it is heard again as soon as its clock is corrected, \
+             without a restart)"
+        ),
         "{behind}"
     );
 }

@@ -11,9 +11,11 @@ use std::{
 
 use announcer_tests::{
     cli::Cli,
+    env::ApiKind,
+    env::agent_cmd::AgentCommand,
     env::cluster::{owned_vips, state_at},
-    env::node::wait,
-    netns::{CLIENT_IF, NODE_IF, NODE_MAC, Pair, fmt_mac, require_root},
+    env::node::{Proc, wait},
+    netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Pair, fmt_mac, require_root},
     on_both_api_servers,
     tools::{arping, neigh_flush},
 };
@@ -163,4 +165,144 @@ async fn status_shows_what_the_node_answers_and_who_owns_it(api) {
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }
+}
+
+/// `GET http://{addr}{path}` from inside `ns`: the status code, or `None` if nothing answers.
+fn status_code(ns: &announcer_tests::netns::Netns, addr: &str, path: &str) -> Option<u16> {
+    ns.enter(|| {
+        match ureq::get(&format!("http://{addr}{path}"))
+            .timeout(Duration::from_secs(2))
+            .call()
+        {
+            Ok(r) => Some(r.status()),
+            Err(ureq::Error::Status(code, _)) => Some(code),
+            Err(_) => None,
+        }
+    })
+}
+
+/// Issue 25, finding 8: with host networking the agent's port is the node's, so a Pod, a host
+/// on the segment (here the client namespace) or a connection to a VIP reached `/state`, the
+/// VIP-to-Service map with who is on standby and every peer's heartbeat age. The agent listens
+/// on every address, as the DaemonSet has it: `/state` must answer only on loopback, while
+/// `/metrics` (Prometheus) and the probes (the kubelet, at the node's address) still answer
+/// everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_is_served_on_loopback_only_while_metrics_and_probes_answer_everyone() {
+    require_root();
+    let pair = Pair::new("httpscope");
+    let dir = std::env::temp_dir().join(format!("annhttpscope-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let _api = crate::dataplane::start_node_api(
+        ApiKind::InRepo,
+        "httpscope",
+        &pair.node,
+        &dir,
+        &[VIP4.into()],
+    )
+    .await;
+    let log = dir.join("agent.log");
+    let cmd = AgentCommand::new(
+        "node-a",
+        &dir.join("kubeconfig.node-a"),
+        &dir.join("state-node-a"),
+    )
+    .no_dataplane()
+    .http_address(format!("0.0.0.0:{HTTP}"));
+    let agent = Proc {
+        child: cmd.spawn(Some(&pair.node), &log),
+        log: log.clone(),
+    };
+    let local = format!("127.0.0.1:{HTTP}");
+    wait("the agent to be ready", T, &log, || {
+        status_code(&pair.node, &local, "/readyz") == Some(200)
+    });
+    // On the node, over loopback: what `announcer status` reads.
+    assert_eq!(status_code(&pair.node, &local, "/state"), Some(200));
+    let remote = format!("{NODE_V4}:{HTTP}");
+    // From another host on the segment, and from the node itself at its own address (what a
+    // Pod with host networking, or a connection forwarded from a VIP, looks like).
+    for (who, ns) in [("the client", &pair.client), ("the node", &pair.node)] {
+        assert_eq!(
+            status_code(ns, &remote, "/state"),
+            Some(403),
+            "/state from {who} at {remote}"
+        );
+        for path in ["/metrics", "/healthz", "/readyz"] {
+            assert_eq!(
+                status_code(ns, &remote, path),
+                Some(200),
+                "{path} from {who} at {remote}"
+            );
+        }
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 25, finding 12: an `identity` file a `chmod -R` made world-readable and a corrupt
+/// `incarnation` each stopped the agent at start, and the kubelet restarted it into the same
+/// error. Now it starts, replaces the key (stored 0600: the old one counts as leaked) and
+/// says what it worked around on `/metrics` (and in a `StateDirectory` Event on its Node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_a_leaked_key_and_a_corrupt_incarnation_starts_with_a_new_key() {
+    use std::os::unix::fs::PermissionsExt;
+    require_root();
+    let pair = Pair::new("statedir");
+    let dir = std::env::temp_dir().join(format!("annstatedir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let _api = crate::dataplane::start_node_api(
+        ApiKind::InRepo,
+        "statedir",
+        &pair.node,
+        &dir,
+        &[VIP4.into()],
+    )
+    .await;
+    let state_dir = dir.join("state-node-a");
+    std::fs::create_dir_all(&state_dir).expect("state dir");
+    let identity = state_dir.join("identity");
+    let leaked = [7u8; 32];
+    std::fs::write(&identity, leaked).expect("identity");
+    std::fs::set_permissions(&identity, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(state_dir.join("incarnation"), "garbage\n").expect("incarnation");
+    let log = dir.join("agent.log");
+    let cmd = AgentCommand::new("node-a", &dir.join("kubeconfig.node-a"), &state_dir)
+        .no_dataplane()
+        .http_address(format!("127.0.0.1:{HTTP}"));
+    let agent = Proc {
+        child: cmd.spawn(Some(&pair.node), &log),
+        log: log.clone(),
+    };
+    let local = format!("127.0.0.1:{HTTP}");
+    wait("the agent to be ready", T, &log, || {
+        status_code(&pair.node, &local, "/readyz") == Some(200)
+    });
+    let meta = std::fs::metadata(&identity).expect("identity kept");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_ne!(
+        std::fs::read(&identity).expect("identity"),
+        leaked,
+        "a new key"
+    );
+    let metrics = pair
+        .node
+        .enter(|| {
+            ureq::get(&format!("http://{local}/metrics"))
+                .call()
+                .ok()?
+                .into_string()
+                .ok()
+        })
+        .expect("/metrics answers");
+    for problem in ["identity_leaked", "incarnation_corrupt"] {
+        let series = format!("announcer_state_dir_problems_total{{problem=\"{problem}\"}}");
+        assert_eq!(
+            sample(&metrics, &series),
+            Some(1.0),
+            "{series} in\n{metrics}"
+        );
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
 }

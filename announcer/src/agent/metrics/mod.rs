@@ -81,6 +81,7 @@ pub struct Recorder {
     heartbeats_rejected_from: Family<RejectLabel, Counter>,
     refused: Family<ReasonLabel, Gauge>,
     refused_on_link: Counter,
+    state_dir_problems: Family<ProblemLabel, Counter>,
 }
 
 /// A `reason` label: which rule refused an address.
@@ -88,6 +89,14 @@ pub struct Recorder {
 pub struct ReasonLabel {
     /// [`crate::placement::refusal::Refusal::label`], or `sharing_conflict`.
     pub reason: String,
+}
+
+/// A `problem` label: a state-directory fault worked around
+/// ([`crate::agent::persist::StateProblem::label`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProblemLabel {
+    /// The fault.
+    pub problem: String,
 }
 
 /// A `peer` and `reason` label: authenticated heartbeats rejected (clock skew, replay).
@@ -111,6 +120,7 @@ impl Recorder {
             heartbeats_rejected_from: Family::default(),
             refused: Family::default(),
             refused_on_link: Counter::default(),
+            state_dir_problems: Family::default(),
         }
     }
 
@@ -147,6 +157,14 @@ impl Recorder {
             peer: peer.to_string(),
         };
         self.peer_key_changes.get_or_create(&label).inc();
+    }
+
+    /// A state-directory fault was worked around at start (`problem`: its label).
+    pub fn state_dir_problem(&self, problem: &str) {
+        let label = ProblemLabel {
+            problem: problem.to_owned(),
+        };
+        self.state_dir_problems.get_or_create(&label).inc();
     }
 
     /// An authenticated heartbeat from `peer` was rejected for `reason`.
@@ -308,6 +326,11 @@ impl Metrics {
             "announcer_addresses_refused_on_link",
             "Addresses this node refused to announce because they are the network or broadcast address of the link it would announce them on",
             recorder.refused_on_link.clone(),
+        );
+        registry.register(
+            "announcer_state_dir_problems",
+            "State-directory faults worked around at start, by problem (identity_leaked, incarnation_corrupt, ...; see the StateDirectory Event)",
+            recorder.state_dir_problems.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

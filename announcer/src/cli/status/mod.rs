@@ -32,7 +32,8 @@ use crate::{
     state::{AgentState, PeerState},
 };
 
-/// Where the agent serves `/state` by default (its `--http-address`).
+/// Where the agent serves `/state` by default (its `--http-address`; `/state` answers loopback
+/// only, see the agent's `http` module).
 pub const DEFAULT_AGENT: &str = "http://127.0.0.1:9746";
 
 /// `announcer status`' flags.
@@ -46,7 +47,8 @@ pub struct StatusArgs {
     pub json: bool,
     /// The agent's HTTP address. Without it the default (http://127.0.0.1:9746) is asked
     /// and an unreachable agent is only reported; given, an unreachable agent also makes
-    /// the command exit 69 (after printing what the maps say).
+    /// the command exit 69 (after printing what the maps say). The agent serves `/state` on
+    /// loopback only: run this on the node, or through `kubectl port-forward`.
     #[arg(long, env = "ANNOUNCER_AGENT")]
     pub agent: Option<String>,
     /// Do not ask the agent: the data plane only.
@@ -220,7 +222,14 @@ pub fn fetch_agent(base: &str) -> Result<AgentState, String> {
     let body = ureq::get(&url)
         .timeout(AGENT_TIMEOUT)
         .call()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| match e {
+            // The agent says why (e.g. 403: `/state` is served on loopback only).
+            ureq::Error::Status(code, r) => {
+                let why = r.into_string().unwrap_or_default();
+                format!("{url}: status code {code}: {}", why.trim())
+            }
+            e => e.to_string(),
+        })?
         .into_string()
         .map_err(|e| format!("reading the answer: {e}"))?;
     serde_json::from_str(&body).map_err(|e| format!("not an agent's /state: {e}"))

@@ -276,3 +276,27 @@ fn a_long_ipv6_vip_widens_its_column_and_every_row_stays_in_line() {
         }
     }
 }
+
+/// An agent that refuses `/state` (asked from off the node: it serves it on loopback only)
+/// says why, and the CLI passes that on instead of a bare status code.
+#[test]
+fn a_refused_state_request_says_why() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = conn.read(&mut buf);
+        let body = "/state is served on loopback only: run `announcer status` on the node\n";
+        let _ = write!(
+            conn,
+            "HTTP/1.1 403 Forbidden\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let err = fetch_agent(&format!("http://{addr}")).unwrap_err();
+    server.join().unwrap();
+    assert!(err.contains("403"), "{err}");
+    assert!(err.contains("loopback only"), "{err}");
+}
