@@ -20,7 +20,6 @@
 
 pub mod config;
 pub mod http;
-pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod net;
@@ -52,6 +51,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AgentError> {
     args.validate()?;
+    if args.allocator_settings {
+        // Issue 25: the allocator left the agents (it is the announcer-allocator Deployment).
+        tracing::warn!(
+            "the agent no longer allocates addresses: the allocator: section, --no-allocator and \
+             --allocate-classless are ignored; the announcer-allocator Deployment (`announcer \
+             allocator`, flags --classless/--class-only) does it (docs/install.md, upgrade notes)"
+        );
+    }
     let selection = context::selection_from(&args)?;
     let client = kube::client(args.kubeconfig.as_deref())
         .await
@@ -87,17 +94,6 @@ pub async fn run(
         stop.clone(),
     );
     metrics.sources().set_watches(watches.counters.clone());
-    // The address allocator: idle without AddressPools; ends on stop (giving its Lease up).
-    let allocator = (!args.no_allocator).then(|| {
-        tokio::spawn(ipam::run(
-            client.clone(),
-            ipam::AllocatorConfig::from_args(&args),
-            watches.services.clone(),
-            watches.pools.clone(),
-            watches.changed.clone(),
-            stop.clone(),
-        ))
-    });
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
@@ -153,10 +149,5 @@ pub async fn run(
         Err(e) => Err(e),
     };
     stop_trigger.fire();
-    // Let the allocator release its Lease, so another node takes over without waiting for it
-    // to expire; never hold the exit up for long.
-    if let Some(a) = allocator {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), a).await;
-    }
     result
 }

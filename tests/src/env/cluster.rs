@@ -37,6 +37,7 @@ use crate::{
     env::{
         ApiKind,
         agent_cmd::AgentCommand,
+        allocator_cmd::AllocatorCommand,
         kube::{KubeControlPlane, KubeOptions},
         process::{Guarded, free_port},
     },
@@ -57,6 +58,14 @@ pub struct Agent {
     cmd: AgentCommand,
 }
 
+/// One `announcer allocator` process (a replica of the `announcer-allocator` Deployment).
+pub struct Allocator {
+    child: Guarded,
+    /// Its log file.
+    pub log: PathBuf,
+    cmd: AllocatorCommand,
+}
+
 /// The API server a world runs against.
 pub enum Backend {
     /// The in-repo API server.
@@ -72,6 +81,8 @@ pub struct Cluster {
     pub client: Client,
     dir: PathBuf,
     agents: BTreeMap<String, Agent>,
+    /// The allocator replicas, by identity (their Pod's name on a real control plane).
+    allocators: BTreeMap<String, Allocator>,
     /// Reach a real API server through a counting relay per agent ([`Cluster::relay_agents`]).
     relayed: bool,
     relays: BTreeMap<String, relay::Relay>,
@@ -126,6 +137,7 @@ impl Cluster {
             client,
             dir,
             agents: BTreeMap::new(),
+            allocators: BTreeMap::new(),
             relayed: false,
             relays: BTreeMap::new(),
         }
@@ -509,6 +521,87 @@ impl Cluster {
         None
     }
 
+    /// Starts the allocator Deployment's `n` replicas, each with `extra` (e.g. `--classless`);
+    /// returns their identities. On a real control plane these are the Deployment's Pods
+    /// (`deploy/allocator.yaml`, bound by the scheduler), each run with a token of the
+    /// `announcer-allocator` ServiceAccount bound to its Pod, as the kubelet would project it;
+    /// on the in-repo server, `allocator-0`, `allocator-1`, ... with tokens of those names.
+    pub fn start_allocators(&mut self, n: usize, extra: &[&str]) -> Vec<String> {
+        let ids: Vec<String> = match &self.backend {
+            Backend::InRepo(api) => (0..n)
+                .map(|i| {
+                    let id = format!("allocator-{i}");
+                    let kc = self.dir.join(format!("kubeconfig.{id}"));
+                    api.write_kubeconfig(&kc, &id).expect("kubeconfig");
+                    id
+                })
+                .collect(),
+            Backend::Kube(cp) => {
+                let (client, ca, url, dir) =
+                    (cp.client(), cp.ca_cert().to_owned(), cp.url(), self.dir.clone());
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(async move {
+                        crate::env::kube::write_allocator_kubeconfigs(client, &ca, &url, &dir, n)
+                            .await
+                    })
+                })
+                .unwrap_or_else(|e| panic!("kubeconfigs for the allocator Pods: {e}"))
+            }
+        };
+        for id in &ids {
+            let kc = self.dir.join(format!("kubeconfig.{id}"));
+            let cmd = AllocatorCommand::new(id, &kc).extra(extra);
+            self.spawn_allocator(cmd);
+        }
+        ids
+    }
+
+    fn spawn_allocator(&mut self, cmd: AllocatorCommand) {
+        let id = cmd.identity().to_owned();
+        let log = self.dir.join(format!("allocator-{id}.log"));
+        let child = cmd.spawn(None, &log);
+        self.allocators
+            .insert(id, Allocator { child, log, cmd });
+    }
+
+    /// Restarts allocator `id` with the arguments it had (after [`Self::kill_allocator`]).
+    pub fn restart_allocator(&mut self, id: &str) {
+        let a = self.allocators.remove(id).expect("known allocator");
+        self.spawn_allocator(a.cmd);
+    }
+
+    /// Sends `signal` to allocator `id`.
+    pub fn signal_allocator(&self, id: &str, signal: i32) {
+        self.allocators[id].child.signal(signal);
+    }
+
+    /// SIGKILLs allocator `id` and reaps it.
+    pub fn kill_allocator(&mut self, id: &str) {
+        self.allocators
+            .get_mut(id)
+            .expect("known allocator")
+            .child
+            .kill();
+    }
+
+    /// Waits up to `timeout` for allocator `id` to exit; its exit code.
+    pub fn wait_allocator_exit(&mut self, id: &str, timeout: Duration) -> Option<i32> {
+        let end = Instant::now() + timeout;
+        let a = self.allocators.get_mut(id).expect("known allocator");
+        while Instant::now() < end {
+            if let Some(s) = a.child.try_wait().expect("try_wait") {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// The allocator replicas' identities.
+    pub fn allocators(&self) -> Vec<String> {
+        self.allocators.keys().cloned().collect()
+    }
+
     /// `node`'s `/state`, if it answers.
     pub fn state(&self, node: &str) -> Option<Value> {
         state_at(self.agents.get(node)?.http)
@@ -679,6 +772,15 @@ impl Cluster {
                 out.push('\n');
             }
         }
+        for (n, a) in &self.allocators {
+            let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("--- allocator {n} ({})\n", a.log.display());
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out += l;
+                out.push('\n');
+            }
+        }
         out
     }
 
@@ -769,6 +871,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Guarded children: dropping them SIGKILLs and reaps them.
         self.agents.clear();
+        self.allocators.clear();
         self.relays.clear();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
