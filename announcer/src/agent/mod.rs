@@ -14,10 +14,12 @@
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
 //! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
 //!   [`published`]) and `/metrics`;
+//! * [`admission`]: the start-up check that the admission policy is in force;
 //! * [`config`] (flags and file) and [`persist`] (the state directory: identity, incarnation);
 //! * [`AgentError`]: why the agent could not start or had to stop (the CLI maps it to an exit
 //!   code).
 
+pub mod admission;
 pub mod config;
 pub mod http;
 pub mod kube;
@@ -84,6 +86,12 @@ pub async fn run(
                 tracing::error!(%addr, error = %e, "health endpoint failed");
             }
         });
+    }
+    // The admission policy must be in force before this node's credentials write anything
+    // (the HTTP server is up meanwhile: /readyz says not ready while the API is unreachable).
+    if let Err(e) = admission::require_policy(&client, &args.namespace, term.clone()).await {
+        stop_trigger.fire();
+        return Err(e.into());
     }
     // Node Leases (the lease-per-service mode has none, so its watch stays empty).
     let lease_selector = node_lease::selector();

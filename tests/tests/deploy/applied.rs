@@ -329,3 +329,60 @@ async fn the_allocator_writes_only_its_own_lease_in_its_own_name() {
         "forbidden: {err}"
     );
 }
+
+/// Kubernetes without the admission policy is unsupported: an agent that finds it absent (its
+/// probe, a dry run the policy must deny, is accepted) refuses to start, saying why, with
+/// EX_CONFIG; it never runs with credentials nothing confines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_refuses_to_start_without_the_admission_policy() {
+    use announcer_tests::env::{ApiKind, cluster::Cluster};
+    let mut c = Cluster::start_on(ApiKind::Kube, "no-policy").await;
+    c.add_node("node-a", &[], true).await;
+    {
+        let cp = c.kube().expect("real");
+        cp.kubectl(&[
+            "delete",
+            "validatingadmissionpolicybinding",
+            "announcer-agent-leases",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        // Until kube-apiserver has unloaded it.
+        let probe = cp.dir().join("probe.yaml");
+        std::fs::write(
+            &probe,
+            format!(
+                "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: x-probe\n  \
+                 namespace: {NAMESPACE}\n"
+            ),
+        )
+        .expect("write");
+        let as_agent = format!("--as={}", announcer_tests::env::kube::agent_user());
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        while cp
+            .kubectl(&[
+                "create",
+                "--dry-run=server",
+                &as_agent,
+                "--as-group=system:serviceaccounts",
+                "-f",
+                probe.to_str().expect("utf-8"),
+            ])
+            .is_err()
+        {
+            assert!(std::time::Instant::now() < end, "the policy stays in force");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    c.start_agent("node-a", &[]);
+    let code = c.wait_exit("node-a", Duration::from_secs(60));
+    let log = std::fs::read_to_string(&c.agent("node-a").expect("started").log).unwrap_or_default();
+    assert_eq!(
+        code,
+        Some(78),
+        "the agent refuses to start (EX_CONFIG) without the policy\n{log}"
+    );
+    assert!(
+        log.contains("the admission policy announcer-agent-leases is not in force"),
+        "and says why: {log}"
+    );
+}
