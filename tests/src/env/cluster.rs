@@ -103,6 +103,23 @@ impl Cluster {
         Self::start_on(ApiKind::InRepo, name).await
     }
 
+    /// Starts a real control plane with the kustomization in `dir` applied instead of
+    /// `deploy/` (e.g. an older release's manifests, to test an upgrade).
+    pub async fn start_with_kustomization(name: &str, dir: &std::path::Path) -> Cluster {
+        let cp = KubeControlPlane::start(KubeOptions {
+            tag: name.into(),
+            apply_deploy: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+        cp.apply_kustomization(dir)
+            .await
+            .unwrap_or_else(|e| panic!("apply {}: {e}", dir.display()));
+        let client = cp.client();
+        Self::with_backend(Backend::Kube(Box::new(cp)), client, name, ApiKind::Kube)
+    }
+
     /// Starts the API server of `kind`: the in-repo one (1 s bookmarks), or a real control
     /// plane with `deploy/` applied.
     pub async fn start_on(kind: ApiKind, name: &str) -> Cluster {
@@ -128,6 +145,10 @@ impl Cluster {
                 (Backend::Kube(Box::new(cp)), client)
             }
         };
+        Self::with_backend(backend, client, name, kind)
+    }
+
+    fn with_backend(backend: Backend, client: Client, name: &str, kind: ApiKind) -> Cluster {
         let dir =
             std::env::temp_dir().join(format!("anncluster-{}-{name}-{kind}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -437,6 +458,12 @@ impl Cluster {
     /// `state-<node>` in the cluster's scratch directory, kept across restarts as a hostPath
     /// keeps it on a node.
     pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
+        let (http, heartbeat, cmd) = self.agent_command(node, extra);
+        self.spawn(node, http, heartbeat, cmd);
+    }
+
+    /// The command [`Self::start_agent`] runs (its kubeconfig written), with its ports.
+    fn agent_command(&mut self, node: &str, extra: &[&str]) -> (u16, u16, AgentCommand) {
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
         let state = self.dir.join(format!("state-{node}"));
         let server = match self.kind() {
@@ -474,7 +501,7 @@ impl Cluster {
             .copied()
             .filter(|a| *a != "--dataplane" && *a != "--no-heartbeat-address")
             .collect();
-        self.spawn(node, http, heartbeat, cmd.extra(&extra));
+        (http, heartbeat, cmd.extra(&extra))
     }
 
     fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, cmd: AgentCommand) {
@@ -490,6 +517,24 @@ impl Cluster {
                 cmd,
             },
         );
+    }
+
+    /// Replaces `node`'s agent (stopped: [`Self::kill`] or SIGTERM) by `binary` with the
+    /// arguments it had (`None`: the `announcer` under test), as a rolling update does.
+    pub fn restart_as(&mut self, node: &str, binary: Option<&std::path::Path>) {
+        let a = self.agents.remove(node).expect("known agent");
+        let mut cmd = a.cmd;
+        cmd = match binary {
+            Some(b) => cmd.binary(b),
+            None => cmd.binary(&crate::cli::announcer_bin()),
+        };
+        self.spawn(node, a.http, a.heartbeat, cmd);
+    }
+
+    /// Starts `node`'s agent from `binary` (an older release), like [`Self::start_agent`].
+    pub fn start_agent_from(&mut self, node: &str, binary: &std::path::Path, extra: &[&str]) {
+        let (http, heartbeat, cmd) = self.agent_command(node, extra);
+        self.spawn(node, http, heartbeat, cmd.binary(binary));
     }
 
     /// Restarts `node`'s agent with the arguments it had (after [`Self::kill`]).

@@ -25,6 +25,7 @@ mod applied;
 mod metallb;
 mod rbac;
 mod rbac_removed;
+mod upgrade;
 
 use std::{
     path::{Path, PathBuf},
