@@ -71,7 +71,9 @@ async fn update(
 }
 
 async fn agent_client(cp: &KubeControlPlane, node: &str) -> kube::Client {
-    let path = cp.dir().join(format!("agent-{node}.kubeconfig"));
+    // (A file name holds 255 bytes; node names up to 253.)
+    let short: String = node.chars().take(60).collect();
+    let path = cp.dir().join(format!("agent-{short}.kubeconfig"));
     cp.write_agent_kubeconfig(node, &cp.url(), &path)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -384,5 +386,53 @@ async fn an_agent_refuses_to_start_without_the_admission_policy() {
     assert!(
         log.contains("the admission policy announcer-agent-leases is not in force"),
         "and says why: {log}"
+    );
+}
+
+/// Finding 9 of issue 25: the allocator's Lease is not the agents' any more (before, any agent
+/// could take it for itself and, holding it, write every Service's addresses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_agent_can_take_the_allocator_lease() {
+    let cp = applied("agent-allocator-lease", &["node-a"]).await;
+    let a = agent_client(&cp, "node-a").await;
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "announcer-allocator"},
+        "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 15},
+    }))
+    .expect("a valid Lease");
+    let err = Api::<Lease>::namespaced(a, NAMESPACE)
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect_err("the agent of node-a must not take the allocator's Lease");
+    assert!(
+        err.to_string()
+            .contains("writes only announcer-node-* and announcer-svc-*"),
+        "denied by the policy: {err}"
+    );
+}
+
+/// Finding 9: a node name over 238 characters gets a hashed Lease name, which CEL cannot
+/// recompute, so the policy could only check the holder and such a node could squat another
+/// node's Lease name. Such nodes are refused outright.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_of_a_node_named_over_238_characters_writes_no_lease() {
+    let long = format!("node-{}", "x".repeat(240));
+    let cp = applied("long-node-name", &[long.as_str()]).await;
+    let a = agent_client(&cp, &long).await;
+    // The hashed name such an agent would use (any name the policy cannot tie to the node).
+    let lease: Lease = serde_json::from_value(json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "announcer-node-node-squatted-0123456789"},
+        "spec": {"holderIdentity": long, "leaseDurationSeconds": 10},
+    }))
+    .expect("a valid Lease");
+    let err = Api::<Lease>::namespaced(a, NAMESPACE)
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect_err("an agent on a node named over 238 characters must not write a Lease");
+    assert!(
+        err.to_string().contains("longer than 238 characters"),
+        "denied by the policy: {err}"
     );
 }
