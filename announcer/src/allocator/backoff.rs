@@ -85,7 +85,10 @@ mod tests {
         for n in 1..=12 {
             for _ in 0..50 {
                 let w = wait(n, &mut rng);
-                assert!(w >= step / 2 && w < step, "failure {n}: {w:?} for step {step:?}");
+                assert!(
+                    w >= step / 2 && w < step,
+                    "failure {n}: {w:?} for step {step:?}"
+                );
             }
             step = (step * 2).min(CAP);
         }
@@ -111,7 +114,11 @@ mod tests {
         assert!(first >= now + FIRST / 2 && first < now + FIRST);
         b.failed(&"a", first);
         let second = b.next_due().expect("still waiting");
-        assert!(second - first >= FIRST, "the second wait is longer: {:?}", second - first);
+        assert!(
+            second - first >= FIRST,
+            "the second wait is longer: {:?}",
+            second - first
+        );
         b.succeeded(&"a");
         assert!(b.due(&"a", second) && b.next_due().is_none());
     }

@@ -2,7 +2,6 @@
 //! and while holding it write what [`crate::ipam::plan`] computes (see the module docs of
 //! [`super`] for why it is shaped this way).
 
-
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     net::IpAddr,
@@ -364,7 +363,10 @@ impl Leader {
 
     /// When the earliest failed write may be tried again.
     fn next_retry(&self) -> Option<Instant> {
-        match (self.service_backoff.next_due(), self.pool_backoff.next_due()) {
+        match (
+            self.service_backoff.next_due(),
+            self.pool_backoff.next_due(),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

@@ -33,8 +33,8 @@
 //!   not on every recompute.
 
 pub mod backoff;
-pub mod lease;
 mod leader;
+pub mod lease;
 
 use std::{future::Future, path::PathBuf};
 
@@ -142,7 +142,9 @@ where
         let mut stream = std::pin::pin!(stream);
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                Ok(
+                    watcher::Event::InitDone | watcher::Event::Apply(_) | watcher::Event::Delete(_),
+                ) => {
                     changed.send_modify(|g| *g = g.wrapping_add(1));
                 }
                 Ok(_) => {}

@@ -582,8 +582,12 @@ impl Cluster {
                 })
                 .collect(),
             Backend::Kube(cp) => {
-                let (client, ca, url, dir) =
-                    (cp.client(), cp.ca_cert().to_owned(), cp.url(), self.dir.clone());
+                let (client, ca, url, dir) = (
+                    cp.client(),
+                    cp.ca_cert().to_owned(),
+                    cp.url(),
+                    self.dir.clone(),
+                );
                 tokio::task::block_in_place(|| {
                     tokio::runtime::Handle::current().block_on(async move {
                         crate::env::kube::write_allocator_kubeconfigs(client, &ca, &url, &dir, n)
@@ -605,8 +609,7 @@ impl Cluster {
         let id = cmd.identity().to_owned();
         let log = self.dir.join(format!("allocator-{id}.log"));
         let child = cmd.spawn(None, &log);
-        self.allocators
-            .insert(id, Allocator { child, log, cmd });
+        self.allocators.insert(id, Allocator { child, log, cmd });
     }
 
     /// Restarts allocator `id` with the arguments it had (after [`Self::kill_allocator`]).

@@ -383,7 +383,10 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
     let at_kill = addresses(&c).await;
     check(&at_kill);
     let with = at_kill.values().filter(|i| !i.is_empty()).count();
-    eprintln!("killed {first} with {with} of {} Services addressed", at_kill.len());
+    eprintln!(
+        "killed {first} with {with} of {} Services addressed",
+        at_kill.len()
+    );
     assert!(
         with > 0 && with < MANY,
         "the kill came mid-allocation: {with} of {MANY} Services had an address at the kill"
@@ -597,7 +600,11 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
         {
             break h;
         }
-        assert!(Instant::now() < end, "no allocation started\n{}", c.log_tails());
+        assert!(
+            Instant::now() < end,
+            "no allocation started\n{}",
+            c.log_tails()
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     c.signal_allocator(&first, libc::SIGSTOP);
@@ -615,7 +622,13 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
         || async { allocator_holder(&c).await.is_some_and(|h| h != first) },
     )
     .await;
-    until(&c, "every Service has an address from the new allocator", T, || all_have_one(&c)).await;
+    until(
+        &c,
+        "every Service has an address from the new allocator",
+        T,
+        || all_have_one(&c),
+    )
+    .await;
     let before = status_patches_by(&c, &first);
     c.signal_allocator(&first, libc::SIGCONT);
     // Long enough for the resumed allocator to run every timer it missed, and to try again.

@@ -156,7 +156,9 @@ async fn service_with_address(cp: &KubeControlPlane, name: &str, ip: &str) {
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}})),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": ip, "ipMode": "VIP"}]}}}),
+            ),
         )
         .await
         .expect("the admin writes the address");
@@ -192,7 +194,10 @@ async fn the_agent_of_node_a_cannot_change_a_service_s_addresses() {
             json!({"status": {"loadBalancer": {"ingress": [
                 {"ip": "10.0.77.1", "ipMode": "VIP"}, {"ip": "10.78.0.254", "ipMode": "VIP"}]}}}),
         ),
-        ("clear the ingress", json!({"status": {"loadBalancer": {"ingress": null}}})),
+        (
+            "clear the ingress",
+            json!({"status": {"loadBalancer": {"ingress": null}}}),
+        ),
         (
             "add another condition",
             json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Forged",

@@ -573,7 +573,9 @@ fn the_allocator_deployment_runs_with_no_privilege() {
     );
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert!(
-        pod["volumes"].as_array().is_none_or(|v| v.iter().all(|v| v["hostPath"].is_null())),
+        pod["volumes"]
+            .as_array()
+            .is_none_or(|v| v.iter().all(|v| v["hostPath"].is_null())),
         "no host path"
     );
     let containers = pod["containers"].as_array().expect("containers");
@@ -590,8 +592,10 @@ fn the_allocator_deployment_runs_with_no_privilege() {
     // Its identity is its Pod's name: the admission policy matches the Lease holder against
     // the token's pod-name claim.
     let env = c["env"].as_array().expect("env");
-    assert!(env.iter().any(|e| e["name"] == "POD_NAME"
-        && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"));
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name")
+    );
     // The flags parse as `announcer allocator` parses them.
     let args: Vec<&str> = c["args"]
         .as_array()

@@ -136,8 +136,14 @@ fn used_by(c: &Cluster, account: Account, clients: &[String]) -> BTreeSet<Use> {
         account.file()
     );
     let claim_ok = |r: &announcer_tests::env::kube::AuditRecord| match account {
-        Account::Agents => r.node.as_deref().is_some_and(|n| clients.iter().any(|c| c == n)),
-        Account::Allocator => r.pod.as_deref().is_some_and(|p| clients.iter().any(|c| c == p)),
+        Account::Agents => r
+            .node
+            .as_deref()
+            .is_some_and(|n| clients.iter().any(|c| c == n)),
+        Account::Allocator => r
+            .pod
+            .as_deref()
+            .is_some_and(|p| clients.iter().any(|c| c == p)),
     };
     assert!(
         records.iter().all(claim_ok),
@@ -300,11 +306,16 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> Used {
             .create(&Default::default(), &svc)
             .await
             .expect("create outside");
-        c.wait_for_event("apps", "the allocator's Warning on outside", T, |e: &Event| {
-            e.type_.as_deref() == Some("Warning")
-                && e.reporting_controller.as_deref() == Some("announcer.dev/allocator")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("outside")
-        })
+        c.wait_for_event(
+            "apps",
+            "the allocator's Warning on outside",
+            T,
+            |e: &Event| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reporting_controller.as_deref() == Some("announcer.dev/allocator")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("outside")
+            },
+        )
         .await;
         // And it renews its Lease (every 5 s while active).
         let leases = Api::<Lease>::namespaced(c.client.clone(), NAMESPACE);
@@ -476,7 +487,11 @@ fn check(account: Account, used: &BTreeSet<Use>) {
 fn a_grant_wider_than_intended_fails_the_scope_check() {
     // The check itself: the allocator's Lease grant without its resourceNames, or the agents'
     // Leases cluster-wide, are not what the install means.
-    let g = ("coordination.k8s.io".to_owned(), "leases".to_owned(), "update".to_owned());
+    let g = (
+        "coordination.k8s.io".to_owned(),
+        "leases".to_owned(),
+        "update".to_owned(),
+    );
     let wide = Scope {
         namespace: Some(NAMESPACE.to_owned()),
         names: None,
@@ -490,7 +505,11 @@ fn a_grant_wider_than_intended_fails_the_scope_check() {
     let named = intended_scope(Account::Allocator, &g);
     assert!(within(&named, Some(NAMESPACE), Some("announcer-allocator")));
     assert!(!within(&named, Some(NAMESPACE), Some("announcer-node-a")));
-    assert!(!within(&named, Some("default"), Some("announcer-allocator")));
+    assert!(!within(
+        &named,
+        Some("default"),
+        Some("announcer-allocator")
+    ));
 }
 
 announcer_tests::on_both_api_servers! {

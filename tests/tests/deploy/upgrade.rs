@@ -166,7 +166,11 @@ async fn rolling_to_the_allocator_deployment_while_services_are_created_shares_a
     // The old agents allocate the first ones.
     let end = Instant::now() + T;
     while addresses(&api).await.values().all(Vec::is_empty) {
-        assert!(Instant::now() < end, "the old agents allocate nothing\n{}", c.log_tails());
+        assert!(
+            Instant::now() < end,
+            "the old agents allocate nothing\n{}",
+            c.log_tails()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // The roll: today's manifests, the allocator Deployment's replicas, then each node's
@@ -179,7 +183,11 @@ async fn rolling_to_the_allocator_deployment_while_services_are_created_shares_a
     c.start_allocators(2, &[]);
     for n in NODES {
         c.signal(n, libc::SIGTERM);
-        assert_eq!(c.wait_exit(n, T), Some(0), "the old agent of {n} exits cleanly");
+        assert_eq!(
+            c.wait_exit(n, T),
+            Some(0),
+            "the old agent of {n} exits cleanly"
+        );
         c.restart_as(n, None);
         c.wait_ready(T).await;
     }
@@ -202,6 +210,9 @@ async fn rolling_to_the_allocator_deployment_while_services_are_created_shares_a
     let samples = sampler.await.expect("sampler");
     let v = violations.lock().expect("lock").clone();
     eprintln!("{samples} samples over the roll");
-    assert!(v.is_empty(), "an address on two Services during the roll: {v:?}");
+    assert!(
+        v.is_empty(),
+        "an address on two Services during the roll: {v:?}"
+    );
     let _ = std::fs::remove_dir_all(&scratch);
 }

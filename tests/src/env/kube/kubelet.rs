@@ -106,7 +106,8 @@ impl Kubelets {
         let host: String = name.chars().take(63).collect();
         all.insert(
             "kubernetes.io/hostname".into(),
-            host.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()).into(),
+            host.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                .into(),
         );
         all.insert("kubernetes.io/os".into(), "linux".into());
         for (k, v) in labels {

@@ -735,24 +735,32 @@ pub async fn agent_pod(client: Client, node: &str, timeout: Duration) -> Result<
 }
 
 /// The allocator Deployment's Pods, once the scheduler has bound `n` of them (sorted by name).
-pub async fn allocator_pods(client: Client, n: usize, timeout: Duration) -> Result<Vec<Pod>, KubeError> {
+pub async fn allocator_pods(
+    client: Client,
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Pod>, KubeError> {
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     let lp = ListParams::default()
         .labels("app.kubernetes.io/name=announcer,app.kubernetes.io/component=allocator");
-    poll(timeout, &format!("{n} allocator Pods bound to nodes"), || {
-        let (pods, lp) = (pods.clone(), lp.clone());
-        async move {
-            let list = pods.list(&lp).await.ok()?;
-            let mut bound: Vec<Pod> = list
-                .items
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
-                .collect();
-            bound.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-            (bound.len() >= n).then_some(bound)
-        }
-    })
+    poll(
+        timeout,
+        &format!("{n} allocator Pods bound to nodes"),
+        || {
+            let (pods, lp) = (pods.clone(), lp.clone());
+            async move {
+                let list = pods.list(&lp).await.ok()?;
+                let mut bound: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                    .collect();
+                bound.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                (bound.len() >= n).then_some(bound)
+            }
+        },
+    )
     .await
 }
 

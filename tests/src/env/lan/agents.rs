@@ -19,8 +19,8 @@ use std::{
 use super::Testbed;
 use crate::{
     apiserver::kubeconfig_yaml,
-    env::{agent_cmd::AgentCommand, allocator_cmd::AllocatorCommand},
     env::process::{Guarded, exit_code},
+    env::{agent_cmd::AgentCommand, allocator_cmd::AllocatorCommand},
 };
 
 /// The agents' `/state` port inside their namespaces.
