@@ -33,4 +33,6 @@ pub mod state;
 
 pub mod agent;
 
+pub mod allocator;
+
 pub mod cli;

@@ -60,17 +60,32 @@ const ANNOUNCER: Rules = Rules {
                 "ebpf",
             ],
         ),
+        // The allocator (`announcer allocator`): the rules of `ipam`, and of the agent only
+        // its shutdown signal and its API client.
+        ("allocator", &["ipam", "agent"]),
         (
             "cli",
-            &["dataplane", "ipam", "placement", "state", "agent", "ebpf"],
+            &[
+                "dataplane",
+                "ipam",
+                "placement",
+                "state",
+                "agent",
+                "allocator",
+                "ebpf",
+            ],
         ),
     ],
-    // What the CLI may name in `agent`: its entry point, its error and its flags.
-    entry_points: &[("cli", "agent", &["run", "AgentError", "config"])],
+    // What the CLI may name in `agent`: its entry point, its error and its flags; what the
+    // allocator may name there: the shutdown signal and the client.
+    entry_points: &[
+        ("cli", "agent", &["run", "AgentError", "config"]),
+        ("allocator", "agent", &["shutdown", "kube"]),
+    ],
     // The shared wire and map types of `announcer-ebpf`, re-exported at the crate root.
     root_aliases: &[("maps", "ebpf"), ("wire", "ebpf")],
     other_crates: |rel| rel == Path::new("main.rs"),
-    order: "data plane ← protocols ← state ← agent ← CLI",
+    order: "data plane ← protocols ← state ← agent ← allocator ← CLI",
 };
 
 /// The building blocks of `tests/src`: what every world and benchmark may use.

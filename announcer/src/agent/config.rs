@@ -162,14 +162,16 @@ pub struct AgentFlags {
     /// of our class. Set it when another load balancer (MetalLB) serves class-less Services.
     #[arg(long)]
     pub class_only: bool,
-    /// Do not run the address allocator in this agent (one agent in the cluster allocates at a
-    /// time, through the `announcer-allocator` Lease; with no `AddressPool` it does nothing).
-    #[arg(long)]
-    pub no_allocator: bool,
-    /// The allocator also assigns addresses to class-less LoadBalancer Services (by default
-    /// only to Services of our class). Ignored with `--class-only`.
-    #[arg(long)]
-    pub allocate_classless: bool,
+    /// Deprecated, ignored with a warning: the allocator left the agents (issue 25); it is the
+    /// `announcer-allocator` Deployment. Set by `--no-allocator`, `--allocate-classless` or the
+    /// file's `allocator:` section, all accepted so an old DaemonSet or ConfigMap still starts.
+    #[arg(
+        long = "no-allocator",
+        alias = "allocate-classless",
+        hide = true,
+        action = clap::ArgAction::SetTrue
+    )]
+    pub allocator_settings: bool,
     /// Only Services matching this label selector (e.g. `l2=true,tier in (web)`).
     #[arg(long)]
     pub service_selector: Option<String>,
@@ -318,12 +320,6 @@ impl AgentFlags {
         }
         if self.burst_count == 0 {
             return bad("--burst-count (announcement.count) must be at least 1".into());
-        }
-        if self.class_only && self.allocate_classless {
-            return bad(
-                "--class-only and --allocate-classless (classOnly, allocator.classless) contradict each other"
-                    .into(),
-            );
         }
         if self.no_ipv4 && self.no_ipv6 {
             return bad(

@@ -25,6 +25,9 @@ pub enum AgentError {
     /// No usable kubeconfig / in-cluster configuration.
     #[error("no Kubernetes configuration: {0}")]
     KubeConfig(String),
+    /// The admission policy that confines the agents' credentials is not in force.
+    #[error(transparent)]
+    AdmissionPolicy(#[from] super::admission::PolicyError),
     /// The Kubernetes client failed.
     #[error(transparent)]
     Kube(#[from] kube::Error),

@@ -14,13 +14,14 @@
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
 //! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
 //!   [`published`]) and `/metrics`;
+//! * [`admission`]: the start-up check that the admission policy is in force;
 //! * [`config`] (flags and file) and [`persist`] (the state directory: identity, incarnation);
 //! * [`AgentError`]: why the agent could not start or had to stop (the CLI maps it to an exit
 //!   code).
 
+pub mod admission;
 pub mod config;
 pub mod http;
-pub mod ipam;
 pub mod kube;
 pub mod metrics;
 pub mod net;
@@ -52,6 +53,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), AgentError> {
     args.validate()?;
+    if args.allocator_settings {
+        // Issue 25: the allocator left the agents (it is the announcer-allocator Deployment).
+        tracing::warn!(
+            "the agent no longer allocates addresses: the allocator: section, --no-allocator and \
+             --allocate-classless are ignored; the announcer-allocator Deployment (`announcer \
+             allocator`, flags --classless/--class-only) does it (docs/install.md, upgrade notes)"
+        );
+    }
     let selection = context::selection_from(&args)?;
     let client = kube::client(args.kubeconfig.as_deref())
         .await
@@ -78,6 +87,12 @@ pub async fn run(
             }
         });
     }
+    // The admission policy must be in force before this node's credentials write anything
+    // (the HTTP server is up meanwhile: /readyz says not ready while the API is unreachable).
+    if let Err(e) = admission::require_policy(&client, &args.namespace, term.clone()).await {
+        stop_trigger.fire();
+        return Err(e.into());
+    }
     // Node Leases (the lease-per-service mode has none, so its watch stays empty).
     let lease_selector = node_lease::selector();
     let watches = Watches::start(
@@ -87,17 +102,6 @@ pub async fn run(
         stop.clone(),
     );
     metrics.sources().set_watches(watches.counters.clone());
-    // The address allocator: idle without AddressPools; ends on stop (giving its Lease up).
-    let allocator = (!args.no_allocator).then(|| {
-        tokio::spawn(ipam::run(
-            client.clone(),
-            ipam::AllocatorConfig::from_args(&args),
-            watches.services.clone(),
-            watches.pools.clone(),
-            watches.changed.clone(),
-            stop.clone(),
-        ))
-    });
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
@@ -153,10 +157,5 @@ pub async fn run(
         Err(e) => Err(e),
     };
     stop_trigger.fire();
-    // Let the allocator release its Lease, so another node takes over without waiting for it
-    // to expire; never hold the exit up for long.
-    if let Some(a) = allocator {
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), a).await;
-    }
     result
 }

@@ -53,6 +53,7 @@ fn exit_code(e: &AgentError) -> u8 {
         | AgentError::Selection(_)
         | AgentError::SelectorSyntax(_)
         | AgentError::KubeConfig(_)
+        | AgentError::AdmissionPolicy(_)
         | AgentError::Key(_)
         | AgentError::Identity(_) => 78,
         AgentError::State(_) => 73,

@@ -1,6 +1,6 @@
 //! The `announcer` command line: one module per subcommand, each a thin layer over the
 //! library below it ([`crate::dataplane`] for `load`, `unload`, `vip`, `announce` and `logs`;
-//! [`crate::agent::run`] for `agent`; the maps and [`crate::state`] for `status`;
+//! [`crate::agent::run`] for `agent`; [`crate::allocator::run`] for `allocator`; the maps and [`crate::state`] for `status`;
 //! [`crate::ipam`] for `migrate`).
 //!
 //! Why in the library rather than in `main.rs`: the subcommands' output and exit codes are
@@ -12,6 +12,7 @@
 //! without XDP.
 
 pub mod agent;
+pub mod allocator;
 pub mod announce;
 pub mod load;
 pub mod logs;
@@ -71,6 +72,9 @@ pub enum Cmd {
     Logs(logs::LogsArgs),
     /// Run the Kubernetes agent: watch Services, elect owners, drive the data plane.
     Agent(Box<crate::agent::config::AgentArgs>),
+    /// Run the address allocator (the `announcer-allocator` Deployment): one replica at a time
+    /// assigns addresses from the AddressPools to Services.
+    Allocator(crate::allocator::AllocatorArgs),
     /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
     /// and Service per the agent, and the agent's peers with their heartbeat age. With
     /// `--cluster`: every VIP of the cluster, from the API.

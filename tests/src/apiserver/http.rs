@@ -288,7 +288,9 @@ impl Request<'_> {
             Verb::Watch => self.watch(),
             Verb::Create => {
                 let ns = self.object_ns()?;
-                let created = store.create(res, &ns, parse_json(&self.body)?, self.dry_run())?;
+                let body = parse_json(&self.body)?;
+                super::admission::check_create(self.client, self.rt(), &body)?;
+                let created = store.create(res, &ns, body, self.dry_run())?;
                 Ok(ok(StatusCode::CREATED, &created))
             }
             Verb::Update => {

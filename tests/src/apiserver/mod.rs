@@ -24,6 +24,7 @@
 //! ```
 
 mod admin;
+mod admission;
 mod conn;
 mod counts;
 mod faults;

@@ -25,7 +25,8 @@ use announcer_tests::{
 };
 
 /// The Services of the demo: name and the address families it asks for. None has a fixed
-/// address: the agents' allocator assigns them from the demo's `AddressPool`.
+/// address: the allocator (`announcer allocator`, the Deployment's process) assigns them from
+/// the demo's `AddressPool`.
 fn services() -> Vec<(&'static str, &'static [&'static str])> {
     const DUAL: &[&str] = &["IPv4", "IPv6"];
     const V4: &[&str] = &["IPv4"];
@@ -147,6 +148,8 @@ async fn main() -> Result<()> {
         .context("create the AddressPool")?;
     println!("    AddressPool demo: {}", pool.spec.addresses.join(", "));
     tb.start_agents(&[]);
+    // The allocator Deployment's two replicas, as the kubelets would run them.
+    tb.start_allocators(2);
     let pb = spinner("the allocator assigning addresses");
     let mut vips: Vec<(String, IpAddr)> = Vec::new();
     for (name, families) in services() {

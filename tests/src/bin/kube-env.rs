@@ -1,6 +1,7 @@
 //! `cargo xtask kube up` runs this in the background: a real control plane (etcd,
 //! kube-apiserver, kube-controller-manager, kube-scheduler; `deploy/` applied) plus the
-//! three-node namespace testbed with an agent (XDP data plane) on every node and two example
+//! three-node namespace testbed with an agent (XDP data plane) on every node, the allocator
+//! Deployment's two replicas, and two example
 //! Services, left running for someone to poke at with kubectl. It writes `STATE` (JSON: its
 //! pid and the paths) once everything is up, and on SIGTERM or SIGINT (`cargo xtask kube down`)
 //! removes all of it: processes, namespaces, pins, data directories, and `STATE`.
@@ -49,6 +50,8 @@ async fn main() -> Result<()> {
         tb.add_service(name, vips, false, &all).await;
     }
     tb.start_agents(&[]);
+    // The allocator Deployment's two replicas, run for their Pods as a kubelet would.
+    tb.start_allocators(2);
     let started = std::time::Instant::now();
     while !services
         .iter()

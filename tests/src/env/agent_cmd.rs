@@ -38,6 +38,8 @@ pub const PER_SERVICE_ELECTION: [&str; 8] = [
 /// (`RUST_LOG=info,announcer=debug`, `NO_COLOR=1`).
 #[derive(Clone, Debug)]
 pub struct AgentCommand {
+    /// Another `announcer` binary than the one under test (an older release, for upgrades).
+    binary: Option<PathBuf>,
     pin_root: Option<PathBuf>,
     /// The world's flags, in order, each with its value if it takes one.
     flags: Vec<(&'static str, Option<String>)>,
@@ -59,6 +61,7 @@ impl AgentCommand {
     /// hostPath keeps it on a node).
     pub fn new(node: &str, kubeconfig: &Path, state_dir: &Path) -> Self {
         Self {
+            binary: None,
             pin_root: None,
             flags: vec![
                 ("--node-name", Some(node.to_owned())),
@@ -73,6 +76,12 @@ impl AgentCommand {
 
     fn flag(mut self, flag: &'static str, value: Option<String>) -> Self {
         self.flags.push((flag, value));
+        self
+    }
+
+    /// Runs `path` instead of the `announcer` under test (e.g. an older release).
+    pub fn binary(mut self, path: &Path) -> Self {
+        self.binary = Some(path.to_owned());
         self
     }
 
@@ -153,7 +162,7 @@ impl AgentCommand {
     /// the host's bpffs) or in the test's own; stdin and stdout closed, stderr left to the
     /// caller.
     pub fn command(&self, netns: Option<&Netns>) -> Command {
-        let bin = announcer_bin();
+        let bin = self.binary.clone().unwrap_or_else(announcer_bin);
         let mut cmd = match netns {
             Some(ns) => ns.nsenter_cmd(&utf8(&bin)),
             None => Command::new(bin),

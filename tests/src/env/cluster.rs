@@ -37,6 +37,7 @@ use crate::{
     env::{
         ApiKind,
         agent_cmd::AgentCommand,
+        allocator_cmd::AllocatorCommand,
         kube::{KubeControlPlane, KubeOptions},
         process::{Guarded, free_port},
     },
@@ -57,6 +58,14 @@ pub struct Agent {
     cmd: AgentCommand,
 }
 
+/// One `announcer allocator` process (a replica of the `announcer-allocator` Deployment).
+pub struct Allocator {
+    child: Guarded,
+    /// Its log file.
+    pub log: PathBuf,
+    cmd: AllocatorCommand,
+}
+
 /// The API server a world runs against.
 pub enum Backend {
     /// The in-repo API server.
@@ -72,6 +81,8 @@ pub struct Cluster {
     pub client: Client,
     dir: PathBuf,
     agents: BTreeMap<String, Agent>,
+    /// The allocator replicas, by identity (their Pod's name on a real control plane).
+    allocators: BTreeMap<String, Allocator>,
     /// Reach a real API server through a counting relay per agent ([`Cluster::relay_agents`]).
     relayed: bool,
     relays: BTreeMap<String, relay::Relay>,
@@ -90,6 +101,23 @@ impl Cluster {
     /// Starts the in-repo API server (1 s bookmarks).
     pub async fn start(name: &str) -> Cluster {
         Self::start_on(ApiKind::InRepo, name).await
+    }
+
+    /// Starts a real control plane with the kustomization in `dir` applied instead of
+    /// `deploy/` (e.g. an older release's manifests, to test an upgrade).
+    pub async fn start_with_kustomization(name: &str, dir: &std::path::Path) -> Cluster {
+        let cp = KubeControlPlane::start(KubeOptions {
+            tag: name.into(),
+            apply_deploy: false,
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+        cp.apply_kustomization(dir)
+            .await
+            .unwrap_or_else(|e| panic!("apply {}: {e}", dir.display()));
+        let client = cp.client();
+        Self::with_backend(Backend::Kube(Box::new(cp)), client, name, ApiKind::Kube)
     }
 
     /// Starts the API server of `kind`: the in-repo one (1 s bookmarks), or a real control
@@ -117,6 +145,10 @@ impl Cluster {
                 (Backend::Kube(Box::new(cp)), client)
             }
         };
+        Self::with_backend(backend, client, name, kind)
+    }
+
+    fn with_backend(backend: Backend, client: Client, name: &str, kind: ApiKind) -> Cluster {
         let dir =
             std::env::temp_dir().join(format!("anncluster-{}-{name}-{kind}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -126,6 +158,7 @@ impl Cluster {
             client,
             dir,
             agents: BTreeMap::new(),
+            allocators: BTreeMap::new(),
             relayed: false,
             relays: BTreeMap::new(),
         }
@@ -425,6 +458,12 @@ impl Cluster {
     /// `state-<node>` in the cluster's scratch directory, kept across restarts as a hostPath
     /// keeps it on a node.
     pub fn start_agent(&mut self, node: &str, extra: &[&str]) {
+        let (http, heartbeat, cmd) = self.agent_command(node, extra);
+        self.spawn(node, http, heartbeat, cmd);
+    }
+
+    /// The command [`Self::start_agent`] runs (its kubeconfig written), with its ports.
+    fn agent_command(&mut self, node: &str, extra: &[&str]) -> (u16, u16, AgentCommand) {
         let kubeconfig = self.dir.join(format!("kubeconfig.{node}"));
         let state = self.dir.join(format!("state-{node}"));
         let server = match self.kind() {
@@ -462,7 +501,7 @@ impl Cluster {
             .copied()
             .filter(|a| *a != "--dataplane" && *a != "--no-heartbeat-address")
             .collect();
-        self.spawn(node, http, heartbeat, cmd.extra(&extra));
+        (http, heartbeat, cmd.extra(&extra))
     }
 
     fn spawn(&mut self, node: &str, http: u16, heartbeat: u16, cmd: AgentCommand) {
@@ -478,6 +517,24 @@ impl Cluster {
                 cmd,
             },
         );
+    }
+
+    /// Replaces `node`'s agent (stopped: [`Self::kill`] or SIGTERM) by `binary` with the
+    /// arguments it had (`None`: the `announcer` under test), as a rolling update does.
+    pub fn restart_as(&mut self, node: &str, binary: Option<&std::path::Path>) {
+        let a = self.agents.remove(node).expect("known agent");
+        let mut cmd = a.cmd;
+        cmd = match binary {
+            Some(b) => cmd.binary(b),
+            None => cmd.binary(&crate::cli::announcer_bin()),
+        };
+        self.spawn(node, a.http, a.heartbeat, cmd);
+    }
+
+    /// Starts `node`'s agent from `binary` (an older release), like [`Self::start_agent`].
+    pub fn start_agent_from(&mut self, node: &str, binary: &std::path::Path, extra: &[&str]) {
+        let (http, heartbeat, cmd) = self.agent_command(node, extra);
+        self.spawn(node, http, heartbeat, cmd.binary(binary));
     }
 
     /// Restarts `node`'s agent with the arguments it had (after [`Self::kill`]).
@@ -507,6 +564,90 @@ impl Cluster {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// Starts the allocator Deployment's `n` replicas, each with `extra` (e.g. `--classless`);
+    /// returns their identities. On a real control plane these are the Deployment's Pods
+    /// (`deploy/allocator.yaml`, bound by the scheduler), each run with a token of the
+    /// `announcer-allocator` ServiceAccount bound to its Pod, as the kubelet would project it;
+    /// on the in-repo server, `allocator-0`, `allocator-1`, ... with tokens of those names.
+    pub fn start_allocators(&mut self, n: usize, extra: &[&str]) -> Vec<String> {
+        let ids: Vec<String> = match &self.backend {
+            Backend::InRepo(api) => (0..n)
+                .map(|i| {
+                    let id = format!("allocator-{i}");
+                    let kc = self.dir.join(format!("kubeconfig.{id}"));
+                    api.write_kubeconfig(&kc, &id).expect("kubeconfig");
+                    id
+                })
+                .collect(),
+            Backend::Kube(cp) => {
+                let (client, ca, url, dir) = (
+                    cp.client(),
+                    cp.ca_cert().to_owned(),
+                    cp.url(),
+                    self.dir.clone(),
+                );
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Handle::current().block_on(async move {
+                        crate::env::kube::write_allocator_kubeconfigs(client, &ca, &url, &dir, n)
+                            .await
+                    })
+                })
+                .unwrap_or_else(|e| panic!("kubeconfigs for the allocator Pods: {e}"))
+            }
+        };
+        for id in &ids {
+            let kc = self.dir.join(format!("kubeconfig.{id}"));
+            let cmd = AllocatorCommand::new(id, &kc).extra(extra);
+            self.spawn_allocator(cmd);
+        }
+        ids
+    }
+
+    fn spawn_allocator(&mut self, cmd: AllocatorCommand) {
+        let id = cmd.identity().to_owned();
+        let log = self.dir.join(format!("allocator-{id}.log"));
+        let child = cmd.spawn(None, &log);
+        self.allocators.insert(id, Allocator { child, log, cmd });
+    }
+
+    /// Restarts allocator `id` with the arguments it had (after [`Self::kill_allocator`]).
+    pub fn restart_allocator(&mut self, id: &str) {
+        let a = self.allocators.remove(id).expect("known allocator");
+        self.spawn_allocator(a.cmd);
+    }
+
+    /// Sends `signal` to allocator `id`.
+    pub fn signal_allocator(&self, id: &str, signal: i32) {
+        self.allocators[id].child.signal(signal);
+    }
+
+    /// SIGKILLs allocator `id` and reaps it.
+    pub fn kill_allocator(&mut self, id: &str) {
+        self.allocators
+            .get_mut(id)
+            .expect("known allocator")
+            .child
+            .kill();
+    }
+
+    /// Waits up to `timeout` for allocator `id` to exit; its exit code.
+    pub fn wait_allocator_exit(&mut self, id: &str, timeout: Duration) -> Option<i32> {
+        let end = Instant::now() + timeout;
+        let a = self.allocators.get_mut(id).expect("known allocator");
+        while Instant::now() < end {
+            if let Some(s) = a.child.try_wait().expect("try_wait") {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// The allocator replicas' identities.
+    pub fn allocators(&self) -> Vec<String> {
+        self.allocators.keys().cloned().collect()
     }
 
     /// `node`'s `/state`, if it answers.
@@ -679,6 +820,15 @@ impl Cluster {
                 out.push('\n');
             }
         }
+        for (n, a) in &self.allocators {
+            let text = std::fs::read_to_string(&a.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out += &format!("--- allocator {n} ({})\n", a.log.display());
+            for l in &lines[lines.len().saturating_sub(15)..] {
+                out += l;
+                out.push('\n');
+            }
+        }
         out
     }
 
@@ -769,6 +919,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Guarded children: dropping them SIGKILLs and reaps them.
         self.agents.clear();
+        self.allocators.clear();
         self.relays.clear();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);

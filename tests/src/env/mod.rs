@@ -13,6 +13,7 @@
 //! * [`packet`]: the one raw packet socket of the tests (forged and probing frames, floods).
 
 pub mod agent_cmd;
+pub mod allocator_cmd;
 pub mod cluster;
 pub mod kube;
 pub mod lan;

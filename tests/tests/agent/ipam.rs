@@ -11,7 +11,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use announcer_tests::env::{ApiKind, NAMESPACE, cluster::Cluster, kube::agent_user};
+use announcer_tests::env::{
+    ApiKind, NAMESPACE,
+    cluster::Cluster,
+    kube::{agent_user, allocator_user},
+};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service, events::v1::Event};
 use kube::{
     Api,
@@ -26,15 +30,29 @@ const T: Duration = Duration::from_secs(60);
 const FAILOVER: Duration = Duration::from_secs(120);
 const NS: &str = "apps";
 
-/// A real control plane with `nodes`, an agent on each (with `args`), ready.
+/// A real control plane with `nodes`, an agent on each (with `args`), ready, and the
+/// allocator Deployment's two replicas (deploy/allocator.yaml) running as its Pods.
+/// `--allocate-classless` among `args` is the allocator's `--classless` (the agents' flag of
+/// old, when each agent allocated).
 async fn world(name: &str, nodes: &[&str], args: &[&str]) -> Cluster {
     let mut c = Cluster::start_on(ApiKind::Kube, name).await;
     for n in nodes {
         c.add_node(n, &[], true).await;
     }
+    let agent_args: Vec<&str> = args
+        .iter()
+        .copied()
+        .filter(|a| *a != "--allocate-classless")
+        .collect();
+    let allocator_args: &[&str] = if args.contains(&"--allocate-classless") {
+        &["--classless"]
+    } else {
+        &[]
+    };
     for n in nodes {
-        c.start_agent(n, args);
+        c.start_agent(n, &agent_args);
     }
+    c.start_allocators(2, allocator_args);
     c.wait_ready(T).await;
     c.ensure_namespace(NS).await;
     c
@@ -381,28 +399,10 @@ async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
 async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
     let nodes = ["node-a", "node-b", "node-c"];
     let mut c = world("ipam-failover", &nodes, &[]).await;
+    // Every Service first, the pool last: its arrival starts one burst of MANY writes, which
+    // the kill below interrupts (the allocator is idle without pools, so none is written yet).
+    create_many(&c).await;
     add_pool(&c, "big", &["10.0.83.0/24"]);
-    until(&c, "an allocator holds the Lease", T, || async {
-        allocator_holder(&c).await.is_some()
-    })
-    .await;
-    let first = allocator_holder(&c).await.expect("holder");
-    let creating = {
-        let client = c.client.clone();
-        tokio::spawn(async move {
-            let api = Api::<Service>::namespaced(client, NS);
-            for i in 0..MANY {
-                let svc: Service = serde_json::from_value(json!({
-                    "metadata": {"name": format!("s{i:03}"), "namespace": NS},
-                    "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS, "ports": [{"port": 80}]},
-                }))
-                .expect("service");
-                api.create(&PostParams::default(), &svc)
-                    .await
-                    .expect("create");
-            }
-        })
-    };
     // Every address seen, per Service: none may ever change.
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut check = |a: &BTreeMap<String, Vec<String>>| {
@@ -418,27 +418,33 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
         }
     };
     let end = Instant::now() + T;
-    loop {
+    let first = loop {
         let a = addresses(&c).await;
         check(&a);
-        if a.values().filter(|i| !i.is_empty()).count() >= 20 {
-            break;
+        if a.values().any(|i| !i.is_empty())
+            && let Some(h) = allocator_holder(&c).await
+        {
+            break h;
         }
         assert!(
             Instant::now() < end,
             "no allocation started\n{}",
             c.log_tails()
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    c.kill_allocator(&first);
     let at_kill = addresses(&c).await;
-    c.kill(&first);
+    check(&at_kill);
+    let with = at_kill.values().filter(|i| !i.is_empty()).count();
     eprintln!(
-        "killed {first} with {} Services created, {} with an address",
-        at_kill.len(),
-        at_kill.values().filter(|i| !i.is_empty()).count()
+        "killed {first} with {with} of {} Services addressed",
+        at_kill.len()
     );
-    creating.await.expect("created");
+    assert!(
+        with > 0 && with < MANY,
+        "the kill came mid-allocation: {with} of {MANY} Services had an address at the kill"
+    );
     let end = Instant::now() + FAILOVER;
     loop {
         let a = addresses(&c).await;
@@ -454,7 +460,7 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let now = allocator_holder(&c).await.expect("holder");
-    assert_ne!(now, first, "another node took over");
+    assert_ne!(now, first, "another replica took over");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,15 +577,15 @@ async fn a_classless_service_gets_an_address_with_allocate_classless() {
     .await;
 }
 
-/// Agent requests that change something, other than Lease renewals.
+/// Agent and allocator requests that change something, other than Lease renewals.
 fn agent_writes(c: &Cluster) -> Vec<String> {
-    let agent = agent_user();
+    let (agent, allocator) = (agent_user(), allocator_user());
     c.kube()
         .expect("real")
         .audit()
         .expect("audit log")
         .into_iter()
-        .filter(|r| r.user == agent)
+        .filter(|r| r.user == agent || r.user == allocator)
         .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
         .filter(|r| r.resource != "leases")
         .map(|r| format!("{} {}/{} {:?}", r.verb, r.group, r.resource, r.name))
@@ -620,15 +626,15 @@ async fn steady_state_makes_no_writes_but_lease_renewals() {
     assert!(lease_updates > 0, "the allocator renews its Lease");
 }
 
-/// The agent's patches of services/status, as the audit log has them.
-fn status_patches_by(c: &Cluster, node: &str) -> usize {
-    let agent = agent_user();
+/// Allocator replica `pod`'s patches of services/status, as the audit log has them.
+fn status_patches_by(c: &Cluster, pod: &str) -> usize {
+    let allocator = allocator_user();
     c.kube()
         .expect("real")
         .audit()
         .expect("audit log")
         .into_iter()
-        .filter(|r| r.user == agent && r.node.as_deref() == Some(node))
+        .filter(|r| r.user == allocator && r.pod.as_deref() == Some(pod))
         .filter(|r| r.verb == "patch" && r.resource == "services/status")
         .count()
 }
@@ -637,32 +643,49 @@ fn status_patches_by(c: &Cluster, node: &str) -> usize {
 async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
     let nodes = ["node-a", "node-b"];
     let c = world("ipam-paused", &nodes, &[]).await;
+    // Every Service first, the pool last: one burst of MANY writes, paused as soon as the
+    // first lands, so the paused allocator still has writes pending when it resumes.
+    create_many(&c).await;
     add_pool(&c, "web", &["10.0.91.0/24"]);
-    create(&c, "early", json!({}), json!({})).await;
-    until(&c, "early has an address", T, || async {
-        addresses(&c).await["early"].len() == 1
-    })
-    .await;
-    let first = allocator_holder(&c).await.expect("holder");
-    c.signal(&first, libc::SIGSTOP);
+    let end = Instant::now() + T;
+    let first = loop {
+        if addresses(&c).await.values().any(|i| !i.is_empty())
+            && let Some(h) = allocator_holder(&c).await
+        {
+            break h;
+        }
+        assert!(
+            Instant::now() < end,
+            "no allocation started\n{}",
+            c.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    c.signal_allocator(&first, libc::SIGSTOP);
+    let at_pause = addresses(&c).await;
+    let pending = at_pause.values().filter(|i| i.is_empty()).count();
+    eprintln!("paused {first} with {pending} of {MANY} Services still without an address");
+    assert!(
+        pending > 0,
+        "paused mid-burst: the paused allocator still had writes to make"
+    );
     until(
         &c,
-        "another node takes the allocator Lease",
+        "another replica takes the allocator Lease",
         FAILOVER,
         || async { allocator_holder(&c).await.is_some_and(|h| h != first) },
     )
     .await;
-    create(&c, "late", json!({}), json!({})).await;
     until(
         &c,
-        "late has an address from the new allocator",
+        "every Service has an address from the new allocator",
         T,
-        || async { addresses(&c).await["late"].len() == 1 },
+        || all_have_one(&c),
     )
     .await;
     let before = status_patches_by(&c, &first);
-    c.signal(&first, libc::SIGCONT);
-    // Long enough for the resumed agent to run every timer it missed, and to try again.
+    c.signal_allocator(&first, libc::SIGCONT);
+    // Long enough for the resumed allocator to run every timer it missed, and to try again.
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
         status_patches_by(&c, &first),
@@ -682,15 +705,19 @@ async fn sigterm_on_the_active_allocator_gives_its_lease_up_before_it_exits() {
     })
     .await;
     let first = allocator_holder(&c).await.expect("holder");
-    c.signal(&first, libc::SIGTERM);
-    assert_eq!(c.wait_exit(&first, T), Some(0), "SIGTERM exits cleanly");
+    c.signal_allocator(&first, libc::SIGTERM);
+    assert_eq!(
+        c.wait_allocator_exit(&first, T),
+        Some(0),
+        "SIGTERM exits cleanly"
+    );
     assert_ne!(
         allocator_holder(&c).await.as_deref(),
         Some(first.as_str()),
-        "the Lease was given up (or already taken over) by the time the agent exited"
+        "the Lease was given up (or already taken over) by the time the allocator exited"
     );
     create(&c, "after", json!({}), json!({})).await;
-    until(&c, "the other node allocates", T, || async {
+    until(&c, "the other replica allocates", T, || async {
         addresses(&c).await["after"].len() == 1
     })
     .await;

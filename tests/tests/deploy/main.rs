@@ -25,6 +25,7 @@ mod applied;
 mod metallb;
 mod rbac;
 mod rbac_removed;
+mod upgrade;
 
 use std::{
     path::{Path, PathBuf},
@@ -340,10 +341,11 @@ fn kubectl_kustomize_renders_the_install() {
         for (l, v) in labels {
             assert_eq!(o["metadata"]["labels"][l], *v, "{what}: label {l:?}");
         }
-        // Every grant is to the agents' ServiceAccount, in that namespace.
+        // Every grant is to the ServiceAccount of its name (the agents' `announcer`, the
+        // allocator's `announcer-allocator`), in that namespace.
         for subject in o["subjects"].as_array().into_iter().flatten() {
             assert_eq!(s(&subject["kind"]), "ServiceAccount", "{what}");
-            assert_eq!(s(&subject["name"]), "announcer", "{what}");
+            assert_eq!(s(&subject["name"]), s(&o["metadata"]["name"]), "{what}");
             assert_eq!(s(&subject["namespace"]), namespace, "{what}");
         }
     }
@@ -540,7 +542,7 @@ fn the_only_writable_paths_are_the_state_directory_and_bpffs() {
 }
 
 #[test]
-fn no_key_generator_and_no_service_account_but_the_agents() {
+fn no_key_generator_and_no_service_account_but_the_agents_and_the_allocators() {
     assert!(
         !deploy_dir().join("keygen-job.yaml").exists(),
         "deploy/keygen-job.yaml is back"
@@ -553,7 +555,58 @@ fn no_key_generator_and_no_service_account_but_the_agents() {
         .filter(|o| o["kind"] == "ServiceAccount")
         .map(|o| s(&o["metadata"]["name"]))
         .collect();
-    assert_eq!(accounts, ["announcer"]);
+    assert_eq!(accounts, ["announcer", "announcer-allocator"]);
+}
+
+/// The allocator (issue 25, finding 1) holds the one permission that moves addresses, so it
+/// runs with nothing else: its own account, two replicas, no host network, no capability, not
+/// root, a read-only root filesystem, no host path.
+#[test]
+fn the_allocator_deployment_runs_with_no_privilege() {
+    let d = object("Deployment", "announcer-allocator");
+    assert_eq!(d["spec"]["replicas"], 2, "two replicas, one active");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(s(&pod["serviceAccountName"]), "announcer-allocator");
+    assert!(
+        pod["hostNetwork"].is_null() || pod["hostNetwork"] == false,
+        "no host network"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .is_none_or(|v| v.iter().all(|v| v["hostPath"].is_null())),
+        "no host path"
+    );
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    assert_eq!(c["args"][0], "allocator", "runs `announcer allocator`");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["runAsNonRoot"], true);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(sc["capabilities"]["add"].is_null(), "no capability added");
+    assert!(sc["privileged"].is_null() || sc["privileged"] == false);
+    // Its identity is its Pod's name: the admission policy matches the Lease holder against
+    // the token's pod-name claim.
+    let env = c["env"].as_array().expect("env");
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_NAME"
+            && e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name")
+    );
+    // The flags parse as `announcer allocator` parses them.
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string"))
+        .collect();
+    let mut argv = vec!["announcer"];
+    argv.extend(&args);
+    argv.extend(["--identity", "x"]);
+    announcer::cli::Cli::try_parse_from(argv).expect("the Deployment's arguments parse");
 }
 
 #[test]

@@ -11,7 +11,7 @@
 //! * Moving a Service: the class cannot be added to a LoadBalancer Service (the API refuses);
 //!   through `type: ClusterIP` and back with the class and `announcer.dev/load-balancer-ips`,
 //!   it keeps its address and is announced. This needs the allocator (it writes the status):
-//!   written against its contract, it fails until the allocator lands.
+//!   the allocator Deployment's replicas run beside the agents.
 //! * Rolling back: the same switch without the class hands the Service back to MetalLB (no
 //!   agent announces it any more), and the migrated pools delete by their label.
 //!
@@ -266,6 +266,8 @@ async fn side_by_side(tag: &str) -> Cluster {
     for n in NODES {
         c.start_agent(n, &["--class-only"]);
     }
+    // The allocator Deployment, class-only like the agents (MetalLB serves class-less ones).
+    c.start_allocators(2, &["--class-only"]);
     c
 }
 

@@ -7,7 +7,10 @@
 use std::{collections::BTreeSet, time::Duration};
 
 use announcer_tests::env::{
-    ApiKind, NAMESPACE, agent_cmd::PER_SERVICE_ELECTION, cluster::Cluster, kube::agent_user,
+    ApiKind, NAMESPACE,
+    agent_cmd::PER_SERVICE_ELECTION,
+    cluster::Cluster,
+    kube::{agent_user, allocator_user},
 };
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
@@ -17,10 +20,51 @@ use super::{deploy_dir, documents, s};
 /// (API group, resource, verb) as RBAC rules and the API server's counters name them.
 type Grant = (String, String, String);
 
-/// The rules bound to ServiceAccount `sa` in deploy/rbac.yaml, as (group, resource, verb)
-/// with the scope each is granted in (`None` = cluster-wide).
-fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
-    let docs = documents("rbac.yaml");
+/// Where a grant holds: its binding's namespace (`None`: cluster-wide) and its rule's
+/// `resourceNames` (`None`: every name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Scope {
+    namespace: Option<String>,
+    names: Option<Vec<String>>,
+}
+
+/// One of the install's accounts.
+#[derive(Clone, Copy, Debug)]
+enum Account {
+    /// The agents' (deploy/rbac.yaml).
+    Agents,
+    /// The allocator's (deploy/allocator.yaml).
+    Allocator,
+}
+
+impl Account {
+    fn file(self) -> &'static str {
+        match self {
+            Account::Agents => "rbac.yaml",
+            Account::Allocator => "allocator.yaml",
+        }
+    }
+
+    fn service_account(self) -> &'static str {
+        match self {
+            Account::Agents => "announcer",
+            Account::Allocator => "announcer-allocator",
+        }
+    }
+
+    fn user(self) -> String {
+        match self {
+            Account::Agents => agent_user(),
+            Account::Allocator => allocator_user(),
+        }
+    }
+}
+
+/// The rules bound to `account` in its file, as (group, resource, verb) with the scope each is
+/// granted in.
+fn grants_of(account: Account) -> BTreeSet<(Grant, Scope)> {
+    let docs = documents(account.file());
+    let sa = account.service_account();
     let mut out = BTreeSet::new();
     for b in docs
         .iter()
@@ -37,8 +81,16 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
             .iter()
             .find(|d| d["kind"] == role_kind && d["metadata"]["name"] == b["roleRef"]["name"])
             .expect("bound role exists");
-        let scope = (b["kind"] == "RoleBinding").then(|| s(&b["metadata"]["namespace"]).to_owned());
+        let namespace =
+            (b["kind"] == "RoleBinding").then(|| s(&b["metadata"]["namespace"]).to_owned());
         for rule in role["rules"].as_array().expect("rules") {
+            let names = rule["resourceNames"]
+                .as_array()
+                .map(|n| n.iter().map(|x| s(x).to_owned()).collect());
+            let scope = Scope {
+                namespace: namespace.clone(),
+                names,
+            };
             for g in rule["apiGroups"].as_array().expect("groups") {
                 for r in rule["resources"].as_array().expect("resources") {
                     for v in rule["verbs"].as_array().expect("verbs") {
@@ -52,41 +104,99 @@ fn grants_of(sa: &str) -> BTreeSet<(Grant, Option<String>)> {
     out
 }
 
-/// What the agents sent: on the in-repo server its counts for their tokens (= node names); on
-/// kube-apiserver its audit log for their ServiceAccount, where none may have been forbidden.
-fn used_by(c: &Cluster, nodes: &[&str]) -> BTreeSet<Grant> {
+/// One request as sent: what, and (on kube-apiserver; `None` on the in-repo server, which does
+/// not record it) in which namespace on which name.
+type Use = (Grant, Option<(Option<String>, Option<String>)>);
+
+/// What `account` sent: on the in-repo server its counts for the tokens `clients` (node names,
+/// allocator identities); on kube-apiserver its audit log for the account, where none may have
+/// been forbidden and each carries its Pod-bound token's claim.
+fn used_by(c: &Cluster, account: Account, clients: &[String]) -> BTreeSet<Use> {
     let Some(cp) = c.kube() else {
         return c
             .api()
             .counts()
             .entries
             .into_iter()
-            .filter(|e| nodes.contains(&e.client.as_str()) && e.count > 0)
-            .map(|e| (e.group, e.resource, e.verb.to_string()))
+            .filter(|e| clients.contains(&e.client) && e.count > 0)
+            .map(|e| ((e.group, e.resource, e.verb.to_string()), None))
             .collect();
     };
-    let agent = agent_user();
+    let user = account.user();
     let records: Vec<_> = cp
         .audit()
         .expect("the audit log")
         .into_iter()
-        .filter(|r| r.user == agent)
+        .filter(|r| r.user == user)
         .collect();
     let forbidden: Vec<_> = records.iter().filter(|r| r.code == 403).collect();
     assert!(
         forbidden.is_empty(),
-        "deploy/rbac.yaml forbade requests the agents made: {forbidden:#?}"
+        "deploy/{} forbade requests the {account:?} made: {forbidden:#?}",
+        account.file()
     );
+    let claim_ok = |r: &announcer_tests::env::kube::AuditRecord| match account {
+        Account::Agents => r
+            .node
+            .as_deref()
+            .is_some_and(|n| clients.iter().any(|c| c == n)),
+        Account::Allocator => r
+            .pod
+            .as_deref()
+            .is_some_and(|p| clients.iter().any(|c| c == p)),
+    };
     assert!(
-        records
-            .iter()
-            .all(|r| r.node.as_deref().is_some_and(|n| nodes.contains(&n))),
-        "every agent request carries its node claim"
+        records.iter().all(claim_ok),
+        "every {account:?} request carries its Pod-bound token's claim"
     );
     records
         .into_iter()
-        .map(|r| (r.group, r.resource, r.verb))
+        .map(|r| ((r.group, r.resource, r.verb), Some((r.namespace, r.name))))
         .collect()
+}
+
+/// The scope each account's grants must have: what the install means, written down apart from
+/// the manifests so that widening (a Lease grant cluster-wide, a name-scoped rule losing its
+/// names) or narrowing one fails here.
+fn intended_scope(account: Account, (group, resource, verb): &Grant) -> Scope {
+    let ns = Some(NAMESPACE.to_owned());
+    let _ = group;
+    match (account, resource.as_str(), verb.as_str()) {
+        // Node and per-Service Leases: any name in the agent namespace (the admission policy
+        // narrows it to the node's own).
+        (Account::Agents, "leases", _) => Scope {
+            namespace: ns,
+            names: None,
+        },
+        // The allocator's one Lease, by name; create cannot be name-scoped by RBAC (the
+        // admission policy does it).
+        (Account::Allocator, "leases", "create") => Scope {
+            namespace: ns,
+            names: None,
+        },
+        (Account::Allocator, "leases", _) => Scope {
+            namespace: ns,
+            names: Some(vec!["announcer-allocator".to_owned()]),
+        },
+        // Services, their status, Events, EndpointSlices, Nodes, Namespaces, pools: where the
+        // users' objects are, cluster-wide.
+        _ => Scope {
+            namespace: None,
+            names: None,
+        },
+    }
+}
+
+/// Whether a request in `namespace` on `name` falls within `scope`.
+fn within(scope: &Scope, namespace: Option<&str>, name: Option<&str>) -> bool {
+    scope
+        .namespace
+        .as_deref()
+        .is_none_or(|ns| namespace == Some(ns))
+        && scope
+            .names
+            .as_ref()
+            .is_none_or(|names| name.is_some_and(|n| names.iter().any(|x| x == n)))
 }
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -101,8 +211,9 @@ fn sole_owner(c: &Cluster, vip: &str) -> Option<String> {
 
 /// Every API call path the agent has in normal operation: start, a Service added, changed and
 /// deleted, an ineligible Service (Warning Event), a crash and takeover, a restart and a
-/// SIGTERM handover. Returns what the agents sent.
-async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Grant> {
+/// SIGTERM handover; and the allocator's: a pool, an address assigned, a Warning Event for a
+/// Service it cannot serve. Returns what the agents and the allocator sent.
+async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> Used {
     const VIP1: &str = "10.0.70.1";
     const VIP2: &str = "fd00::70:2";
     const LONELY: &str = "10.0.70.3";
@@ -125,6 +236,7 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
     for n in NODES {
         c.start_agent(n, &args);
     }
+    let allocators = c.start_allocators(2, &[]);
     c.wait_ready(T).await;
     c.wait_for("one owner of VIP1", T, |c| sole_owner(c, VIP1).is_some())
         .await;
@@ -186,6 +298,51 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
             .await
             .expect("create the pool");
         allocate(&c).await;
+        // A Service asking for an address in no pool: the allocator's Warning Event.
+        c.ensure_namespace("apps").await;
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "outside", "namespace": "apps",
+                         "annotations": {"announcer.dev/load-balancer-ips": "10.0.99.9"}},
+            "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                     "ports": [{"port": 80}]},
+        }))
+        .expect("service");
+        Api::<k8s_openapi::api::core::v1::Service>::namespaced(c.client.clone(), "apps")
+            .create(&Default::default(), &svc)
+            .await
+            .expect("create outside");
+        c.wait_for_event(
+            "apps",
+            "the allocator's Warning on outside",
+            T,
+            |e: &Event| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reporting_controller.as_deref() == Some("announcer.dev/allocator")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("outside")
+            },
+        )
+        .await;
+        // And it renews its Lease (every 5 s while active).
+        let leases = Api::<Lease>::namespaced(c.client.clone(), NAMESPACE);
+        let end = std::time::Instant::now() + T;
+        loop {
+            let renewed = leases
+                .get_opt("announcer-allocator")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec)
+                .is_some_and(|s| s.renew_time.is_some() && s.renew_time != s.acquire_time);
+            if renewed {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the allocator never renewed its Lease\n{}",
+                c.log_tails()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     // The Service goes away.
@@ -214,7 +371,17 @@ async fn scenario(api: ApiKind, name: &str, mode_args: &[&str]) -> BTreeSet<Gran
         !c.event_objects("apps").await.is_empty(),
         "Events go to the Service's namespace, so events need a cluster-wide grant"
     );
-    used_by(&c, &NODES)
+    let nodes: Vec<String> = NODES.iter().map(|n| n.to_string()).collect();
+    Used {
+        agents: used_by(&c, Account::Agents, &nodes),
+        allocator: used_by(&c, Account::Allocator, &allocators),
+    }
+}
+
+/// What each account sent in a scenario.
+struct Used {
+    agents: BTreeSet<Use>,
+    allocator: BTreeSet<Use>,
 }
 
 /// Creates `apps/auto` (our class, no address) and waits until the allocator gave it one and
@@ -275,46 +442,89 @@ const RARE: [(&str, &str, &str, &str); 1] = [(
     "the Event recorder patches a series when the same Event recurs after the 60 s dedupe window",
 )];
 
-announcer_tests::on_both_api_servers! {
-async fn rbac_grants_exactly_what_the_agents_use(api) {
-    let node_lease = scenario(api, "rbac-node-lease", &[]).await;
-    let per_service = scenario(api, "rbac-per-service", &PER_SERVICE_ELECTION).await;
-    let used: BTreeSet<Grant> = node_lease.union(&per_service).cloned().collect();
-    let grants = grants_of("announcer");
-    let granted: BTreeSet<Grant> = grants
-        .iter()
-        .map(|(g, _)| g.clone())
-        .collect();
+/// Checks one account: every request it sent is granted, in the grant's scope; every grant
+/// was used (bar [`RARE`]); every grant has the scope [`intended_scope`] says.
+fn check(account: Account, used: &BTreeSet<Use>) {
+    let grants = grants_of(account);
+    let file = account.file();
+    let granted: BTreeSet<Grant> = grants.iter().map(|(g, _)| g.clone()).collect();
+    let verbs: BTreeSet<Grant> = used.iter().map(|(g, _)| g.clone()).collect();
 
-    let missing: Vec<&Grant> = used.difference(&granted).collect();
+    let missing: Vec<&Grant> = verbs.difference(&granted).collect();
     assert!(
         missing.is_empty(),
-        "the agents sent requests deploy/rbac.yaml does not allow: {missing:?}"
+        "the {account:?} sent requests deploy/{file} does not allow: {missing:?}"
     );
-
     let rare: BTreeSet<Grant> = RARE
         .iter()
         .map(|(g, r, v, _)| (g.to_string(), r.to_string(), v.to_string()))
         .collect();
     let unused: Vec<&Grant> = granted
         .iter()
-        .filter(|g| !used.contains(*g) && !rare.contains(*g))
+        .filter(|g| !verbs.contains(*g) && !rare.contains(*g))
         .collect();
     assert!(
         unused.is_empty(),
-        "deploy/rbac.yaml grants what the agents never used: {unused:?}"
+        "deploy/{file} grants the {account:?} what they never used: {unused:?}"
     );
-
-    // Leases are granted in the agent namespace only; what lives in users' namespaces
-    // (Services, EndpointSlices, Events) and Nodes cluster-wide.
-    for ((group, resource, verb), scope) in &grants {
-        let namespaced = resource == "leases";
+    for (grant, scope) in &grants {
         assert_eq!(
-            scope.as_deref(),
-            namespaced.then_some(NAMESPACE),
-            "{group}/{resource} {verb} granted at the wrong scope"
+            *scope,
+            intended_scope(account, grant),
+            "deploy/{file}: {grant:?} granted to the {account:?} at the wrong scope"
         );
     }
-    eprintln!("agents used: {used:?}");
+    // Each request within the scope of a grant of its verb (kube-apiserver's audit log names
+    // the namespace and object; the in-repo counts do not, and pass trivially).
+    for (grant, at) in used {
+        let Some((ns, name)) = at else { continue };
+        assert!(
+            grants
+                .iter()
+                .any(|(g, scope)| g == grant && within(scope, ns.as_deref(), name.as_deref())),
+            "the {account:?} sent {grant:?} on {ns:?}/{name:?}, outside every grant's scope"
+        );
+    }
+    eprintln!("{account:?} used: {verbs:?}");
+}
+
+#[test]
+fn a_grant_wider_than_intended_fails_the_scope_check() {
+    // The check itself: the allocator's Lease grant without its resourceNames, or the agents'
+    // Leases cluster-wide, are not what the install means.
+    let g = (
+        "coordination.k8s.io".to_owned(),
+        "leases".to_owned(),
+        "update".to_owned(),
+    );
+    let wide = Scope {
+        namespace: Some(NAMESPACE.to_owned()),
+        names: None,
+    };
+    assert_ne!(wide, intended_scope(Account::Allocator, &g));
+    let cluster = Scope {
+        namespace: None,
+        names: None,
+    };
+    assert_ne!(cluster, intended_scope(Account::Agents, &g));
+    let named = intended_scope(Account::Allocator, &g);
+    assert!(within(&named, Some(NAMESPACE), Some("announcer-allocator")));
+    assert!(!within(&named, Some(NAMESPACE), Some("announcer-node-a")));
+    assert!(!within(
+        &named,
+        Some("default"),
+        Some("announcer-allocator")
+    ));
+}
+
+announcer_tests::on_both_api_servers! {
+async fn rbac_grants_each_account_exactly_what_it_uses_in_its_scope(api) {
+    let node_lease = scenario(api, "rbac-node-lease", &[]).await;
+    let per_service = scenario(api, "rbac-per-service", &PER_SERVICE_ELECTION).await;
+    let agents: BTreeSet<Use> = node_lease.agents.union(&per_service.agents).cloned().collect();
+    let allocator: BTreeSet<Use> =
+        node_lease.allocator.union(&per_service.allocator).cloned().collect();
+    check(Account::Agents, &agents);
+    check(Account::Allocator, &allocator);
 }
 }

@@ -1,11 +1,14 @@
-//! Every grant of deploy/rbac.yaml is needed: on a real kube-apiserver (whose RBAC is what
-//! authorises the agents), `deploy/` applied with one (API group, resource, verb) removed breaks
-//! a named behaviour a user would notice. One test per grant; [`every_grant_has_a_removal_test`]
-//! keeps the table complete.
+//! Every grant of deploy/rbac.yaml (the agents') and deploy/allocator.yaml (the allocator's)
+//! is needed: on a real kube-apiserver (whose RBAC is what authorises them), `deploy/` applied
+//! with one (API group, resource, verb) removed from one account breaks a named behaviour a
+//! user would notice. One test per grant; [`every_grant_has_a_removal_test`] keeps the table
+//! complete.
 //!
-//! Each case starts three agents ([`LEASE_ARGS`]) with two Services: `web` (a ready endpoint on node-a) and `local`
-//! (externalTrafficPolicy Local, its endpoint on node-b), an `AddressPool` and a third
-//! Service, `auto` (our class, no address: the allocator's), and watches for [`WINDOW`].
+//! Each case starts three agents ([`LEASE_ARGS`]) and the allocator's two replicas with two
+//! Services: `web` (a ready endpoint on node-a) and `local` (externalTrafficPolicy Local, its
+//! endpoint on node-b), an `AddressPool` and a third Service, `auto` (our class, no address:
+//! the allocator's), and `outside` (asking for an address in no pool: a Warning); a few
+//! seconds in, a pool `late` and a Service `late` that names it; and watches for [`WINDOW`].
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +58,15 @@ enum Behaviour {
     SeesItsPeersLeases,
     /// `auto` gets an address from the pool.
     AllocatesAnAddress,
+    /// `late`, created with its pool `late` after the allocator started, gets an address from
+    /// it (the allocator follows Services and pools with watches).
+    AllocatesFromAPoolAddedLater,
+    /// The allocator records a Warning on `outside` (an address in no pool).
+    WarnsAboutAServiceItCannotServe,
+    /// At the end of the window an allocator replica holds its Lease, renewed recently.
+    HoldsTheAllocatorLease,
+    /// `web` carries the agents' `announcer.dev/Announced` condition.
+    WritesTheAnnouncedCondition,
     /// The pool's status counts `auto`'s address (at the end of the window).
     CountsThePoolsAddresses,
     /// The agents list the pools about once each, then follow a watch ([`RELISTS`]).
@@ -68,13 +80,17 @@ enum Behaviour {
 
 use Behaviour::*;
 
-const ALL: [Behaviour; 9] = [
+const ALL: [Behaviour; 13] = [
     AnnouncesTheVip,
     AnnouncesTheLocalVipWhereItsEndpointIs,
     RecordsAnAnnouncingEvent,
     TrustsTheApi,
     SeesItsPeersLeases,
     AllocatesAnAddress,
+    AllocatesFromAPoolAddedLater,
+    WarnsAboutAServiceItCannotServe,
+    HoldsTheAllocatorLease,
+    WritesTheAnnouncedCondition,
     CountsThePoolsAddresses,
     WatchesPoolsWithoutRelisting,
     FollowsNamespaceChanges,
@@ -85,6 +101,8 @@ const ALL: [Behaviour; 9] = [
 /// (several times within [`WINDOW`]).
 const RELISTS: usize = 2;
 const AUTO: &str = "10.0.71.128/25";
+/// The pool created a few seconds in (10.0.71.64 – 10.0.71.69).
+const LATE: &str = "10.0.71.64/29";
 
 /// Which election mode a case runs (`get` on Leases is only the per-Service mode's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,13 +111,40 @@ enum Mode {
     PerService,
 }
 
-/// (group, resource, verb) removed, the mode, and the behaviour that must break.
-const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
-    ("", "services", "list", Mode::NodeLease, AnnouncesTheVip),
-    ("", "services", "watch", Mode::NodeLease, TrustsTheApi),
-    ("", "nodes", "list", Mode::NodeLease, AnnouncesTheVip),
-    ("", "nodes", "watch", Mode::NodeLease, TrustsTheApi),
+/// The agents' grants.
+const AGENTS: &str = "rbac.yaml";
+/// The allocator's grants.
+const ALLOCATOR: &str = "allocator.yaml";
+
+/// (file, group, resource, verb) removed, the mode, and the behaviour that must break.
+const CASES: [(&str, &str, &str, &str, Mode, Behaviour); 27] = [
     (
+        AGENTS,
+        "",
+        "services",
+        "list",
+        Mode::NodeLease,
+        AnnouncesTheVip,
+    ),
+    (
+        AGENTS,
+        "",
+        "services",
+        "watch",
+        Mode::NodeLease,
+        TrustsTheApi,
+    ),
+    (
+        AGENTS,
+        "",
+        "nodes",
+        "list",
+        Mode::NodeLease,
+        AnnouncesTheVip,
+    ),
+    (AGENTS, "", "nodes", "watch", Mode::NodeLease, TrustsTheApi),
+    (
+        AGENTS,
         "discovery.k8s.io",
         "endpointslices",
         "list",
@@ -107,6 +152,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         AnnouncesTheVip,
     ),
     (
+        AGENTS,
         "discovery.k8s.io",
         "endpointslices",
         "watch",
@@ -114,6 +160,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         TrustsTheApi,
     ),
     (
+        AGENTS,
         "events.k8s.io",
         "events",
         "create",
@@ -121,6 +168,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         RecordsAnAnnouncingEvent,
     ),
     (
+        AGENTS,
         "coordination.k8s.io",
         "leases",
         "create",
@@ -128,6 +176,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         SeesItsPeersLeases,
     ),
     (
+        AGENTS,
         "coordination.k8s.io",
         "leases",
         "update",
@@ -135,6 +184,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         TrustsTheApi,
     ),
     (
+        AGENTS,
         "coordination.k8s.io",
         "leases",
         "list",
@@ -142,6 +192,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         SeesItsPeersLeases,
     ),
     (
+        AGENTS,
         "coordination.k8s.io",
         "leases",
         "watch",
@@ -149,6 +200,7 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         TrustsTheApi,
     ),
     (
+        AGENTS,
         "coordination.k8s.io",
         "leases",
         "get",
@@ -156,13 +208,15 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         AnnouncesTheVip,
     ),
     (
+        AGENTS,
         "announcer.dev",
         "addresspools",
         "list",
         Mode::NodeLease,
-        AllocatesAnAddress,
+        WatchesPoolsWithoutRelisting,
     ),
     (
+        AGENTS,
         "announcer.dev",
         "addresspools",
         "watch",
@@ -170,15 +224,31 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         WatchesPoolsWithoutRelisting,
     ),
     (
-        "announcer.dev",
-        "addresspools/status",
+        AGENTS,
+        "",
+        "services/status",
         "patch",
         Mode::NodeLease,
-        CountsThePoolsAddresses,
+        WritesTheAnnouncedCondition,
     ),
-    // The agents' Announced condition goes through services/status too; the allocator's
-    // address is what breaks first and most visibly.
     (
+        ALLOCATOR,
+        "",
+        "services",
+        "list",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        ALLOCATOR,
+        "",
+        "services",
+        "watch",
+        Mode::NodeLease,
+        AllocatesFromAPoolAddedLater,
+    ),
+    (
+        ALLOCATOR,
         "",
         "services/status",
         "patch",
@@ -186,6 +256,31 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         AllocatesAnAddress,
     ),
     (
+        ALLOCATOR,
+        "announcer.dev",
+        "addresspools",
+        "list",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        ALLOCATOR,
+        "announcer.dev",
+        "addresspools",
+        "watch",
+        Mode::NodeLease,
+        AllocatesFromAPoolAddedLater,
+    ),
+    (
+        ALLOCATOR,
+        "announcer.dev",
+        "addresspools/status",
+        "patch",
+        Mode::NodeLease,
+        CountsThePoolsAddresses,
+    ),
+    (
+        ALLOCATOR,
         "",
         "namespaces",
         "list",
@@ -193,26 +288,69 @@ const CASES: [(&str, &str, &str, Mode, Behaviour); 18] = [
         AllocatesAnAddress,
     ),
     (
+        ALLOCATOR,
         "",
         "namespaces",
         "watch",
         Mode::NodeLease,
         FollowsNamespaceChanges,
     ),
+    (
+        ALLOCATOR,
+        "events.k8s.io",
+        "events",
+        "create",
+        Mode::NodeLease,
+        WarnsAboutAServiceItCannotServe,
+    ),
+    (
+        ALLOCATOR,
+        "coordination.k8s.io",
+        "leases",
+        "get",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
+    (
+        ALLOCATOR,
+        "coordination.k8s.io",
+        "leases",
+        "update",
+        Mode::NodeLease,
+        HoldsTheAllocatorLease,
+    ),
+    (
+        ALLOCATOR,
+        "coordination.k8s.io",
+        "leases",
+        "create",
+        Mode::NodeLease,
+        AllocatesAnAddress,
+    ),
 ];
 
-/// Grants no short test can take away visibly, with the reason.
-const UNTESTABLE: [(&str, &str, &str, &str); 1] = [(
-    "events.k8s.io",
-    "events",
-    "patch",
-    "the Event recorder patches a series only when the same Event recurs after its 60 s \
-     dedupe window; without it a recurring Event is dropped (the agent logs the failure)",
-)];
+/// Grants no short test can take away visibly (file, group, resource, verb, reason).
+const UNTESTABLE: [(&str, &str, &str, &str, &str); 2] = [
+    (
+        AGENTS,
+        "events.k8s.io",
+        "events",
+        "patch",
+        "the Event recorder patches a series only when the same Event recurs after its 60 s \
+         dedupe window; without it a recurring Event is dropped (the agent logs the failure)",
+    ),
+    (
+        ALLOCATOR,
+        "events.k8s.io",
+        "events",
+        "patch",
+        "as for the agents: a series is continued only after the 60 s dedupe window",
+    ),
+];
 
-/// deploy/rbac.yaml with `verb` on `group`/`resource` removed from every rule that grants it.
-fn rbac_without(group: &str, resource: &str, verb: &str) -> String {
-    let mut docs = documents("rbac.yaml");
+/// deploy/`file` with `verb` on `group`/`resource` removed from every rule that grants it.
+fn rbac_without(file: &str, group: &str, resource: &str, verb: &str) -> String {
+    let mut docs = documents(file);
     let mut removed = 0;
     for d in &mut docs {
         let Some(rules) = d.get_mut("rules").and_then(Value::as_array_mut) else {
@@ -255,6 +393,10 @@ struct Seen {
     trusts: bool,
     peers: bool,
     allocated: bool,
+    late: bool,
+    warned: bool,
+    lease_held: bool,
+    condition: bool,
     counted: bool,
     pool_lists: usize,
     namespace_watch: bool,
@@ -269,6 +411,10 @@ impl Seen {
             TrustsTheApi => self.trusts,
             SeesItsPeersLeases => self.peers,
             AllocatesAnAddress => self.allocated,
+            AllocatesFromAPoolAddedLater => self.late,
+            WarnsAboutAServiceItCannotServe => self.warned,
+            HoldsTheAllocatorLease => self.lease_held,
+            WritesTheAnnouncedCondition => self.condition,
             CountsThePoolsAddresses => self.counted,
             // Three agents list the pools.
             WatchesPoolsWithoutRelisting => self.pool_lists <= NODES.len() * RELISTS,
@@ -277,15 +423,16 @@ impl Seen {
     }
 }
 
-async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
-    let tag = removed.map_or("all".to_string(), |(_, r, v)| {
-        format!("{r}-{v}").replace('/', "-")
+async fn run_case(removed: Option<(&str, &str, &str, &str)>, mode: Mode) -> Seen {
+    let tag = removed.map_or("all".to_string(), |(f, _, r, v)| {
+        let who = if f == ALLOCATOR { "alloc-" } else { "" };
+        format!("{who}{r}-{v}").replace('/', "-")
     });
     let mut c = Cluster::start_on(ApiKind::Kube, &format!("rbac-without-{tag}")).await;
     let cp = c.kube().expect("real");
-    if let Some((g, r, v)) = removed {
+    if let Some((f, g, r, v)) = removed {
         let file = cp.dir().join("rbac-without.yaml");
-        std::fs::write(&file, rbac_without(g, r, v)).expect("write");
+        std::fs::write(&file, rbac_without(f, g, r, v)).expect("write");
         cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
             .unwrap_or_else(|e| panic!("{e}"));
     }
@@ -319,15 +466,79 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
     if mode == Mode::PerService {
         args.extend(PER_SERVICE_ELECTION);
     }
+    let outside: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "outside", "namespace": "apps",
+                     "annotations": {"announcer.dev/load-balancer-ips": "10.0.99.9"}},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                 "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    services
+        .create(&PostParams::default(), &outside)
+        .await
+        .expect("create outside");
     for n in NODES {
         c.start_agent(n, &args);
     }
+    c.start_allocators(2, &[]);
     let mut seen = Seen {
         trusts: true,
         ..Seen::default()
     };
-    let end = Instant::now() + WINDOW;
+    let start = Instant::now();
+    let end = start + WINDOW;
+    let mut late_created = false;
     while Instant::now() < end {
+        if !late_created && start.elapsed() > Duration::from_secs(4) {
+            late_created = true;
+            let cp = c.kube().expect("real");
+            let pool = format!(
+                "apiVersion: announcer.dev/v1alpha1\nkind: AddressPool\nmetadata:\n  name: late\n\
+                 spec:\n  addresses: [{LATE}]\n  autoAssign: false\n"
+            );
+            let file = cp.dir().join("pool-late.yaml");
+            std::fs::write(&file, pool).expect("write");
+            cp.kubectl(&["apply", "-f", file.to_str().expect("utf-8")])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let late: Service = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "late", "namespace": "apps",
+                             "annotations": {"announcer.dev/address-pool": "late"}},
+                "spec": {"type": "LoadBalancer", "loadBalancerClass": "announcer.dev/l2",
+                         "ports": [{"port": 80}]},
+            }))
+            .expect("service");
+            services
+                .create(&PostParams::default(), &late)
+                .await
+                .expect("create late");
+        }
+        if late_created && !seen.late {
+            seen.late = services
+                .get("late")
+                .await
+                .ok()
+                .and_then(|s| s.status?.load_balancer?.ingress)
+                .is_some_and(|i| {
+                    i.iter().any(|x| {
+                        x.ip.as_deref()
+                            .is_some_and(|ip| ip.starts_with("10.0.71.6"))
+                    })
+                });
+        }
+        if !seen.condition {
+            seen.condition = services.get("web").await.ok().is_some_and(|s| {
+                s.status
+                    .and_then(|st| st.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "announcer.dev/Announced"))
+            });
+        }
+        if !seen.warned {
+            seen.warned = c.event_objects("apps").await.iter().any(|e: &Event| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reporting_controller.as_deref() == Some("announcer.dev/allocator")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("outside")
+            });
+        }
         if Instant::now() + STEADY >= end {
             seen.trusts &= NODES
                 .iter()
@@ -367,8 +578,25 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
         .iter()
         .filter(|r| r.user == agent && r.verb == "list" && r.resource == "addresspools")
         .count();
+    let allocator = announcer_tests::env::kube::allocator_user();
     seen.namespace_watch = audit.iter().any(|r| {
-        r.user == agent && r.verb == "watch" && r.resource == "namespaces" && r.code < 400
+        r.user == allocator && r.verb == "watch" && r.resource == "namespaces" && r.code < 400
+    });
+    seen.lease_held = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        c.client.clone(),
+        announcer_tests::env::NAMESPACE,
+    )
+    .get_opt("announcer-allocator")
+    .await
+    .ok()
+    .flatten()
+    .and_then(|l| l.spec)
+    .is_some_and(|s| {
+        s.holder_identity.is_some_and(|h| !h.is_empty())
+            && s.renew_time.is_some_and(|t| {
+                let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
+                age.as_secs_f64() < 8.0
+            })
     });
     let states: Vec<_> = NODES.iter().map(|n| c.state(n)).collect();
     seen.peers = mode == Mode::PerService
@@ -391,11 +619,11 @@ async fn run_case(removed: Option<(&str, &str, &str)>, mode: Mode) -> Seen {
 
 /// Runs case `i` of [`CASES`]: the named behaviour breaks.
 async fn case(i: usize) {
-    let (g, r, v, mode, breaks) = CASES[i];
-    let seen = run_case(Some((g, r, v)), mode).await;
+    let (f, g, r, v, mode, breaks) = CASES[i];
+    let seen = run_case(Some((f, g, r, v)), mode).await;
     assert!(
         !seen.has(breaks),
-        "without {g}/{r} {v}, {breaks:?} still works: {seen:?}"
+        "without {g}/{r} {v} in {f}, {breaks:?} still works: {seen:?}"
     );
 }
 
@@ -413,33 +641,40 @@ async fn with_every_grant_every_behaviour_works() {
 #[test]
 fn every_grant_has_a_removal_test() {
     let mut granted = Vec::new();
-    for d in documents("rbac.yaml") {
-        for rule in d["rules"].as_array().into_iter().flatten() {
-            for g in rule["apiGroups"].as_array().into_iter().flatten() {
-                for r in rule["resources"].as_array().into_iter().flatten() {
-                    for v in rule["verbs"].as_array().into_iter().flatten() {
-                        granted.push((
-                            g.as_str().unwrap_or_default().to_string(),
-                            r.as_str().unwrap_or_default().to_string(),
-                            v.as_str().unwrap_or_default().to_string(),
-                        ));
+    for file in [AGENTS, ALLOCATOR] {
+        for d in documents(file) {
+            for rule in d["rules"].as_array().into_iter().flatten() {
+                for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                    for r in rule["resources"].as_array().into_iter().flatten() {
+                        for v in rule["verbs"].as_array().into_iter().flatten() {
+                            granted.push((
+                                file,
+                                g.as_str().unwrap_or_default().to_string(),
+                                r.as_str().unwrap_or_default().to_string(),
+                                v.as_str().unwrap_or_default().to_string(),
+                            ));
+                        }
                     }
                 }
             }
         }
     }
-    for (g, r, v) in &granted {
-        let tested = CASES.iter().any(|c| (c.0, c.1, c.2) == (g, r, v));
-        let exempt = UNTESTABLE.iter().any(|c| (c.0, c.1, c.2) == (g, r, v));
+    for (f, g, r, v) in &granted {
+        let tested = CASES
+            .iter()
+            .any(|c| (c.0, c.1, c.2, c.3) == (*f, g.as_str(), r.as_str(), v.as_str()));
+        let exempt = UNTESTABLE
+            .iter()
+            .any(|c| (c.0, c.1, c.2, c.3) == (*f, g.as_str(), r.as_str(), v.as_str()));
         assert!(
             tested || exempt,
-            "{g}/{r} {v} is granted but no test shows what breaks without it"
+            "{g}/{r} {v} is granted in {f} but no test shows what breaks without it"
         );
     }
     assert_eq!(
         CASES.len() + UNTESTABLE.len(),
         granted.len(),
-        "a case for a grant that is not in deploy/rbac.yaml"
+        "a case for a grant that is not in deploy/rbac.yaml or deploy/allocator.yaml"
     );
 }
 
@@ -467,10 +702,19 @@ removal_tests! {
     without_leases_list_no_agent_sees_its_peers = 9;
     without_leases_watch_the_agents_distrust_the_api = 10;
     without_leases_get_per_service_mode_announces_nothing = 11;
-    without_addresspools_list_no_service_gets_an_address = 12;
+    without_addresspools_list_the_agents_relist_the_pools_over_and_over = 12;
     without_addresspools_watch_the_agents_relist_the_pools_over_and_over = 13;
-    without_addresspools_status_patch_the_pool_status_counts_nothing = 14;
-    without_services_status_patch_the_service_gets_no_address = 15;
-    without_namespaces_list_no_service_gets_an_address = 16;
-    without_namespaces_watch_the_allocator_misses_namespace_label_changes = 17;
+    without_services_status_patch_no_announced_condition_is_written = 14;
+    allocator_without_services_list_no_service_gets_an_address = 15;
+    allocator_without_services_watch_a_later_service_gets_no_address = 16;
+    allocator_without_services_status_patch_the_service_gets_no_address = 17;
+    allocator_without_addresspools_list_no_service_gets_an_address = 18;
+    allocator_without_addresspools_watch_a_later_pool_is_not_used = 19;
+    without_addresspools_status_patch_the_pool_status_counts_nothing = 20;
+    without_namespaces_list_no_service_gets_an_address = 21;
+    without_namespaces_watch_the_allocator_misses_namespace_label_changes = 22;
+    allocator_without_events_create_no_warning_is_recorded = 23;
+    allocator_without_leases_get_no_service_gets_an_address = 24;
+    allocator_without_leases_update_the_allocator_loses_its_lease = 25;
+    allocator_without_leases_create_no_service_gets_an_address = 26;
 }

@@ -56,7 +56,8 @@ pub struct ConfigFile {
     pub load_balancer_class: Option<String>,
     /// `--class-only`: ignore class-less Services.
     pub class_only: Option<bool>,
-    /// The address allocator.
+    /// Deprecated and ignored with a warning: the allocator is the `announcer-allocator`
+    /// Deployment now (issue 25). Still parsed, so an old ConfigMap does not stop the agents.
     pub allocator: Option<AllocatorSection>,
     /// `--service-selector`: a label selector string, e.g. `l2=true,tier in (web)`.
     pub service_selector: Option<Selector>,
@@ -94,13 +95,13 @@ pub struct ConfigFile {
     pub announce_outside_pools: Option<bool>,
 }
 
-/// `allocator:`.
+/// `allocator:` (deprecated, ignored: see [`ConfigFile::allocator`]).
 #[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct AllocatorSection {
-    /// `false` = `--no-allocator`.
+    /// Was `--no-allocator`.
     pub enabled: Option<bool>,
-    /// `--allocate-classless`.
+    /// Was `--allocate-classless` (now `announcer allocator --classless`).
     pub classless: Option<bool>,
 }
 
@@ -340,19 +341,9 @@ impl ConfigFile {
             &mut flags.interfaces,
         );
         set(&keep, "class_only", self.class_only, &mut flags.class_only);
-        if let Some(a) = &self.allocator {
-            set(
-                &keep,
-                "no_allocator",
-                a.enabled.map(|b| !b),
-                &mut flags.no_allocator,
-            );
-            set(
-                &keep,
-                "allocate_classless",
-                a.classless,
-                &mut flags.allocate_classless,
-            );
+        // Deprecated: the agent warns and ignores it (the allocator is a Deployment now).
+        if self.allocator.is_some() {
+            flags.allocator_settings = true;
         }
         set(&keep, "no_ipv4", self.ipv4.map(|b| !b), &mut flags.no_ipv4);
         set(&keep, "no_ipv6", self.ipv6.map(|b| !b), &mut flags.no_ipv6);

@@ -101,7 +101,14 @@ impl Kubelets {
         labels: &[(&str, &str)],
     ) -> Result<(), KubeError> {
         let mut all = serde_json::Map::new();
-        all.insert("kubernetes.io/hostname".into(), name.into());
+        // The host's name, which a label value caps at 63 characters (a node name can be
+        // longer, up to 253: a kubelet with --hostname-override, a cloud's name).
+        let host: String = name.chars().take(63).collect();
+        all.insert(
+            "kubernetes.io/hostname".into(),
+            host.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+                .into(),
+        );
         all.insert("kubernetes.io/os".into(), "linux".into());
         for (k, v) in labels {
             all.insert((*k).into(), (*v).into());

@@ -13,7 +13,8 @@
 //!   ServiceAccount signing key, the default admission plugins (ServiceAccount, Priority,
 //!   ResourceQuota, PodSecurity, ValidatingAdmissionPolicy, ...);
 //! * kube-controller-manager with the controllers that matter here: endpointslice,
-//!   serviceaccount and its tokens, namespace, garbage collector, daemonset and node lifecycle
+//!   serviceaccount and its tokens, namespace, garbage collector, daemonset, deployment and
+//!   replicaset (the allocator's Deployment), and node lifecycle
 //!   (grace period [`NODE_MONITOR_GRACE`], so a node whose [`kubelet`] stops goes NotReady);
 //! * kube-scheduler, which binds the DaemonSet's Pods to the Nodes (no kubelet runs them).
 //!
@@ -62,6 +63,14 @@ pub use kubelet::Kubelets;
 
 /// The agent's ServiceAccount, as `deploy/` creates it (in [`NAMESPACE`]).
 pub const AGENT_SERVICE_ACCOUNT: &str = "announcer";
+/// The allocator Deployment's ServiceAccount (deploy/allocator.yaml).
+pub const ALLOCATOR_SERVICE_ACCOUNT: &str = "announcer-allocator";
+
+/// The allocator's user on a real API server:
+/// `system:serviceaccount:<NAMESPACE>:<ALLOCATOR_SERVICE_ACCOUNT>`.
+pub fn allocator_user() -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{ALLOCATOR_SERVICE_ACCOUNT}")
+}
 
 /// The agents' user on a real API server (audit records, `kubectl --as`):
 /// `system:serviceaccount:<NAMESPACE>:<AGENT_SERVICE_ACCOUNT>`.
@@ -725,8 +734,44 @@ pub async fn agent_pod(client: Client, node: &str, timeout: Duration) -> Result<
     .await
 }
 
+/// The allocator Deployment's Pods, once the scheduler has bound `n` of them (sorted by name).
+pub async fn allocator_pods(
+    client: Client,
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Pod>, KubeError> {
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let lp = ListParams::default()
+        .labels("app.kubernetes.io/name=announcer,app.kubernetes.io/component=allocator");
+    poll(
+        timeout,
+        &format!("{n} allocator Pods bound to nodes"),
+        || {
+            let (pods, lp) = (pods.clone(), lp.clone());
+            async move {
+                let list = pods.list(&lp).await.ok()?;
+                let mut bound: Vec<Pod> = list
+                    .items
+                    .into_iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none())
+                    .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+                    .collect();
+                bound.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                (bound.len() >= n).then_some(bound)
+            }
+        },
+    )
+    .await
+}
+
 /// A token of the agent's ServiceAccount bound to `pod`.
 pub async fn token_for(client: Client, pod: &Pod) -> Result<String, KubeError> {
+    token_of(client, AGENT_SERVICE_ACCOUNT, pod).await
+}
+
+/// A token of ServiceAccount `account` (in [`NAMESPACE`]) bound to `pod`: the claims the
+/// kubelet's projected token carries (the Pod's name and node).
+pub async fn token_of(client: Client, account: &str, pod: &Pod) -> Result<String, KubeError> {
     let sa: Api<ServiceAccount> = Api::namespaced(client, NAMESPACE);
     let req = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -743,9 +788,9 @@ pub async fn token_for(client: Client, pod: &Pod) -> Result<String, KubeError> {
         ..Default::default()
     };
     let resp = sa
-        .create_token_request(AGENT_SERVICE_ACCOUNT, &PostParams::default(), &req)
+        .create_token_request(account, &PostParams::default(), &req)
         .await
-        .map_err(api_err("TokenRequest for the agent"))?;
+        .map_err(api_err(format!("TokenRequest for {account}")))?;
     Ok(resp.status.and_then(|s| s.token).unwrap_or_default())
 }
 
@@ -776,6 +821,31 @@ pub async fn write_agent_kubeconfig(
     Ok(())
 }
 
+/// Writes `kubeconfig.<pod>` in `dir` for each of the allocator Deployment's first `n` bound
+/// Pods: a token of the `announcer-allocator` ServiceAccount bound to that Pod (its pod-name
+/// claim is what the admission policy checks the Lease holder against). Returns the Pods'
+/// names, the allocators' identities.
+pub async fn write_allocator_kubeconfigs(
+    client: Client,
+    ca: &Path,
+    server: &str,
+    dir: &Path,
+    n: usize,
+) -> Result<Vec<String>, KubeError> {
+    let pods = allocator_pods(client.clone(), n, Duration::from_secs(60)).await?;
+    let mut ids = Vec::new();
+    for pod in pods.iter().take(n) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let token = token_of(client.clone(), ALLOCATOR_SERVICE_ACCOUNT, pod).await?;
+        std::fs::write(
+            dir.join(format!("kubeconfig.{name}")),
+            kubeconfig_yaml(server, ca, &name, &Credentials::Token(token)),
+        )?;
+        ids.push(name);
+    }
+    Ok(ids)
+}
+
 /// Metadata for every request, once (when the response is complete, or for a watch when it
 /// starts), so a request is one line.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
@@ -792,6 +862,8 @@ pub struct AuditRecord {
     pub user: String,
     /// The node claim of a Pod-bound ServiceAccount token.
     pub node: Option<String>,
+    /// The pod-name claim of a Pod-bound ServiceAccount token (an allocator's identity).
+    pub pod: Option<String>,
     /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
     pub verb: String,
     /// API group (`""` for core).
@@ -821,6 +893,9 @@ fn parse_audit_line(line: &str) -> Option<AuditRecord> {
     Some(AuditRecord {
         user: str_of(&v["user"]["username"])?,
         node: v["user"]["extra"]["authentication.kubernetes.io/node-name"][0]
+            .as_str()
+            .map(str::to_owned),
+        pod: v["user"]["extra"]["authentication.kubernetes.io/pod-name"][0]
             .as_str()
             .map(str::to_owned),
         verb: str_of(&v["verb"])?,
@@ -894,7 +969,8 @@ fn controller_manager_args(pki: &certs::Pki, kubeconfig: &Path) -> Vec<String> {
         format!("--root-ca-file={}", p(&pki.ca_cert)),
         "--controllers=endpointslice-controller,serviceaccount-controller,\
          serviceaccount-token-controller,namespace-controller,garbage-collector-controller,\
-         daemonset-controller,node-lifecycle-controller"
+         daemonset-controller,deployment-controller,replicaset-controller,\
+         node-lifecycle-controller"
             .into(),
         format!(
             "--node-monitor-grace-period={}s",

@@ -19,8 +19,8 @@ use std::{
 use super::Testbed;
 use crate::{
     apiserver::kubeconfig_yaml,
-    env::agent_cmd::AgentCommand,
     env::process::{Guarded, exit_code},
+    env::{agent_cmd::AgentCommand, allocator_cmd::AllocatorCommand},
 };
 
 /// The agents' `/state` port inside their namespaces.
@@ -226,6 +226,65 @@ impl Testbed {
     /// Path of `node`'s agent log.
     pub fn agent_log(&self, node: &str) -> Option<PathBuf> {
         self.agents.get(node).map(|a| a.log.clone())
+    }
+
+    /// Starts the allocator Deployment's `n` replicas (`announcer allocator`), each in the
+    /// network namespace of a node, as the kubelet of that node would run its Pod; returns their
+    /// identities. On a real control plane they are the Deployment's Pods, each on the node the
+    /// scheduler bound it to, with a token of the `announcer-allocator` ServiceAccount bound to
+    /// it; on the in-repo server `allocator-0`, ... on the first nodes. Logs go to
+    /// `<dir>/allocator-<id>.log`. Killed by [`Self::crash`] of their node.
+    pub fn start_allocators(&mut self, n: usize) -> Vec<String> {
+        let placed: Vec<(String, String)> = match &self.kube {
+            None => (0..n)
+                .map(|i| {
+                    let id = format!("allocator-{i}");
+                    let kc = self.dir.join(format!("kubeconfig.{id}"));
+                    std::fs::write(&kc, kubeconfig_yaml(&self.agent_url, &[&id]))
+                        .expect("write kubeconfig");
+                    (id, super::node_name(i % self.nodes.len()))
+                })
+                .collect(),
+            Some(cp) => {
+                let (client, ca) = (cp.client(), cp.ca_cert().to_owned());
+                let (url, dir) = (self.agent_url.clone(), self.dir.clone());
+                let c2 = client.clone();
+                let ids = self
+                    .block_on(async move {
+                        crate::env::kube::write_allocator_kubeconfigs(client, &ca, &url, &dir, n)
+                            .await
+                    })
+                    .unwrap_or_else(|e| panic!("kubeconfigs for the allocator Pods: {e}"));
+                let pods = self
+                    .block_on(async move {
+                        crate::env::kube::allocator_pods(c2, n, Duration::from_secs(60)).await
+                    })
+                    .unwrap_or_else(|e| panic!("the allocator Pods: {e}"));
+                ids.into_iter()
+                    .map(|id| {
+                        let node = pods
+                            .iter()
+                            .find(|p| p.metadata.name.as_deref() == Some(id.as_str()))
+                            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+                            .expect("a bound Pod");
+                        (id, node)
+                    })
+                    .collect()
+            }
+        };
+        for (id, node) in &placed {
+            let kc = self.dir.join(format!("kubeconfig.{id}"));
+            let log = self.dir.join(format!("allocator-{id}.log"));
+            let out = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .expect("allocator log");
+            let mut cmd = AllocatorCommand::new(id, &kc).command(None);
+            cmd.stderr(out);
+            self.spawn_in_node(node, cmd);
+        }
+        placed.into_iter().map(|(id, _)| id).collect()
     }
 
     /// Spawns `cmd` inside `node`'s network namespace (entered between fork and exec, so the

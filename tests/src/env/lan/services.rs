@@ -158,8 +158,8 @@ impl Testbed {
     }
 
     /// Like [`Self::add_service`], without addresses: the Service asks for `families`
-    /// (`IPv4`, `IPv6`; `ipFamilyPolicy: PreferDualStack` with both) and the agents' allocator
-    /// assigns them from an `AddressPool`. Returns the addresses once assigned (within
+    /// (`IPv4`, `IPv6`; `ipFamilyPolicy: PreferDualStack` with both) and the allocator
+    /// ([`super::Testbed::start_allocators`]) assigns them from an `AddressPool`. Returns the addresses once assigned (within
     /// `timeout`), sorted.
     pub async fn add_allocated_service(
         &self,

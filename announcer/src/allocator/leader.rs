@@ -1,25 +1,6 @@
-//! The address allocator: one agent in the cluster at a time (the holder of the
-//! `announcer-allocator` Lease, [`lease`]) writes the addresses [`crate::ipam::plan`] computes
-//! into the Services' `status.loadBalancer.ingress`, the pools' usage into their status, and a
-//! Warning Event for each Service it cannot serve.
-//!
-//! Why this shape:
-//!
-//! * **Idle without pools.** While the `AddressPool` store (every agent watches it anyway) is
-//!   empty, nothing happens: no Lease, no extra watch, no write, so a cluster that assigns
-//!   addresses some other way sees no new API traffic.
-//! * **One writer, O(changes) writes.** Only the Lease holder writes, and it writes only what
-//!   differs from the objects (a Service's addresses, a pool's status), each once: a
-//!   recompute that changes nothing sends nothing. The Lease renewal (every 5 s) is the only
-//!   steady-state request. Namespaces (for `namespaceSelector`) are watched only while active.
-//! * **No state of its own.** What is allocated is what the Services' status says; a new
-//!   leader recomputes from the same objects and moves nothing. Every Service write carries
-//!   the Service's `resourceVersion`: if it changed meanwhile (409), the watch brings the new
-//!   version and the next recompute decides again.
-//! * **Events once per problem.** A Warning is recorded when a problem appears on a Service,
-//!   not on every recompute.
-
-pub mod lease;
+//! The allocator loop: wait for pools, hold the `announcer-allocator` Lease ([`super::lease`]),
+//! and while holding it write what [`crate::ipam::plan`] computes (see the module docs of
+//! [`super`] for why it is shaped this way).
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
@@ -51,9 +32,13 @@ use rand::Rng;
 use serde_json::json;
 use tokio::{sync::watch, time::Instant};
 
-use self::lease::{Elector, LeaseError, LeaseTimings};
+use super::{
+    AllocatorArgs,
+    backoff::Backoff,
+    lease::{Elector, LeaseError, LeaseTimings},
+};
 use crate::{
-    agent::{config::AgentArgs, shutdown::Shutdown},
+    agent::shutdown::Shutdown,
     ipam::{self, AddressPool, AddressPoolStatus, Allocation, Problem, ServiceKey},
 };
 
@@ -64,9 +49,9 @@ pub const CONTROLLER: &str = "announcer.dev/allocator";
 /// and how it holds the allocator Lease.
 #[derive(Clone, Debug)]
 pub struct AllocatorConfig {
-    /// The agent namespace (where the Lease lives).
+    /// The announcer namespace (where the Lease lives).
     pub namespace: String,
-    /// This node's name: the Lease holder identity and the Events' instance.
+    /// This replica's Pod name: the Lease holder identity and the Events' instance.
     pub identity: String,
     /// Which Services are ours.
     pub scope: ipam::AllocationScope,
@@ -75,15 +60,15 @@ pub struct AllocatorConfig {
 }
 
 impl AllocatorConfig {
-    /// From the agent's flags: our class, and class-less Services only with
-    /// `--allocate-classless` (never with `--class-only`).
-    pub fn from_args(args: &AgentArgs) -> Self {
+    /// From the allocator's flags: our class, and class-less Services only with
+    /// `--classless` (never with `--class-only`).
+    pub fn from_args(args: &AllocatorArgs) -> Self {
         AllocatorConfig {
             namespace: args.namespace.clone(),
-            identity: args.node_name.clone(),
+            identity: args.identity.clone(),
             scope: ipam::AllocationScope {
                 class: args.load_balancer_class.clone(),
-                classless: args.allocate_classless && !args.class_only,
+                classless: args.classless && !args.class_only,
             },
             lease: LeaseTimings::default(),
         }
@@ -177,6 +162,10 @@ struct Leader {
     pending_services: HashMap<ServiceKey, (String, Vec<IpAddr>)>,
     /// Pool status writes not seen yet: name → (resourceVersion written over, status).
     pending_pools: HashMap<String, (String, AddressPoolStatus)>,
+    /// Service writes that failed, waiting for their retry.
+    service_backoff: Backoff<ServiceKey>,
+    /// Pool status writes that failed, waiting for their retry.
+    pool_backoff: Backoff<String>,
     /// The problems already reported per Service.
     reported: BTreeMap<ServiceKey, BTreeSet<Problem>>,
     reporter: Reporter,
@@ -196,6 +185,8 @@ impl Leader {
             pools: pools.clone(),
             pending_services: HashMap::new(),
             pending_pools: HashMap::new(),
+            service_backoff: Backoff::default(),
+            pool_backoff: Backoff::default(),
             reported: BTreeMap::new(),
             reporter: Reporter {
                 controller: CONTROLLER.to_owned(),
@@ -226,11 +217,9 @@ impl Leader {
             }
             if dirty && ns_listed.load(Ordering::Acquire) {
                 dirty = false;
-                if self.reconcile(elector, &ns_store).await {
-                    retry_at = None;
-                } else {
-                    retry_at = Some(Instant::now() + jittered(Duration::from_secs(1)));
-                }
+                self.reconcile(elector, &ns_store).await;
+                // Items whose write failed wait on their own backoff (finding 11).
+                retry_at = self.next_retry();
             }
             let active_until = elector.active_until().unwrap_or_else(Instant::now);
             tokio::select! {
@@ -262,9 +251,9 @@ impl Leader {
         }
     }
 
-    /// Recomputes the plan and writes what differs. False if a write failed in a way that
-    /// needs a retry (not a conflict: the watch brings those).
-    async fn reconcile(&mut self, elector: &Elector, ns_store: &Store<Namespace>) -> bool {
+    /// Recomputes the plan and writes what differs and is due (a failed write waits for its
+    /// backoff; a conflict for the watch).
+    async fn reconcile(&mut self, elector: &Elector, ns_store: &Store<Namespace>) {
         let namespaces: BTreeMap<String, BTreeMap<String, String>> = ns_store
             .state()
             .iter()
@@ -279,7 +268,9 @@ impl Leader {
         plan.services
             .retain(|k, _| namespaces.contains_key(&k.namespace));
         self.report(&plan, &services);
-        let mut ok = true;
+        // The Service writes that are due, at most MAX_CONCURRENT_WRITES in flight.
+        let now_i = Instant::now();
+        let mut todo = Vec::new();
         for s in &services {
             let key = ServiceKey {
                 namespace: s.namespace().unwrap_or_default(),
@@ -289,17 +280,47 @@ impl Leader {
                 continue;
             };
             if current_ips(s) == a.ips {
+                self.service_backoff.succeeded(&key);
                 continue;
             }
-            match self.write_service(elector, s, &key, &a.ips).await {
-                Ok(()) => {}
+            if !self.service_backoff.due(&key, now_i) {
+                continue;
+            }
+            todo.push((key, s.resource_version().unwrap_or_default(), a.ips.clone()));
+        }
+        let keys: BTreeSet<ServiceKey> = services
+            .iter()
+            .map(|s| ServiceKey {
+                namespace: s.namespace().unwrap_or_default(),
+                name: s.name_any(),
+            })
+            .collect();
+        self.service_backoff.retain(|k| keys.contains(k));
+        let client = self.client.clone();
+        let results: Vec<_> = futures::stream::iter(todo)
+            .map(|(key, rv, ips)| {
+                let client = client.clone();
+                async move {
+                    let r = write_service(&client, elector, &key, &rv, &ips).await;
+                    (key, rv, ips, r)
+                }
+            })
+            .buffer_unordered(super::backoff::MAX_CONCURRENT_WRITES)
+            .collect()
+            .await;
+        for (key, rv, ips, r) in results {
+            match r {
+                Ok(()) => {
+                    self.service_backoff.succeeded(&key);
+                    self.pending_services.insert(key, (rv, ips));
+                }
                 Err(WriteError::Conflict(what)) => {
                     tracing::debug!("{what} changed; waiting for the watch")
                 }
-                Err(WriteError::NotActive) => return true,
+                Err(WriteError::NotActive) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write a Service's addresses");
-                    ok = false;
+                    self.service_backoff.failed(&key, Instant::now());
                 }
             }
         }
@@ -319,21 +340,36 @@ impl Leader {
             };
             let new = ipam::pool_status(report, old.as_ref(), p.metadata.generation, &now);
             if old.as_ref() == Some(&new) {
+                self.pool_backoff.succeeded(&name);
+                continue;
+            }
+            if !self.pool_backoff.due(&name, Instant::now()) {
                 continue;
             }
             match self.write_pool(elector, &name, &rv, &new).await {
                 Ok(()) => {
+                    self.pool_backoff.succeeded(&name);
                     self.pending_pools.insert(name, (rv, new));
                 }
                 Err(WriteError::Conflict(_)) => {}
-                Err(WriteError::NotActive) => return true,
+                Err(WriteError::NotActive) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write a pool's status");
-                    ok = false;
+                    self.pool_backoff.failed(&name, Instant::now());
                 }
             }
         }
-        ok
+    }
+
+    /// When the earliest failed write may be tried again.
+    fn next_retry(&self) -> Option<Instant> {
+        match (
+            self.service_backoff.next_due(),
+            self.pool_backoff.next_due(),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The Services as stored, with the addresses this allocator wrote but the watch has not
@@ -358,48 +394,6 @@ impl Leader {
         }
         self.pending_services.retain(|k, _| seen.contains_key(k));
         out
-    }
-
-    async fn write_service(
-        &mut self,
-        elector: &Elector,
-        s: &Service,
-        key: &ServiceKey,
-        ips: &[IpAddr],
-    ) -> Result<(), WriteError> {
-        if !elector.is_active() {
-            return Err(WriteError::NotActive);
-        }
-        let rv = s.resource_version().unwrap_or_default();
-        let ingress: Vec<_> = ips
-            .iter()
-            .map(|ip| json!({"ip": ip.to_string(), "ipMode": "VIP"}))
-            .collect();
-        let ingress = if ingress.is_empty() {
-            serde_json::Value::Null
-        } else {
-            json!(ingress)
-        };
-        let patch = json!({
-            "metadata": {"resourceVersion": rv},
-            "status": {"loadBalancer": {"ingress": ingress}},
-        });
-        let api: Api<Service> = Api::namespaced(self.client.clone(), &key.namespace);
-        match api
-            .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(service = %key, ?ips, "addresses written");
-                self.pending_services
-                    .insert(key.clone(), (rv, ips.to_vec()));
-                Ok(())
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(key.to_string())),
-            // Deleted meanwhile: nothing to do.
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(WriteError::Api(key.to_string(), e)),
-        }
     }
 
     async fn write_pool(
@@ -483,6 +477,46 @@ impl Leader {
                 tracing::warn!(service = %key, error = %e, "could not record Event");
             }
         });
+    }
+}
+
+/// Writes `ips` as `key`'s addresses over resourceVersion `rv` (merge patch).
+async fn write_service(
+    client: &Client,
+    elector: &Elector,
+    key: &ServiceKey,
+    rv: &str,
+    ips: &[IpAddr],
+) -> Result<(), WriteError> {
+    if !elector.is_active() {
+        return Err(WriteError::NotActive);
+    }
+    let ingress: Vec<_> = ips
+        .iter()
+        .map(|ip| json!({"ip": ip.to_string(), "ipMode": "VIP"}))
+        .collect();
+    let ingress = if ingress.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(ingress)
+    };
+    let patch = json!({
+        "metadata": {"resourceVersion": rv},
+        "status": {"loadBalancer": {"ingress": ingress}},
+    });
+    let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
+    match api
+        .patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(service = %key, ?ips, "addresses written");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(key.to_string())),
+        // Deleted meanwhile: nothing to do.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(WriteError::Api(key.to_string(), e)),
     }
 }
 
