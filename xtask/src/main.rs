@@ -10,6 +10,7 @@ mod kube_env;
 mod layers;
 mod setup;
 mod test_summary;
+mod upgrade_from;
 
 use std::{
     path::{Path, PathBuf},
@@ -127,6 +128,12 @@ fn main() -> Result<()> {
         Cmd::Test { no_smoke, args } => {
             require_root("the test suite attaches XDP programs in network namespaces")?;
             setup::ensure()?;
+            // Build the workspace's tests first (the test run would anyway) so that the old
+            // agent's build reuses its dependencies; a build error is reported by the run.
+            let _ = cargo(&root, &["test", "--workspace", "--no-run", "--quiet"]);
+            let old = upgrade_from::ensure(&root)?;
+            // SAFETY: single-threaded here; the test run inherits it.
+            unsafe { std::env::set_var("ANNOUNCER_OLD_BIN", &old) };
             test(&root, &args, !no_smoke)
         }
         Cmd::Bench {

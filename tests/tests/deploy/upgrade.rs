@@ -35,7 +35,8 @@ fn old_binary() -> PathBuf {
     match p {
         Some(p) if p.exists() => p,
         _ => panic!(
-            "set ANNOUNCER_OLD_BIN to an `announcer` built from {BEFORE}: \
+            "set ANNOUNCER_OLD_BIN to an `announcer` built from {BEFORE} (`cargo xtask test` builds \
+             it into target/upgrade-from/ and sets it), or by hand: \
              git worktree add /tmp/old {BEFORE} && (cd /tmp/old && cargo build -p announcer \
              --bin announcer)"
         ),
