@@ -191,6 +191,12 @@ struct Probe {
     losses: u32,
     /// Concluded: nobody answers at this MAC.
     silent: bool,
+    /// The target is the first suspect in the VIP's ranking: the one that would hold it. Only
+    /// such probes are shared between VIPs, and only their silence says the target's data
+    /// plane is gone: a suspect ranked below another one does not hold the VIP when the one
+    /// above does (a heartbeat blackout, where every peer is silent and alive), so its silence
+    /// about this VIP says nothing about the VIPs it holds.
+    first: bool,
 }
 
 /// A VIP handed to its new owner: we answer it until that owner's data plane does.
@@ -289,6 +295,9 @@ pub struct Core {
     // Timers.
     next_beat: Instant,
     next_refresh: Instant,
+    /// Interfaces the shell reported down. One affects only the VIPs on it; only when every
+    /// interface our VIPs are on is down does the node say `standby` ([`Core::links_all_down`]).
+    /// Forgotten once no VIP is on it ([`Core::forget_links`]).
     links_down: BTreeSet<IfaceName>,
     leaving: Option<Leaving>,
     /// The candidate set at the last reconcile: a full reconcile runs only when it changes.
@@ -314,6 +323,9 @@ pub struct Core {
     connected_since: Option<Instant>,
     /// Set while this node stepped back.
     standby: Option<Standby>,
+    /// This node exchanges heartbeats with no peer (while it has peers): peers whose Lease
+    /// renewals say the same are ranked by their Leases ([`Core::alive_by_lease`]).
+    blackout: bool,
     /// Since when our watches are unhealthy (for fencing on stale watches).
     watch_bad_since: Option<Instant>,
     /// Whether we were fenced at the last tick (to raise the Event once).
@@ -365,6 +377,7 @@ impl Core {
             alone_since: None,
             connected_since: None,
             standby: None,
+            blackout: false,
             watch_bad_since: Some(now),
             was_fenced: false,
             config_mismatch_reported: false,
@@ -454,13 +467,14 @@ impl Core {
                 }
             }
             Input::Link { iface, up } => {
-                let before = self.says_standby();
-                if up {
-                    self.links_down.remove(&iface);
+                let changed = if up {
+                    self.links_down.remove(&iface)
                 } else {
-                    self.links_down.insert(iface);
-                }
-                if before != self.says_standby() && !self.write_in_flight {
+                    self.links_down.insert(iface)
+                };
+                // Renew at once: the Lease carries our links (the shell left the down one
+                // out) or says `standby`, and peers take the VIPs we cannot answer from it.
+                if changed && !self.write_in_flight {
                     self.next_write = now;
                 }
                 force = true;
@@ -744,6 +758,7 @@ impl Core {
             }
         }
         self.vips = next;
+        self.forget_links();
         let vips = &self.vips;
         self.probing
             .retain(|ip| vips.get(ip).is_some_and(|v| !v.probes.is_empty()));
@@ -927,7 +942,32 @@ impl Core {
     /// the VIPs of a standby node without probing; when our link is down our heartbeats may not
     /// reach them to say `leaving`, and the API may still (a management network).
     fn says_standby(&self) -> bool {
-        self.standby.is_some() || !self.links_down.is_empty()
+        self.standby.is_some() || self.links_all_down()
+    }
+
+    /// Every interface our VIPs are on is down (and at least one is): the node can announce
+    /// nothing, its heartbeats may not get out, so it says `standby` and `leaving` and peers
+    /// take every VIP without probing. With one interface down among others, only the VIPs on
+    /// it are affected ([`Core::can_announce`]).
+    fn links_all_down(&self) -> bool {
+        !self.links_down.is_empty()
+            && !self.vips.values().any(|v| {
+                v.wanted
+                    && v.spec
+                        .local
+                        .as_ref()
+                        .is_some_and(|i| !self.links_down.contains(i))
+            })
+    }
+
+    /// Drops the down interfaces no VIP is on (in its spec or its installed entry): an
+    /// interface deleted or no longer chosen is forgotten, not held against the node.
+    fn forget_links(&mut self) {
+        let vips = &self.vips;
+        self.links_down.retain(|i| {
+            vips.values()
+                .any(|v| v.spec.local.as_ref() == Some(i) || v.installed.as_ref() == Some(i))
+        });
     }
 
     /// Peers we exchange heartbeats with both ways right now.
@@ -958,7 +998,8 @@ impl Core {
             .peers
             .values()
             .any(|p| p.lease.is_some() && !p.released);
-        if self.connected(now) > 0 || !has_peers {
+        self.blackout = has_peers && self.connected(now) == 0;
+        if !self.blackout {
             self.alone_since = None;
             if self.standby.is_some() {
                 let since = *self.connected_since.get_or_insert(now);
@@ -1007,11 +1048,11 @@ impl Core {
         }
         let me = self.config.node.clone();
         let trusted = self.trusted_since;
-        let better = self.peers.iter().find(|(n, p)| {
+        let settled = self.api_settled();
+        let better = self.peers.iter().find(|(_, p)| {
             p.member(now, trusted)
                 && !p.standby
-                && p.lease.as_ref().is_some_and(|l| l.changed_at > alone)
-                && p.connected.is_some_and(|c| c > 0 || **n < me)
+                && p.better_connected_since(alone, now, dead_after, settled)
         });
         let Some((peer, p)) = better else { return };
         let message = format!(
@@ -1214,7 +1255,7 @@ impl Core {
             return self.ready
                 && self.leaving.is_none()
                 && self.standby.is_none()
-                && self.links_down.is_empty()
+                && !self.links_all_down()
                 && !self.fenced(now);
         }
         self.peers.get(node).is_some_and(|p| {
@@ -1222,9 +1263,25 @@ impl Core {
                 && !p.standby
                 && p.member(now, self.trusted_since)
                 && (p.beating(now, self.config.dead_after())
-                    || p.alive_by_api(now, self.api_settled(), self.api_freshness()))
+                    || p.alive_by_api(now, self.api_settled(), self.api_freshness())
+                    || self.alive_by_lease(node, now))
                 && p.settled(now, self.patience())
         })
+    }
+
+    /// A heartbeat blackout: neither we nor `node` exchange heartbeats with anybody, and its
+    /// Lease renewals say it is alive ([`Peer::alive_by_lease`]). It stays a candidate, so
+    /// every node keeps what rendezvous gives it among the Leases and nothing piles onto one
+    /// node (a peer with 0 connections is no better than us: nobody steps back). It is still
+    /// a suspect: the next candidate below it probes its data plane, and takes its VIPs if it
+    /// does not answer (a crash, or its link dead without losing carrier). When its renewals
+    /// stop (a crash), it stops counting `2 × lease_renew` after the last one.
+    fn alive_by_lease(&self, node: &NodeName, now: Instant) -> bool {
+        self.blackout
+            && self.peers.get(node).is_some_and(|p| {
+                !p.beating(now, self.config.dead_after())
+                    && p.alive_by_lease(now, self.api_settled(), self.api_freshness())
+            })
     }
 
     /// How long a Lease renewal proves a peer alive whose heartbeats do not reach us: two of
@@ -1248,7 +1305,12 @@ impl Core {
 
     fn can_announce(&self, node: &NodeName, vip: IpAddr) -> bool {
         if *node == self.config.node {
-            return self.vips.get(&vip).is_some_and(|v| v.spec.local.is_some());
+            return self.vips.get(&vip).is_some_and(|v| {
+                v.spec
+                    .local
+                    .as_ref()
+                    .is_some_and(|i| !self.links_down.contains(i))
+            });
         }
         let only = self.interfaces_for(vip);
         self.peers
@@ -1432,28 +1494,28 @@ impl Core {
         // The owner is quiet (a heartbeat overdue by half a period) and we are next: ask its
         // data plane now rather than at `dead_after` (`reconcile_ours` probes every suspect
         // above us; silence marks it gone, a heartbeat cancels).
+        // In a blackout every peer is a suspect ranked by its Lease: only the candidate next
+        // below the owner asks, and a candidate ranked by its Lease counts as next (it asks).
         let early = owner
             .as_ref()
             .is_some_and(|o| *o != me && self.suspect(o, now).is_some())
-            && v.ranking
-                .iter()
-                .find(|n| self.candidate_for(n, ip, now) && self.suspect(n, now).is_none())
-                == Some(&me);
-        // Stepped back, but no other member can announce it (eTP Local with every endpoint
-        // here): keep announcing it rather than darken it. (Stepped back, we hear nobody, so
-        // membership is judged by the Leases alone.)
+            && v.ranking.iter().find(|n| {
+                Some(*n) != owner.as_ref()
+                    && self.candidate_for(n, ip, now)
+                    && (self.suspect(n, now).is_none() || self.alive_by_lease(n, now))
+            }) == Some(&me);
+        // Stepped back, but no other node can announce it: keep announcing it rather than
+        // darken it. "Can" means a candidate that can announce it, as for the owner: eligible,
+        // a member that neither left nor stepped back, alive by its heartbeats or its Lease,
+        // with a link for it. (A member by its Lease alone, crashed but not yet expired, is no
+        // help: counting it darkened the VIP until its Lease expired.)
         let last_resort = self.standby.is_some()
-            && v.spec.local.is_some()
+            && self.can_announce(&me, ip)
             && v.ranking.contains(&me)
-            && !v.ranking.iter().any(|n| {
-                *n != me
-                    && self.peers.get(n).is_some_and(|p| {
-                        p.member(now, self.trusted_since)
-                            && !p.standby
-                            && !p.leaving
-                            && p.can_announce(ip, &v.spec.interfaces)
-                    })
-            });
+            && !v
+                .ranking
+                .iter()
+                .any(|n| *n != me && self.candidate_for(n, ip, now));
         if owner.as_ref() == Some(&me) || last_resort || early {
             self.reconcile_ours(now, ip, revived);
             return;
@@ -1512,8 +1574,8 @@ impl Core {
         if suspects.is_empty() {
             self.take(now, ip);
         } else {
-            for (target, mac) in suspects {
-                self.probe(now, ip, target, mac);
+            for (i, (target, mac)) in suspects.into_iter().enumerate() {
+                self.probe(now, ip, target, mac, i == 0);
             }
         }
     }
@@ -1726,8 +1788,8 @@ impl Core {
     /// MAC is already in flight, this VIP joins it instead of sending another frame: when a
     /// node with many VIPs goes silent, its successors send one probe per node and interval,
     /// not one per VIP.
-    fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
-        let deadline = self.send_probe(now, ip, mac, self.config.first_probe_wait());
+    fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr, first: bool) {
+        let deadline = self.send_probe(now, ip, mac, self.config.first_probe_wait(), first);
         let v = self.vips.get_mut(&ip).expect("present");
         if v.spec.local.is_none() {
             return;
@@ -1741,19 +1803,30 @@ impl Core {
             heard: false,
             losses: 0,
             silent: false,
+            first,
         });
         self.probing.insert(ip);
     }
 
-    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight; the deadline
-    /// (`now + wait`, or that of the one in flight).
-    fn send_probe(&mut self, now: Instant, ip: IpAddr, mac: MacAddr, wait: Duration) -> Instant {
+    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight (both asking the
+    /// first suspect of their VIP, see [`Probe::first`]); the deadline (`now + wait`, or that
+    /// of the one in flight).
+    fn send_probe(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        mac: MacAddr,
+        wait: Duration,
+        first: bool,
+    ) -> Instant {
         let in_flight = self
             .probing
             .iter()
             .filter_map(|other| self.vips.get(other))
             .flat_map(|v| v.probes.iter())
-            .find(|p| p.mac == mac && !p.answered && !p.silent && p.deadline > now)
+            .find(|p| {
+                first && p.first && p.mac == mac && !p.answered && !p.silent && p.deadline > now
+            })
             .map(|p| p.deadline);
         if let Some(d) = in_flight {
             return d;
@@ -1805,16 +1878,18 @@ impl Core {
             {
                 if p.answered {
                     p.answered = false;
-                    resend.push((p.mac, timeout));
+                    resend.push((p.mac, timeout, p.first));
                 } else if p.heard && p.losses + 1 < PROBE_LOSSES_AFTER_ANSWER {
                     p.losses += 1;
-                    resend.push((p.mac, timeout));
+                    resend.push((p.mac, timeout, p.first));
                 } else if !p.heard && p.losses + 1 < FIRST_PROBES {
                     p.losses += 1;
-                    resend.push((p.mac, first_wait));
+                    resend.push((p.mac, first_wait, p.first));
                 } else {
                     p.silent = true;
-                    silenced.push(p.target.clone());
+                    if p.first {
+                        silenced.push(p.target.clone());
+                    }
                 }
             }
             for n in silenced {
@@ -1822,8 +1897,8 @@ impl Core {
                     peer.probed_silent_after = peer.last_beat;
                 }
             }
-            for (mac, wait) in resend {
-                let deadline = self.send_probe(now, ip, mac, wait);
+            for (mac, wait, first) in resend {
+                let deadline = self.send_probe(now, ip, mac, wait, first);
                 let v = self.vips.get_mut(&ip).expect("present");
                 for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.silent) {
                     p.deadline = deadline;
@@ -1905,7 +1980,7 @@ impl Core {
             .collect();
         let leaving = self.leaving.is_some()
             || self.standby.is_some()
-            || !self.links_down.is_empty()
+            || self.links_all_down()
             || self.fenced(now);
         let dead_after = self.config.dead_after();
         let hears = self
