@@ -169,6 +169,10 @@ const MAX_FAILOVERS: usize = 1024;
 /// unanswered before its VIP is taken: one lost answer must not make two owners.
 pub const PROBE_LOSSES_AFTER_ANSWER: u32 = 3;
 
+/// How late a peer's Lease renewal may be (beyond `lease_renew`) before a stepped-back node
+/// stops counting on it to take a VIP ([`Core::healthy_for`]).
+pub const RENEWAL_SLACK: Duration = Duration::from_secs(1);
+
 /// A peer whose configuration fingerprint differs from ours for this long is reported: the
 /// nodes may rank VIPs differently meanwhile (a ConfigMap roll in progress, or a node left on
 /// an old configuration). One Event per node and episode, on that node.
@@ -1297,6 +1301,28 @@ impl Core {
         self.config.dead_after() + self.config.heartbeat_interval
     }
 
+    /// Whether `node` can take `vip` from a node that stepped back (which hears nobody, so
+    /// judges by the Leases): eligible (ranked), a member that neither left nor stepped back,
+    /// with a link for it, and healthy: a candidate, or renewing its Lease on time (its last
+    /// renewal at most `lease_renew` + [`RENEWAL_SLACK`] ago). A member whose renewals
+    /// stopped (crashed, its Lease not yet expired) cannot: counting it darkened the VIP until
+    /// that Lease expired.
+    fn healthy_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> bool {
+        if self.candidate_for(node, vip, now) {
+            return true;
+        }
+        let only = self.interfaces_for(vip);
+        self.peers.get(node).is_some_and(|p| {
+            p.member(now, self.trusted_since)
+                && !p.standby
+                && !p.leaving
+                && p.can_announce(vip, only)
+                && p.lease
+                    .as_ref()
+                    .is_some_and(|l| now < l.changed_at + self.config.lease_renew + RENEWAL_SLACK)
+        })
+    }
+
     /// A candidate that can announce `vip` (has an interface for it): only such a node is
     /// ranked for it, so a VIP never lands where it cannot be answered.
     fn candidate_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> bool {
@@ -1505,17 +1531,14 @@ impl Core {
                     && (self.suspect(n, now).is_none() || self.alive_by_lease(n, now))
             }) == Some(&me);
         // Stepped back, but no other node can announce it: keep announcing it rather than
-        // darken it. "Can" means a candidate that can announce it, as for the owner: eligible,
-        // a member that neither left nor stepped back, alive by its heartbeats or its Lease,
-        // with a link for it. (A member by its Lease alone, crashed but not yet expired, is no
-        // help: counting it darkened the VIP until its Lease expired.)
+        // darken it. See `healthy_for`.
         let last_resort = self.standby.is_some()
             && self.can_announce(&me, ip)
             && v.ranking.contains(&me)
             && !v
                 .ranking
                 .iter()
-                .any(|n| *n != me && self.candidate_for(n, ip, now));
+                .any(|n| *n != me && self.healthy_for(n, ip, now));
         if owner.as_ref() == Some(&me) || last_resort || early {
             self.reconcile_ours(now, ip, revived);
             return;

@@ -398,7 +398,19 @@ async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody(api) {
 }
 }
 
+/// How long the partition tests cut the owner from its successor.
+const CUT: Duration = Duration::from_secs(7);
+/// `docs/safety.md`, "Heartbeats lost between two nodes only": one owner within a Lease
+/// renewal period plus 0.4 s of the cut (3.4 s), plus 1.1 s for the watches and the testbed's
+/// shared cores.
+const ONE_OWNER_AFTER: Duration = Duration::from_millis(4500);
+/// The longest the client may go without an answer from the VIP during a partition
+/// (the simulator's bound for a dark VIP, invariant 9).
+const DARK_BOUND: Duration = Duration::from_secs(1);
+
 on_both_api_servers! {
+/// During the cut the VIP stays answered and, after the documented bound, has one owner; after
+/// the heal, exactly one owner, the rendezvous one.
 async fn a_partition_heals_to_exactly_one_owner(api) {
     let mut tb = testbed(api, "part", 3).await;
     let v4 = IpAddr::V4(vip4(4));
@@ -410,6 +422,7 @@ async fn a_partition_heals_to_exactly_one_owner(api) {
     // owner's heartbeats (both still reach the client, the third node and the API server).
     let next = successor(v4, &without(&tb, &owner));
     tb.partition(&owner, &next);
+    let cut = Instant::now();
     let third = tb
         .nodes()
         .into_iter()
@@ -418,9 +431,39 @@ async fn a_partition_heals_to_exactly_one_owner(api) {
     assert!(!tb.reachable(&owner, &next, Q), "{owner} -> {next} cut");
     assert!(tb.reachable(&owner, &third, Q), "{owner} -> {third} kept");
     assert!(tb.reachable(&next, &third, Q), "{next} -> {third} kept");
-    // Long enough for the heartbeats to be declared missed, whatever happens.
-    std::thread::sleep(Duration::from_secs(5));
+    // During the cut, what `docs/safety.md` ("Heartbeats lost between two nodes only")
+    // promises: the VIP stays answered throughout (the owner keeps it, the successor may take
+    // it beside it), and from `ONE_OWNER_AFTER` on, only the owner holds it (the successor saw
+    // the owner alive by its Lease renewals and handed it back).
+    let mut dark: Vec<String> = Vec::new();
+    let mut two_owners: Vec<String> = Vec::new();
+    let mut last_answer = cut;
+    while cut.elapsed() < CUT {
+        let at = cut.elapsed();
+        if tb.ask(v4, Q).is_some() {
+            last_answer = Instant::now();
+        } else if last_answer.elapsed() > DARK_BOUND {
+            dark.push(format!("+{:.1}s", at.as_secs_f64()));
+        }
+        if at >= ONE_OWNER_AFTER {
+            let owners = tb.owners(v4);
+            if owners != vec![owner.clone()] {
+                two_owners.push(format!("+{:.1}s: {owners:?}", at.as_secs_f64()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     tb.heal(&owner, &next);
+    assert!(
+        dark.is_empty(),
+        "{v4} unanswered for more than {DARK_BOUND:?} during the cut (at {dark:?})\n{}",
+        tb.log_tails()
+    );
+    assert!(
+        two_owners.is_empty(),
+        "{v4} not held by {owner} alone {ONE_OWNER_AFTER:?} after the cut from {next}: {two_owners:?}\n{}",
+        tb.log_tails()
+    );
     // The owner's neighbour entry for `next` may be mid-way through its unicast probes (one a
     // second, RFC 4861 §7.3.3 and its ARP equivalent), so give resolution a few seconds.
     assert!(

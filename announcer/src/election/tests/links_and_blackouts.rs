@@ -212,6 +212,7 @@ fn a_stepped_back_node_keeps_a_vip_whose_only_other_node_crashed() {
     // while nodes 2 and 3 still hear each other: x steps back. Nobody else can answer the
     // VIP: x must keep it.
     w.nodes[y].up = false;
+    let crash = w.t;
     w.run_for(SEC);
     for j in 0..4 {
         if j != x {
@@ -219,6 +220,12 @@ fn a_stepped_back_node_keeps_a_vip_whose_only_other_node_crashed() {
             w.cut.insert((j, x));
         }
     }
+    // y's renewals stop with the crash: a renewal period and a second of slack after its last
+    // one, it no longer counts as able to take the VIP, and x keeps (or takes back) the VIP
+    // until y's Lease expires and beyond (it used to count until its Lease expired, 10 s).
+    let cfg = w.nodes[x].core.config().clone();
+    let from = crash + cfg.lease_renew + super::super::core::RENEWAL_SLACK + 200 * MS;
+    w.run_for(from - w.t);
     for _ in 0..15_000 {
         w.run_for(MS);
         assert_eq!(w.answering(), vec![x], "dark at {:?}", w.t - w.origin);
@@ -265,7 +272,8 @@ fn an_owner_crashing_in_a_heartbeat_blackout_is_taken_over() {
     assert_eq!(w.answering(), vec![owner]);
     w.nodes[owner].up = false;
     // Its data plane stops answering the next node's probes: three in a row after answers.
-    let bound = w.nodes[0].core.config().probe_timeout * (super::super::core::PROBE_LOSSES_AFTER_ANSWER + 1)
+    let bound = w.nodes[0].core.config().probe_timeout
+        * (super::super::core::PROBE_LOSSES_AFTER_ANSWER + 1)
         + w.nodes[0].core.config().reprobe_interval();
     w.run_for(bound);
     let now = w.answering();
