@@ -37,7 +37,13 @@
 //!     scenarios), or than Leases and real nodes (the others: a real node's first heartbeat
 //!     may arrive before its Lease);
 //! 11. forged heartbeats and floods change no VIP's owner;
-//! 12. a configuration roll is reported (`ConfigMismatch` node Event).
+//! 12. a configuration roll is reported (`ConfigMismatch` node Event);
+//! 13. under a heartbeat blackout (every node's heartbeats lost, the API fine), from
+//!     [`ISOLATION_BOUND`] after it began while it lasts: no node answers more VIPs than
+//!     rendezvous gives it among the live nodes plus [`PILE_UP_SLACK`] (no pile-up on one
+//!     node); invariant 1 holds over the same window (exactly one answerer per VIP, a VIP
+//!     pinned to a few nodes included), the scenario being
+//!     [`Scenario::bounded_by_isolation`].
 //!
 //! During a configuration roll (its documented bound, see `roll_window`) 5 and 9 are checked
 //! only outside it.

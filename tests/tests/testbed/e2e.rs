@@ -17,7 +17,7 @@ use std::{
 use announcer_tests::{
     env::ApiKind,
     env::cluster::{owned_vips, rendezvous_owner},
-    env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, nic2_vip4, vip4, vip6},
     on_both_api_servers,
 };
 
@@ -602,4 +602,46 @@ async fn native_xdp_answers_too() {
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
     owners_seen(&tb, &[v4, v6]);
+}
+
+/// Issue 25, finding 5, with real agents: a node announces one VIP on `eth0` and one on
+/// `eth1`, both eTP Local with their only endpoint there (no other node may announce them).
+/// `eth1` goes down: the VIP on `eth0` keeps being answered, by that node, the whole time (one
+/// interface down used to withdraw every VIP of the node until the agent restarted, and with
+/// no other node able to announce it, darken it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_nic_going_down_leaves_the_vips_on_the_other_answered() {
+    let mut tb = testbed(ApiKind::InRepo, "nic-down", 3).await;
+    tb.add_second_nic();
+    let on_eth0 = IpAddr::V4(vip4(70));
+    let on_eth1 = IpAddr::V4(nic2_vip4(70));
+    tb.add_service("local-0", &[on_eth0], true, &["node-b"]).await;
+    tb.add_service("local-1", &[on_eth1], true, &["node-b"]).await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [on_eth0, on_eth1] {
+        assert_eq!(tb.wait_owner(vip, T), "node-b", "{vip} on its endpoint's node");
+    }
+    client_sees(&tb, on_eth0, "node-b");
+    tb.node_ns("node-b")
+        .ip(&["link", "set", "dev", "eth1", "down"]);
+    let down = Instant::now();
+    let mut missed = Vec::new();
+    while down.elapsed() < Duration::from_secs(10) {
+        let at = down.elapsed();
+        if tb.ask(on_eth0, Q).as_deref() != Some("node-b") {
+            missed.push(format!("+{:.1}s", at.as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        missed.is_empty(),
+        "{on_eth0} (on node-b's eth0) not answered by node-b after its eth1 went down, at {missed:?}\n/state: {:?}\n{}",
+        tb.ownership(),
+        tb.log_tails()
+    );
+    assert_eq!(
+        tb.owners(on_eth0),
+        vec!["node-b".to_owned()],
+        "{on_eth0} still owned by node-b"
+    );
 }
