@@ -96,15 +96,22 @@
 //!   stays valid, would keep its VIPs while peers take them after a lost probe answer. Each
 //!   node therefore publishes in its Lease renewals how many peers it exchanges heartbeats with
 //!   both ways (`connected`). A node that exchanges them with none, for `dead_after`, while a
-//!   peer whose Lease was renewed since then is better connected (or equally, with a lower
-//!   name), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
+//!   peer whose Lease was renewed since then is strictly better connected (exchanges them with
+//!   somebody: 0 against 0 is no better, names break no tie), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
 //!   its VIPs for [`ElectionConfig::standby_hold`] while peers (who treat a standby node like a leaving
 //!   one) take them without probing, then lets go; an `Isolated` node Event says why. Bound:
 //!   [`ElectionConfig::isolation_bound`] (about 5.3 s at the defaults) from the fault to a single owner.
 //!   Peers that had taken a VIP from it meanwhile count an overlap. When heartbeats flow both
 //!   ways again for [`ElectionConfig::rejoin_after`], it steps in (`Rejoined`). Two nodes that cannot
-//!   hear each other never both step back, so a two-node split cannot darken a VIP; without
+//!   hear each other do not step back at all, so a two-node split cannot darken a VIP; without
 //!   the API nobody steps back (partition rules below).
+//! * Heartbeats lost everywhere (a firewall on the heartbeat port, the API fine): every count
+//!   is 0, nobody steps back, and while a node hears nobody, peers whose renewals say the same
+//!   stay ranked by their Leases ([`Peer::alive_by_lease`]), so every node keeps what
+//!   rendezvous gives it: no pile-up, one answerer per VIP. Only the node next below an owner
+//!   probes it, and only probes of a VIP's first suspect are shared or mark a peer silent.
+//! * An interface down or deleted withdraws only the VIPs on it; the node says `standby` only
+//!   when every interface its VIPs are on is down, and forgets an interface no VIP is on.
 //! * Partition between nodes: each side sees the other's heartbeats stop and its probes go
 //!   unanswered, so a VIP can have an owner on both sides. When a peer we took a VIP from comes
 //!   back with the *same* incarnation, it never stopped answering: we count an overlap, raise
@@ -993,8 +1000,9 @@ impl Core {
     /// would otherwise keep its VIPs while its peers, after a lost probe answer, take them
     /// too, for as long as the fault lasts. Heartbeats cannot settle it, so the API does: the
     /// Lease is written anyway every `lease_renew`, and carries how many peers each node
-    /// hears both ways. The node with fewer (on a tie, the higher name) steps back, so two
-    /// nodes that cannot hear each other never both step back and darken a VIP. Only a peer
+    /// hears both ways. A node that hears nobody steps back only for a peer that hears somebody
+    /// (strictly better connected; 0 against 0 is a blackout or a split, where stepping back
+    /// would pile every VIP onto one node or darken them, so nobody does). Only a peer
     /// whose Lease was renewed after we went deaf counts: a crashed peer's Lease stays valid
     /// for a while but is not renewed, and must not make the survivor step back.
     fn update_isolation(&mut self, now: Instant) {
