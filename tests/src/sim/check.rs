@@ -276,7 +276,11 @@ impl<'a, A: Agent> Ctx<'a, A> {
                         self.w.nodes[n].name,
                         (0..nodes)
                             .map(|m| {
-                                let k = s.vips.iter().filter(|st| st.answerers & bit(m) != 0).count();
+                                let k = s
+                                    .vips
+                                    .iter()
+                                    .filter(|st| st.answerers & bit(m) != 0)
+                                    .count();
                                 format!("{}={k}", self.w.nodes[m].name)
                             })
                             .collect::<Vec<_>>()
@@ -906,7 +910,10 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
 
     // 13: a heartbeat blackout piles no VIPs onto one node.
     if plan.scenario == Scenario::HeartbeatBlackout {
-        c.no_pile_up(plan.fault_at + ISOLATION_BOUND, plan.fault_end.unwrap_or(end));
+        c.no_pile_up(
+            plan.fault_at + ISOLATION_BOUND,
+            plan.fault_end.unwrap_or(end),
+        );
     }
 
     // 12: a configuration roll is reported.

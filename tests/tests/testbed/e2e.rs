@@ -615,11 +615,17 @@ async fn one_nic_going_down_leaves_the_vips_on_the_other_answered() {
     tb.add_second_nic();
     let on_eth0 = IpAddr::V4(vip4(70));
     let on_eth1 = IpAddr::V4(nic2_vip4(70));
-    tb.add_service("local-0", &[on_eth0], true, &["node-b"]).await;
-    tb.add_service("local-1", &[on_eth1], true, &["node-b"]).await;
+    tb.add_service("local-0", &[on_eth0], true, &["node-b"])
+        .await;
+    tb.add_service("local-1", &[on_eth1], true, &["node-b"])
+        .await;
     tb.start_agents(AGENT_ARGS);
     for vip in [on_eth0, on_eth1] {
-        assert_eq!(tb.wait_owner(vip, T), "node-b", "{vip} on its endpoint's node");
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-b",
+            "{vip} on its endpoint's node"
+        );
     }
     client_sees(&tb, on_eth0, "node-b");
     tb.node_ns("node-b")
