@@ -78,7 +78,8 @@ pub(super) struct NodeNet {
     pub(super) plane: Plane,
     pub(super) iface_cfg: IfaceConfig,
     pub(super) ifaces: Vec<LocalIface>,
-    /// Interfaces VIPs have been placed on: their link state is reported to the core.
+    /// Interfaces VIPs have been placed on: their link state is reported to the core. One
+    /// that no longer exists is reported down once, then forgotten ([`Context::link_states`]).
     pub(super) used_ifaces: BTreeSet<String>,
     pub(super) heartbeat_ip: IpAddr,
     pub(super) heartbeat_mac: Option<MacAddr>,
@@ -223,16 +224,25 @@ impl Context {
             .then(|| iface::links(&self.net.ifaces, &self.net.iface_cfg))
     }
 
-    /// Link state of the interfaces VIPs were placed on.
-    pub(super) fn link_states(&self) -> Vec<(IfaceName, bool)> {
-        self.net
+    /// Link state of the interfaces VIPs were placed on. An interface that was deleted is
+    /// reported down this once and then forgotten: the core withdraws the VIPs on it (and
+    /// only those), and forgets it too once no VIP is on it, so a deleted interface is not
+    /// held against the node until the agent restarts.
+    pub(super) fn link_states(&mut self) -> Vec<(IfaceName, bool)> {
+        let ifaces = &self.net.ifaces;
+        let states = self
+            .net
             .used_ifaces
             .iter()
             .map(|name| {
-                let up = self.net.ifaces.iter().any(|i| i.name == *name && i.up);
+                let up = ifaces.iter().any(|i| i.name == *name && i.up);
                 (IfaceName::from(name.as_str()), up)
             })
-            .collect()
+            .collect();
+        self.net
+            .used_ifaces
+            .retain(|name| ifaces.iter().any(|i| i.name == *name));
+        states
     }
 
     /// The placement of every VIP, from the watch stores (`None` before the first lists).

@@ -96,15 +96,22 @@
 //!   stays valid, would keep its VIPs while peers take them after a lost probe answer. Each
 //!   node therefore publishes in its Lease renewals how many peers it exchanges heartbeats with
 //!   both ways (`connected`). A node that exchanges them with none, for `dead_after`, while a
-//!   peer whose Lease was renewed since then is better connected (or equally, with a lower
-//!   name), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
+//!   peer whose Lease was renewed since then is strictly better connected (exchanges them with
+//!   somebody: 0 against 0 is no better, names break no tie), *steps back*: it writes `standby` in its Lease, is no candidate, keeps answering
 //!   its VIPs for [`ElectionConfig::standby_hold`] while peers (who treat a standby node like a leaving
 //!   one) take them without probing, then lets go; an `Isolated` node Event says why. Bound:
 //!   [`ElectionConfig::isolation_bound`] (about 5.3 s at the defaults) from the fault to a single owner.
 //!   Peers that had taken a VIP from it meanwhile count an overlap. When heartbeats flow both
 //!   ways again for [`ElectionConfig::rejoin_after`], it steps in (`Rejoined`). Two nodes that cannot
-//!   hear each other never both step back, so a two-node split cannot darken a VIP; without
+//!   hear each other do not step back at all, so a two-node split cannot darken a VIP; without
 //!   the API nobody steps back (partition rules below).
+//! * Heartbeats lost everywhere (a firewall on the heartbeat port, the API fine): every count
+//!   is 0, nobody steps back, and while a node hears nobody, peers whose renewals say the same
+//!   stay ranked by their Leases ([`Peer::alive_by_lease`]), so every node keeps what
+//!   rendezvous gives it: no pile-up, one answerer per VIP. Only the node next below an owner
+//!   probes it, and only probes of a VIP's first suspect are shared or mark a peer silent.
+//! * An interface down or deleted withdraws only the VIPs on it; the node says `standby` only
+//!   when every interface its VIPs are on is down, and forgets an interface no VIP is on.
 //! * Partition between nodes: each side sees the other's heartbeats stop and its probes go
 //!   unanswered, so a VIP can have an owner on both sides. When a peer we took a VIP from comes
 //!   back with the *same* incarnation, it never stopped answering: we count an overlap, raise
@@ -169,6 +176,10 @@ const MAX_FAILOVERS: usize = 1024;
 /// unanswered before its VIP is taken: one lost answer must not make two owners.
 pub const PROBE_LOSSES_AFTER_ANSWER: u32 = 3;
 
+/// How late a peer's Lease renewal may be (beyond `lease_renew`) before a stepped-back node
+/// stops counting on it to take a VIP ([`Core::healthy_for`]).
+pub const RENEWAL_SLACK: Duration = Duration::from_secs(1);
+
 /// A peer whose configuration fingerprint differs from ours for this long is reported: the
 /// nodes may rank VIPs differently meanwhile (a ConfigMap roll in progress, or a node left on
 /// an old configuration). One Event per node and episode, on that node.
@@ -191,6 +202,12 @@ struct Probe {
     losses: u32,
     /// Concluded: nobody answers at this MAC.
     silent: bool,
+    /// The target is the first suspect in the VIP's ranking: the one that would hold it. Only
+    /// such probes are shared between VIPs, and only their silence says the target's data
+    /// plane is gone: a suspect ranked below another one does not hold the VIP when the one
+    /// above does (a heartbeat blackout, where every peer is silent and alive), so its silence
+    /// about this VIP says nothing about the VIPs it holds.
+    first: bool,
 }
 
 /// A VIP handed to its new owner: we answer it until that owner's data plane does.
@@ -289,6 +306,9 @@ pub struct Core {
     // Timers.
     next_beat: Instant,
     next_refresh: Instant,
+    /// Interfaces the shell reported down. One affects only the VIPs on it; only when every
+    /// interface our VIPs are on is down does the node say `standby` ([`Core::links_all_down`]).
+    /// Forgotten once no VIP is on it ([`Core::forget_links`]).
     links_down: BTreeSet<IfaceName>,
     leaving: Option<Leaving>,
     /// The candidate set at the last reconcile: a full reconcile runs only when it changes.
@@ -314,6 +334,9 @@ pub struct Core {
     connected_since: Option<Instant>,
     /// Set while this node stepped back.
     standby: Option<Standby>,
+    /// This node exchanges heartbeats with no peer (while it has peers): peers whose Lease
+    /// renewals say the same are ranked by their Leases ([`Core::alive_by_lease`]).
+    blackout: bool,
     /// Since when our watches are unhealthy (for fencing on stale watches).
     watch_bad_since: Option<Instant>,
     /// Whether we were fenced at the last tick (to raise the Event once).
@@ -365,6 +388,7 @@ impl Core {
             alone_since: None,
             connected_since: None,
             standby: None,
+            blackout: false,
             watch_bad_since: Some(now),
             was_fenced: false,
             config_mismatch_reported: false,
@@ -454,13 +478,14 @@ impl Core {
                 }
             }
             Input::Link { iface, up } => {
-                let before = self.says_standby();
-                if up {
-                    self.links_down.remove(&iface);
+                let changed = if up {
+                    self.links_down.remove(&iface)
                 } else {
-                    self.links_down.insert(iface);
-                }
-                if before != self.says_standby() && !self.write_in_flight {
+                    self.links_down.insert(iface)
+                };
+                // Renew at once: the Lease carries our links (the shell left the down one
+                // out) or says `standby`, and peers take the VIPs we cannot answer from it.
+                if changed && !self.write_in_flight {
                     self.next_write = now;
                 }
                 force = true;
@@ -744,6 +769,7 @@ impl Core {
             }
         }
         self.vips = next;
+        self.forget_links();
         let vips = &self.vips;
         self.probing
             .retain(|ip| vips.get(ip).is_some_and(|v| !v.probes.is_empty()));
@@ -927,7 +953,32 @@ impl Core {
     /// the VIPs of a standby node without probing; when our link is down our heartbeats may not
     /// reach them to say `leaving`, and the API may still (a management network).
     fn says_standby(&self) -> bool {
-        self.standby.is_some() || !self.links_down.is_empty()
+        self.standby.is_some() || self.links_all_down()
+    }
+
+    /// Every interface our VIPs are on is down (and at least one is): the node can announce
+    /// nothing, its heartbeats may not get out, so it says `standby` and `leaving` and peers
+    /// take every VIP without probing. With one interface down among others, only the VIPs on
+    /// it are affected ([`Core::can_announce`]).
+    fn links_all_down(&self) -> bool {
+        !self.links_down.is_empty()
+            && !self.vips.values().any(|v| {
+                v.wanted
+                    && v.spec
+                        .local
+                        .as_ref()
+                        .is_some_and(|i| !self.links_down.contains(i))
+            })
+    }
+
+    /// Drops the down interfaces no VIP is on (in its spec or its installed entry): an
+    /// interface deleted or no longer chosen is forgotten, not held against the node.
+    fn forget_links(&mut self) {
+        let vips = &self.vips;
+        self.links_down.retain(|i| {
+            vips.values()
+                .any(|v| v.spec.local.as_ref() == Some(i) || v.installed.as_ref() == Some(i))
+        });
     }
 
     /// Peers we exchange heartbeats with both ways right now.
@@ -949,8 +1000,9 @@ impl Core {
     /// would otherwise keep its VIPs while its peers, after a lost probe answer, take them
     /// too, for as long as the fault lasts. Heartbeats cannot settle it, so the API does: the
     /// Lease is written anyway every `lease_renew`, and carries how many peers each node
-    /// hears both ways. The node with fewer (on a tie, the higher name) steps back, so two
-    /// nodes that cannot hear each other never both step back and darken a VIP. Only a peer
+    /// hears both ways. A node that hears nobody steps back only for a peer that hears somebody
+    /// (strictly better connected; 0 against 0 is a blackout or a split, where stepping back
+    /// would pile every VIP onto one node or darken them, so nobody does). Only a peer
     /// whose Lease was renewed after we went deaf counts: a crashed peer's Lease stays valid
     /// for a while but is not renewed, and must not make the survivor step back.
     fn update_isolation(&mut self, now: Instant) {
@@ -958,7 +1010,8 @@ impl Core {
             .peers
             .values()
             .any(|p| p.lease.is_some() && !p.released);
-        if self.connected(now) > 0 || !has_peers {
+        self.blackout = has_peers && self.connected(now) == 0;
+        if !self.blackout {
             self.alone_since = None;
             if self.standby.is_some() {
                 let since = *self.connected_since.get_or_insert(now);
@@ -1007,11 +1060,11 @@ impl Core {
         }
         let me = self.config.node.clone();
         let trusted = self.trusted_since;
-        let better = self.peers.iter().find(|(n, p)| {
+        let settled = self.api_settled();
+        let better = self.peers.iter().find(|(_, p)| {
             p.member(now, trusted)
                 && !p.standby
-                && p.lease.as_ref().is_some_and(|l| l.changed_at > alone)
-                && p.connected.is_some_and(|c| c > 0 || **n < me)
+                && p.better_connected_since(alone, now, dead_after, settled)
         });
         let Some((peer, p)) = better else { return };
         let message = format!(
@@ -1214,7 +1267,7 @@ impl Core {
             return self.ready
                 && self.leaving.is_none()
                 && self.standby.is_none()
-                && self.links_down.is_empty()
+                && !self.links_all_down()
                 && !self.fenced(now);
         }
         self.peers.get(node).is_some_and(|p| {
@@ -1222,9 +1275,25 @@ impl Core {
                 && !p.standby
                 && p.member(now, self.trusted_since)
                 && (p.beating(now, self.config.dead_after())
-                    || p.alive_by_api(now, self.api_settled(), self.api_freshness()))
+                    || p.alive_by_api(now, self.api_settled(), self.api_freshness())
+                    || self.alive_by_lease(node, now))
                 && p.settled(now, self.patience())
         })
+    }
+
+    /// A heartbeat blackout: neither we nor `node` exchange heartbeats with anybody, and its
+    /// Lease renewals say it is alive ([`Peer::alive_by_lease`]). It stays a candidate, so
+    /// every node keeps what rendezvous gives it among the Leases and nothing piles onto one
+    /// node (a peer with 0 connections is no better than us: nobody steps back). It is still
+    /// a suspect: the next candidate below it probes its data plane, and takes its VIPs if it
+    /// does not answer (a crash, or its link dead without losing carrier). When its renewals
+    /// stop (a crash), it stops counting `2 × lease_renew` after the last one.
+    fn alive_by_lease(&self, node: &NodeName, now: Instant) -> bool {
+        self.blackout
+            && self.peers.get(node).is_some_and(|p| {
+                !p.beating(now, self.config.dead_after())
+                    && p.alive_by_lease(now, self.api_settled(), self.api_freshness())
+            })
     }
 
     /// How long a Lease renewal proves a peer alive whose heartbeats do not reach us: two of
@@ -1240,6 +1309,28 @@ impl Core {
         self.config.dead_after() + self.config.heartbeat_interval
     }
 
+    /// Whether `node` can take `vip` from a node that stepped back (which hears nobody, so
+    /// judges by the Leases): eligible (ranked), a member that neither left nor stepped back,
+    /// with a link for it, and healthy: a candidate, or renewing its Lease on time (its last
+    /// renewal at most `lease_renew` + [`RENEWAL_SLACK`] ago). A member whose renewals
+    /// stopped (crashed, its Lease not yet expired) cannot: counting it darkened the VIP until
+    /// that Lease expired.
+    fn healthy_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> bool {
+        if self.candidate_for(node, vip, now) {
+            return true;
+        }
+        let only = self.interfaces_for(vip);
+        self.peers.get(node).is_some_and(|p| {
+            p.member(now, self.trusted_since)
+                && !p.standby
+                && !p.leaving
+                && p.can_announce(vip, only)
+                && p.lease
+                    .as_ref()
+                    .is_some_and(|l| now < l.changed_at + self.config.lease_renew + RENEWAL_SLACK)
+        })
+    }
+
     /// A candidate that can announce `vip` (has an interface for it): only such a node is
     /// ranked for it, so a VIP never lands where it cannot be answered.
     fn candidate_for(&self, node: &NodeName, vip: IpAddr, now: Instant) -> bool {
@@ -1248,7 +1339,12 @@ impl Core {
 
     fn can_announce(&self, node: &NodeName, vip: IpAddr) -> bool {
         if *node == self.config.node {
-            return self.vips.get(&vip).is_some_and(|v| v.spec.local.is_some());
+            return self.vips.get(&vip).is_some_and(|v| {
+                v.spec
+                    .local
+                    .as_ref()
+                    .is_some_and(|i| !self.links_down.contains(i))
+            });
         }
         let only = self.interfaces_for(vip);
         self.peers
@@ -1432,28 +1528,25 @@ impl Core {
         // The owner is quiet (a heartbeat overdue by half a period) and we are next: ask its
         // data plane now rather than at `dead_after` (`reconcile_ours` probes every suspect
         // above us; silence marks it gone, a heartbeat cancels).
+        // In a blackout every peer is a suspect ranked by its Lease: only the candidate next
+        // below the owner asks, and a candidate ranked by its Lease counts as next (it asks).
         let early = owner
             .as_ref()
             .is_some_and(|o| *o != me && self.suspect(o, now).is_some())
-            && v.ranking
-                .iter()
-                .find(|n| self.candidate_for(n, ip, now) && self.suspect(n, now).is_none())
-                == Some(&me);
-        // Stepped back, but no other member can announce it (eTP Local with every endpoint
-        // here): keep announcing it rather than darken it. (Stepped back, we hear nobody, so
-        // membership is judged by the Leases alone.)
+            && v.ranking.iter().find(|n| {
+                Some(*n) != owner.as_ref()
+                    && self.candidate_for(n, ip, now)
+                    && (self.suspect(n, now).is_none() || self.alive_by_lease(n, now))
+            }) == Some(&me);
+        // Stepped back, but no other node can announce it: keep announcing it rather than
+        // darken it. See `healthy_for`.
         let last_resort = self.standby.is_some()
-            && v.spec.local.is_some()
+            && self.can_announce(&me, ip)
             && v.ranking.contains(&me)
-            && !v.ranking.iter().any(|n| {
-                *n != me
-                    && self.peers.get(n).is_some_and(|p| {
-                        p.member(now, self.trusted_since)
-                            && !p.standby
-                            && !p.leaving
-                            && p.can_announce(ip, &v.spec.interfaces)
-                    })
-            });
+            && !v
+                .ranking
+                .iter()
+                .any(|n| *n != me && self.healthy_for(n, ip, now));
         if owner.as_ref() == Some(&me) || last_resort || early {
             self.reconcile_ours(now, ip, revived);
             return;
@@ -1512,8 +1605,8 @@ impl Core {
         if suspects.is_empty() {
             self.take(now, ip);
         } else {
-            for (target, mac) in suspects {
-                self.probe(now, ip, target, mac);
+            for (i, (target, mac)) in suspects.into_iter().enumerate() {
+                self.probe(now, ip, target, mac, i == 0);
             }
         }
     }
@@ -1726,8 +1819,8 @@ impl Core {
     /// MAC is already in flight, this VIP joins it instead of sending another frame: when a
     /// node with many VIPs goes silent, its successors send one probe per node and interval,
     /// not one per VIP.
-    fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr) {
-        let deadline = self.send_probe(now, ip, mac, self.config.first_probe_wait());
+    fn probe(&mut self, now: Instant, ip: IpAddr, target: NodeName, mac: MacAddr, first: bool) {
+        let deadline = self.send_probe(now, ip, mac, self.config.first_probe_wait(), first);
         let v = self.vips.get_mut(&ip).expect("present");
         if v.spec.local.is_none() {
             return;
@@ -1741,19 +1834,30 @@ impl Core {
             heard: false,
             losses: 0,
             silent: false,
+            first,
         });
         self.probing.insert(ip);
     }
 
-    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight; the deadline
-    /// (`now + wait`, or that of the one in flight).
-    fn send_probe(&mut self, now: Instant, ip: IpAddr, mac: MacAddr, wait: Duration) -> Instant {
+    /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight (both asking the
+    /// first suspect of their VIP, see [`Probe::first`]); the deadline (`now + wait`, or that
+    /// of the one in flight).
+    fn send_probe(
+        &mut self,
+        now: Instant,
+        ip: IpAddr,
+        mac: MacAddr,
+        wait: Duration,
+        first: bool,
+    ) -> Instant {
         let in_flight = self
             .probing
             .iter()
             .filter_map(|other| self.vips.get(other))
             .flat_map(|v| v.probes.iter())
-            .find(|p| p.mac == mac && !p.answered && !p.silent && p.deadline > now)
+            .find(|p| {
+                first && p.first && p.mac == mac && !p.answered && !p.silent && p.deadline > now
+            })
             .map(|p| p.deadline);
         if let Some(d) = in_flight {
             return d;
@@ -1805,16 +1909,18 @@ impl Core {
             {
                 if p.answered {
                     p.answered = false;
-                    resend.push((p.mac, timeout));
+                    resend.push((p.mac, timeout, p.first));
                 } else if p.heard && p.losses + 1 < PROBE_LOSSES_AFTER_ANSWER {
                     p.losses += 1;
-                    resend.push((p.mac, timeout));
+                    resend.push((p.mac, timeout, p.first));
                 } else if !p.heard && p.losses + 1 < FIRST_PROBES {
                     p.losses += 1;
-                    resend.push((p.mac, first_wait));
+                    resend.push((p.mac, first_wait, p.first));
                 } else {
                     p.silent = true;
-                    silenced.push(p.target.clone());
+                    if p.first {
+                        silenced.push(p.target.clone());
+                    }
                 }
             }
             for n in silenced {
@@ -1822,8 +1928,8 @@ impl Core {
                     peer.probed_silent_after = peer.last_beat;
                 }
             }
-            for (mac, wait) in resend {
-                let deadline = self.send_probe(now, ip, mac, wait);
+            for (mac, wait, first) in resend {
+                let deadline = self.send_probe(now, ip, mac, wait, first);
                 let v = self.vips.get_mut(&ip).expect("present");
                 for p in v.probes.iter_mut().filter(|p| p.mac == mac && !p.silent) {
                     p.deadline = deadline;
@@ -1905,7 +2011,7 @@ impl Core {
             .collect();
         let leaving = self.leaving.is_some()
             || self.standby.is_some()
-            || !self.links_down.is_empty()
+            || self.links_all_down()
             || self.fenced(now);
         let dead_after = self.config.dead_after();
         let hears = self

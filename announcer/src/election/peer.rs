@@ -170,14 +170,56 @@ impl Peer {
     /// the heartbeats stopped (while we distrusted the API, since our own writes hung too):
     /// one late write is no proof of life, a node that is alive renews again.
     pub fn alive_by_api(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
+        self.connected.is_some_and(|c| c > 0) && self.renewed_since_silent(now, settled, fresh)
+    }
+
+    /// Alive by its Lease in a heartbeat blackout: like [`alive_by_api`](Self::alive_by_api),
+    /// but its renewal says it exchanges heartbeats with nobody (`connected == 0`), and it is
+    /// no candidate once a probe of its data plane went unanswered. The caller asks only while
+    /// this node exchanges heartbeats with nobody either: then no node is better connected
+    /// than another, and the Leases are all that say who is alive.
+    pub fn alive_by_lease(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
+        self.connected == Some(0)
+            && !self.probed_silent()
+            && self.renewed_since_silent(now, settled, fresh)
+    }
+
+    /// Its Lease was renewed `settled` after its last heartbeat here (see
+    /// [`alive_by_api`](Self::alive_by_api)), within `fresh`, and it did not step back.
+    fn renewed_since_silent(&self, now: Instant, settled: Duration, fresh: Duration) -> bool {
         let (Some(l), Some(beat)) = (&self.lease, self.last_beat) else {
             return false;
         };
-        self.connected.is_some_and(|c| c > 0)
-            && !self.standby
+        !self.standby
             && (self.timely_renewals_while_silent >= 1 || self.renewals_while_silent >= 2)
             && l.changed_at >= beat + settled
             && now < l.changed_at + fresh
+    }
+
+    /// Strictly better connected than a node that has exchanged heartbeats with nobody since
+    /// `alone`: a Lease renewal seen after then says it exchanges them with some peer
+    /// (`connected > 0`; 0 against 0 is no better, whatever the names). If its heartbeats do
+    /// not reach us either, the renewal must also come `settled` after its last heartbeat
+    /// here, so that its count no longer includes peers it heard before the cut: in a
+    /// cluster-wide blackout every count falls to 0 within a heartbeat period of ours, and a
+    /// renewal written in that period must not make us step back (nobody would be better
+    /// connected than us, and peers would take our VIPs from a standby node without probing).
+    pub fn better_connected_since(
+        &self,
+        alone: Instant,
+        now: Instant,
+        dead_after: Duration,
+        settled: Duration,
+    ) -> bool {
+        let Some(l) = &self.lease else {
+            return false;
+        };
+        let fresh = if self.beating(now, dead_after) {
+            l.changed_at > alone
+        } else {
+            l.changed_at > alone && self.last_beat.is_none_or(|b| l.changed_at >= b + settled)
+        };
+        fresh && self.connected.is_some_and(|c| c > 0)
     }
 
     /// When [`alive_by_api`](Self::alive_by_api) lapses unless the Lease is renewed again.

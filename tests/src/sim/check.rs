@@ -37,7 +37,13 @@
 //!     scenarios), or than Leases and real nodes (the others: a real node's first heartbeat
 //!     may arrive before its Lease);
 //! 11. forged heartbeats and floods change no VIP's owner;
-//! 12. a configuration roll is reported (`ConfigMismatch` node Event).
+//! 12. a configuration roll is reported (`ConfigMismatch` node Event);
+//! 13. under a heartbeat blackout (every node's heartbeats lost, the API fine), from
+//!     [`ISOLATION_BOUND`] after it began while it lasts: no node answers more VIPs than
+//!     rendezvous gives it among the live nodes plus [`PILE_UP_SLACK`] (no pile-up on one
+//!     node); invariant 1 holds over the same window (exactly one answerer per VIP, a VIP
+//!     pinned to a few nodes included), the scenario being
+//!     [`Scenario::bounded_by_isolation`].
 //!
 //! During a configuration roll (its documented bound, see `roll_window`) 5 and 9 are checked
 //! only outside it.
@@ -125,6 +131,9 @@ pub const COUNT_WITHIN: Duration = Duration::from_secs(2);
 
 /// Time after start from which clients are expected to be served.
 pub const WARM: Duration = Duration::from_secs(3);
+/// How many VIPs beyond its rendezvous share one node may answer under a heartbeat blackout
+/// (invariant 13): the placement stays spread, one VIP of slack for a takeover under way.
+pub const PILE_UP_SLACK: usize = 1;
 const SLACK_OVERLAP: Duration = Duration::from_millis(500);
 const HEAL_BUDGET: Duration = Duration::from_secs(2);
 const FAILOVER_BUDGET: Duration = Duration::from_secs(1);
@@ -241,6 +250,43 @@ impl<'a, A: Agent> Ctx<'a, A> {
                         names(self.w, s.live)
                     );
                     self.fail("1 (one owner per VIP)", Some(v), s.t, msg);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Invariant 13 over `[from, to)`: each node answers at most its rendezvous share of the
+    /// VIPs (among the live nodes) plus [`PILE_UP_SLACK`].
+    fn no_pile_up(&mut self, from: VTime, to: VTime) {
+        let nodes = self.w.nodes.len();
+        for s in self.samples(from, to) {
+            for n in 0..nodes {
+                let share = (0..s.vips.len())
+                    .filter(|v| self.expected(s, *v) == bit(n))
+                    .count();
+                let answers = s
+                    .vips
+                    .iter()
+                    .filter(|st| st.answerers & bit(n) != 0)
+                    .count();
+                if answers > share + PILE_UP_SLACK {
+                    let msg = format!(
+                        "{} answers {answers} VIPs, its share is {share} (+{PILE_UP_SLACK} slack); per node: {}",
+                        self.w.nodes[n].name,
+                        (0..nodes)
+                            .map(|m| {
+                                let k = s
+                                    .vips
+                                    .iter()
+                                    .filter(|st| st.answerers & bit(m) != 0)
+                                    .count();
+                                format!("{}={k}", self.w.nodes[m].name)
+                            })
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    );
+                    self.fail("13 (no pile-up under a heartbeat blackout)", None, s.t, msg);
                     return;
                 }
             }
@@ -860,6 +906,14 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
                 format!("{who} did {out:?}"),
             );
         }
+    }
+
+    // 13: a heartbeat blackout piles no VIPs onto one node.
+    if plan.scenario == Scenario::HeartbeatBlackout {
+        c.no_pile_up(
+            plan.fault_at + ISOLATION_BOUND,
+            plan.fault_end.unwrap_or(end),
+        );
     }
 
     // 12: a configuration roll is reported.

@@ -71,6 +71,10 @@ pub enum Scenario {
     /// Frames from one node to one peer are lost (heartbeats, probes, probe answers); the
     /// other way works.
     OneWayLink,
+    /// Heartbeats are lost between every pair of nodes (a firewall change on the heartbeat
+    /// port), while the API server and the data planes work: nobody exchanges heartbeats with
+    /// anybody, so no node is better connected than another.
+    HeartbeatBlackout,
     /// Not in the sweep: [`Scenario::IncarnationRollback`] with the old incarnation source
     /// (the wall clock at start), which hands the core a lower incarnation after the step.
     IncarnationRollbackWallClock,
@@ -78,7 +82,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order seeds cycle through them.
-    pub const ALL: [Scenario; 23] = [
+    pub const ALL: [Scenario; 24] = [
         Scenario::Crash,
         Scenario::LinkDown,
         Scenario::Kill,
@@ -102,6 +106,7 @@ impl Scenario {
         Scenario::ConfigSkew,
         Scenario::WatchLag,
         Scenario::OneWayLink,
+        Scenario::HeartbeatBlackout,
     ];
 
     /// Scenarios that can be run by name but are not in the sweep: models of behaviour the
@@ -119,6 +124,7 @@ impl Scenario {
                 | Scenario::ClockOffset
                 | Scenario::KeyMismatch
                 | Scenario::OneWayLink
+                | Scenario::HeartbeatBlackout
         )
     }
 
@@ -135,6 +141,7 @@ impl Scenario {
                 | Scenario::Flood
                 | Scenario::ConfigSkew
                 | Scenario::WatchLag
+                | Scenario::HeartbeatBlackout
         )
     }
 
@@ -151,7 +158,7 @@ impl Scenario {
         )
     }
 
-    /// The adversary's scenarios (the last twelve of [`Scenario::ALL`] and the models).
+    /// The adversary's scenarios (the last thirteen of [`Scenario::ALL`] and the models).
     pub fn adversary(self) -> bool {
         Self::ALL[11..].contains(&self) || Self::MODELS.contains(&self)
     }
@@ -187,6 +194,7 @@ impl Scenario {
             Scenario::ConfigSkew => "config-skew",
             Scenario::WatchLag => "watch-lag",
             Scenario::OneWayLink => "one-way-link",
+            Scenario::HeartbeatBlackout => "heartbeat-blackout",
             Scenario::IncarnationRollbackWallClock => "incarnation-rollback-wall-clock",
         }
     }
@@ -643,6 +651,21 @@ impl Plan {
                 let peer = *each_other.choose(&mut rng).expect("3+ nodes");
                 steps.push((t1, Action::LinkCut(victim, peer)));
                 lasts(&mut rng, &mut steps, vec![Action::LinkHeal])
+            }
+            Scenario::HeartbeatBlackout => {
+                victim_opt = None;
+                for j in 0..n {
+                    steps.push((t1, Action::BeatCut(j, all & !bit(j))));
+                }
+                // It lasts past the bound: to the end, or lifted a few seconds after it.
+                if rng.random_bool(0.5) {
+                    t1 + ISOLATION_BOUND + secs(&mut rng, 3.0, 4.0)
+                } else {
+                    let heal = t1 + ISOLATION_BOUND + secs(&mut rng, 2.0, 6.0);
+                    steps.push((heal, Action::BeatHeal));
+                    fault_end = Some(heal);
+                    heal + secs(&mut rng, 6.0, 7.0)
+                }
             }
             Scenario::Crash => {
                 steps.push((t1, Action::Crash(victim)));

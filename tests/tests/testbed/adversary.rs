@@ -333,6 +333,11 @@ async fn spoofed_arp_replies_do_not_delay_crash_failover() {
     );
 }
 
+/// The longest an agent's `/state` may go unanswered during the flood (reads time out after
+/// 2 s; a read every 100 ms in between): an agent whose loop the flood starves longer than
+/// this is wedged for its users (`announcer status`, the probes), whatever its VIPs.
+const SILENT_BOUND: Duration = Duration::from_secs(3);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flood_from_client_namespace_moves_no_vip() {
     let mut tb = testbed("flood", 3).await;
@@ -358,9 +363,31 @@ async fn flood_from_client_namespace_moves_no_vip() {
     let mut moved = Vec::new();
     let mut silent = 0u32;
     let mut samples = 0u32;
-    let check = |tb: &Testbed, moved: &mut Vec<String>, silent: &mut u32, when: &str| {
+    // Per node: when its /state last answered, and the longest it went unanswered. A node
+    // that does not answer is checked at its next answer (its ownership then must not have
+    // moved either), and it may not stay silent longer than `SILENT_BOUND`: an agent the
+    // flood wedges (its loop starved, its HTTP server unanswered) fails the test even if it
+    // comes back with the same VIPs.
+    let start = Instant::now();
+    let mut last_ok: BTreeMap<String, Instant> =
+        tb.nodes().into_iter().map(|n| (n, start)).collect();
+    let mut longest: BTreeMap<String, Duration> = BTreeMap::new();
+    let mut check = |tb: &Testbed, moved: &mut Vec<String>, silent: &mut u32, when: &str| {
         let own = tb.ownership();
-        *silent += (tb.nodes().len() - own.len()) as u32;
+        let now = Instant::now();
+        for node in tb.nodes() {
+            match own.get(&node) {
+                Some(_) => {
+                    last_ok.insert(node, now);
+                }
+                None => {
+                    *silent += 1;
+                    let span = now - last_ok[&node];
+                    let l = longest.entry(node).or_default();
+                    *l = (*l).max(span);
+                }
+            }
+        }
         for (node, owned) in &own {
             for v in &vips {
                 let should = before[v] == *node;
@@ -414,7 +441,15 @@ async fn flood_from_client_namespace_moves_no_vip() {
             loss.push((*v, kind, lost, answered, pct));
         }
     }
-    eprintln!("{samples} /state samples during the flood, {silent} unanswered /state reads");
+    eprintln!(
+        "{samples} /state samples during the flood, {silent} unanswered /state reads; longest unanswered per node: {longest:?}"
+    );
+    let wedged: Vec<_> = longest.iter().filter(|(_, d)| **d > SILENT_BOUND).collect();
+    assert!(
+        wedged.is_empty(),
+        "agents whose /state went unanswered for more than {SILENT_BOUND:?} during the flood: {wedged:?}\n{}",
+        tb.log_tails()
+    );
     for node in tb.nodes() {
         assert!(
             tb.agent_pid(&node).is_some() && tb.state(&node).is_some(),

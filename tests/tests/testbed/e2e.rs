@@ -17,7 +17,7 @@ use std::{
 use announcer_tests::{
     env::ApiKind,
     env::cluster::{owned_vips, rendezvous_owner},
-    env::lan::{ProbeKind, Testbed, TestbedConfig, vip4, vip6},
+    env::lan::{ProbeKind, Testbed, TestbedConfig, nic2_vip4, vip4, vip6},
     on_both_api_servers,
 };
 
@@ -398,7 +398,19 @@ async fn etp_local_vips_without_an_endpoint_are_answered_by_nobody(api) {
 }
 }
 
+/// How long the partition tests cut the owner from its successor.
+const CUT: Duration = Duration::from_secs(7);
+/// `docs/safety.md`, "Heartbeats lost between two nodes only": one owner within a Lease
+/// renewal period plus 0.4 s of the cut (3.4 s), plus 1.1 s for the watches and the testbed's
+/// shared cores.
+const ONE_OWNER_AFTER: Duration = Duration::from_millis(4500);
+/// The longest the client may go without an answer from the VIP during a partition
+/// (the simulator's bound for a dark VIP, invariant 9).
+const DARK_BOUND: Duration = Duration::from_secs(1);
+
 on_both_api_servers! {
+/// During the cut the VIP stays answered and, after the documented bound, has one owner; after
+/// the heal, exactly one owner, the rendezvous one.
 async fn a_partition_heals_to_exactly_one_owner(api) {
     let mut tb = testbed(api, "part", 3).await;
     let v4 = IpAddr::V4(vip4(4));
@@ -410,6 +422,7 @@ async fn a_partition_heals_to_exactly_one_owner(api) {
     // owner's heartbeats (both still reach the client, the third node and the API server).
     let next = successor(v4, &without(&tb, &owner));
     tb.partition(&owner, &next);
+    let cut = Instant::now();
     let third = tb
         .nodes()
         .into_iter()
@@ -418,9 +431,39 @@ async fn a_partition_heals_to_exactly_one_owner(api) {
     assert!(!tb.reachable(&owner, &next, Q), "{owner} -> {next} cut");
     assert!(tb.reachable(&owner, &third, Q), "{owner} -> {third} kept");
     assert!(tb.reachable(&next, &third, Q), "{next} -> {third} kept");
-    // Long enough for the heartbeats to be declared missed, whatever happens.
-    std::thread::sleep(Duration::from_secs(5));
+    // During the cut, what `docs/safety.md` ("Heartbeats lost between two nodes only")
+    // promises: the VIP stays answered throughout (the owner keeps it, the successor may take
+    // it beside it), and from `ONE_OWNER_AFTER` on, only the owner holds it (the successor saw
+    // the owner alive by its Lease renewals and handed it back).
+    let mut dark: Vec<String> = Vec::new();
+    let mut two_owners: Vec<String> = Vec::new();
+    let mut last_answer = cut;
+    while cut.elapsed() < CUT {
+        let at = cut.elapsed();
+        if tb.ask(v4, Q).is_some() {
+            last_answer = Instant::now();
+        } else if last_answer.elapsed() > DARK_BOUND {
+            dark.push(format!("+{:.1}s", at.as_secs_f64()));
+        }
+        if at >= ONE_OWNER_AFTER {
+            let owners = tb.owners(v4);
+            if owners != vec![owner.clone()] {
+                two_owners.push(format!("+{:.1}s: {owners:?}", at.as_secs_f64()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     tb.heal(&owner, &next);
+    assert!(
+        dark.is_empty(),
+        "{v4} unanswered for more than {DARK_BOUND:?} during the cut (at {dark:?})\n{}",
+        tb.log_tails()
+    );
+    assert!(
+        two_owners.is_empty(),
+        "{v4} not held by {owner} alone {ONE_OWNER_AFTER:?} after the cut from {next}: {two_owners:?}\n{}",
+        tb.log_tails()
+    );
     // The owner's neighbour entry for `next` may be mid-way through its unicast probes (one a
     // second, RFC 4861 §7.3.3 and its ARP equivalent), so give resolution a few seconds.
     assert!(
@@ -559,4 +602,55 @@ async fn native_xdp_answers_too() {
     tb.add_service("web", &[v4, v6], false, &["node-a"]).await;
     tb.start_agents(AGENT_ARGS);
     owners_seen(&tb, &[v4, v6]);
+}
+
+/// Issue 25, finding 5, with real agents: a node announces one VIP on `eth0` and one on
+/// `eth1`, both eTP Local with their only endpoint there (no other node may announce them).
+/// `eth1` goes down: the VIP on `eth0` keeps being answered, by that node, the whole time (one
+/// interface down used to withdraw every VIP of the node until the agent restarted, and with
+/// no other node able to announce it, darken it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_nic_going_down_leaves_the_vips_on_the_other_answered() {
+    let mut tb = testbed(ApiKind::InRepo, "nic-down", 3).await;
+    tb.add_second_nic();
+    let on_eth0 = IpAddr::V4(vip4(70));
+    let on_eth1 = IpAddr::V4(nic2_vip4(70));
+    tb.add_service("local-0", &[on_eth0], true, &["node-b"])
+        .await;
+    tb.add_service("local-1", &[on_eth1], true, &["node-b"])
+        .await;
+    tb.start_agents(AGENT_ARGS);
+    for vip in [on_eth0, on_eth1] {
+        assert_eq!(
+            tb.wait_owner(vip, T),
+            "node-b",
+            "{vip} on its endpoint's node"
+        );
+    }
+    client_sees(&tb, on_eth0, "node-b");
+    tb.node_ns("node-b")
+        .ip(&["link", "set", "dev", "eth1", "down"]);
+    let down = Instant::now();
+    let mut missed = Vec::new();
+    while down.elapsed() < Duration::from_secs(10) {
+        let at = down.elapsed();
+        // ARP, not traffic: the client's neighbour cache would carry traffic to node-b for a
+        // while after node-b stopped answering.
+        let answering = tb.arp_nodes(on_eth0, Q);
+        if answering != ["node-b"] {
+            missed.push(format!("+{:.1}s {answering:?}", at.as_secs_f64()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        missed.is_empty(),
+        "{on_eth0} (on node-b's eth0) not answered (ARP) by node-b alone after its eth1 went down, at {missed:?}\n/state: {:?}\n{}",
+        tb.ownership(),
+        tb.log_tails()
+    );
+    assert_eq!(
+        tb.owners(on_eth0),
+        vec!["node-b".to_owned()],
+        "{on_eth0} still owned by node-b"
+    );
 }
