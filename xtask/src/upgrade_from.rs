@@ -51,7 +51,12 @@ pub fn ensure(root: &Path) -> Result<PathBuf> {
     if !target.exists() && seed.is_dir() {
         std::fs::create_dir_all(&target)?;
         // Hard links: instant, and cargo replaces rather than rewrites what it rebuilds.
-        crate::run(Command::new("cp").arg("-al").arg(&seed).arg(target.join("debug")))?;
+        crate::run(
+            Command::new("cp")
+                .arg("-al")
+                .arg(&seed)
+                .arg(target.join("debug")),
+        )?;
     }
     crate::run(
         Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
