@@ -1,41 +1,18 @@
 //! `announcer agent`: runs [`crate::agent::run`] on a tokio runtime until SIGTERM or SIGINT,
 //! then the handover, then exit 0.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
 use crate::agent::{AgentError, config::AgentArgs};
 
 /// `announcer agent`.
 pub fn run(args: AgentArgs, pin_root: PathBuf) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(71);
-        }
+    let result = match super::service::run_until_signal(|shutdown| {
+        crate::agent::run(args, pin_root, shutdown)
+    }) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let result = rt.block_on(async move {
-        let shutdown = async {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (mut term, mut int) = match (
-                signal(SignalKind::terminate()),
-                signal(SignalKind::interrupt()),
-            ) {
-                (Ok(t), Ok(i)) => (t, i),
-                _ => return std::future::pending().await,
-            };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        };
-        crate::agent::run(args, pin_root, shutdown).await
-    });
-    // Background tasks (bursts in flight, watches) end with the runtime.
-    rt.shutdown_timeout(Duration::from_millis(500));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

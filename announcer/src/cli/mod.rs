@@ -17,6 +17,7 @@ pub mod announce;
 pub mod load;
 pub mod logs;
 pub mod migrate;
+pub mod service;
 pub mod status;
 pub mod vip;
 
