@@ -163,30 +163,15 @@ impl AgentCommand {
     /// caller.
     pub fn command(&self, netns: Option<&Netns>) -> Command {
         let bin = self.binary.clone().unwrap_or_else(announcer_bin);
-        let mut cmd = match netns {
-            Some(ns) => ns.nsenter_cmd(&utf8(&bin)),
-            None => Command::new(bin),
-        };
-        cmd.args(self.args())
-            .env("RUST_LOG", "info,announcer=debug")
-            .env("NO_COLOR", "1")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
+        let mut cmd = announcer_command(&bin, netns, self.args());
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         cmd
     }
 
     /// Starts it (see [`Self::command`]) as a [`Guarded`] child, its stderr appended to `log`.
     /// Panics if it cannot start.
     pub fn spawn(&self, netns: Option<&Netns>, log: &Path) -> Guarded {
-        let out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let mut cmd = self.command(netns);
-        cmd.stderr(out);
-        Guarded::spawn(&mut cmd).unwrap_or_else(|e| panic!("spawn `announcer {}`: {e}", self))
+        spawn_logged(&mut self.command(netns), log, self)
     }
 }
 
@@ -195,6 +180,35 @@ impl Display for AgentCommand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.args().join(" "))
     }
+}
+
+/// `bin ARGS…` with the tests' log settings (`RUST_LOG=info,announcer=debug`, `NO_COLOR=1`),
+/// run in `netns` (only the network namespace changes: the process still sees the host's
+/// bpffs) or in the test's own; stdin and stdout closed, stderr left to the caller. Agents and
+/// allocators are started through this.
+pub(crate) fn announcer_command(bin: &Path, netns: Option<&Netns>, args: Vec<String>) -> Command {
+    let mut cmd = match netns {
+        Some(ns) => ns.nsenter_cmd(&utf8(bin)),
+        None => Command::new(bin),
+    };
+    cmd.args(args)
+        .env("RUST_LOG", "info,announcer=debug")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// Starts `cmd` as a [`Guarded`] child, its stderr appended to `log`. Panics, naming
+/// `announcer WHAT`, if it cannot start.
+pub(crate) fn spawn_logged(cmd: &mut Command, log: &Path, what: &dyn Display) -> Guarded {
+    let out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
+    cmd.stderr(out);
+    Guarded::spawn(cmd).unwrap_or_else(|e| panic!("spawn `announcer {what}`: {e}"))
 }
 
 #[cfg(test)]

@@ -5,14 +5,13 @@
 //! testbed, the real control plane's stand-in kubelets and the demo all start allocators; each
 //! says only who it is and how it reaches the API server.
 
-use std::{
-    fmt::Display,
-    fs::OpenOptions,
-    path::Path,
-    process::{Command, Stdio},
-};
+use std::{fmt::Display, path::Path, process::Command};
 
-use super::{NAMESPACE, process::Guarded};
+use super::{
+    NAMESPACE,
+    agent_cmd::{announcer_command, spawn_logged},
+    process::Guarded,
+};
 use crate::{cli::announcer_bin, netns::Netns};
 
 /// `announcer allocator --identity ID --namespace NS --kubeconfig K EXTRA…` with the tests' log
@@ -68,29 +67,12 @@ impl AllocatorCommand {
 
     /// The command, run in `netns` or in the test's own; stdin and stdout closed.
     pub fn command(&self, netns: Option<&Netns>) -> Command {
-        let bin = announcer_bin();
-        let mut cmd = match netns {
-            Some(ns) => ns.nsenter_cmd(bin.to_str().expect("UTF-8 binary path")),
-            None => Command::new(bin),
-        };
-        cmd.args(self.args())
-            .env("RUST_LOG", "info,announcer=debug")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        cmd
+        announcer_command(&announcer_bin(), netns, self.args())
     }
 
     /// Starts it as a [`Guarded`] child, its stderr appended to `log`.
     pub fn spawn(&self, netns: Option<&Netns>, log: &Path) -> Guarded {
-        let out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap_or_else(|e| panic!("open {}: {e}", log.display()));
-        let mut cmd = self.command(netns);
-        cmd.stderr(out);
-        Guarded::spawn(&mut cmd).unwrap_or_else(|e| panic!("spawn `announcer {self}`: {e}"))
+        spawn_logged(&mut self.command(netns), log, self)
     }
 }
 
