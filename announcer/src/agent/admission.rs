@@ -14,6 +14,11 @@
 //! that an object exists, not that it is bound, loaded and matches the agent's account; the
 //! probe proves exactly what the agent relies on, with a grant it already has (Leases,
 //! create). It costs one request per start.
+//!
+//! Pitfall: the probe shows the Lease policy is in force, not its siblings in the same file
+//! (`announcer-agent-service-status`, `announcer-allocator-leases`): a Service-status write
+//! cannot be dry-run without a Service to write. `kubectl apply -k deploy/` applies all three
+//! together; deleting one by hand is not detected.
 
 use std::time::Duration;
 
@@ -37,7 +42,7 @@ pub enum PolicyError {
     #[error(
         "the admission policy announcer-agent-leases is not in force: a dry run of creating Lease \
          {PROBE_LEASE} in {namespace} was accepted. Apply deploy/admission-policy.yaml \
-         (Kubernetes 1.30 or newer: ValidatingAdmissionPolicy v1); without it one node's \
+         (Kubernetes 1.31 or newer: ValidatingAdmissionPolicy v1 and the node claim); without it one node's \
          credentials could move any Service's address"
     )]
     Absent {
