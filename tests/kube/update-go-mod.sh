@@ -21,6 +21,7 @@ TOOLS=(
   k8s.io/kubernetes/cmd/kube-controller-manager
   k8s.io/kubernetes/cmd/kube-scheduler
   k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kube-proxy
 )
 
 # Never fetch a newer Go behind our back: a dependency that needs one fails here, loudly.

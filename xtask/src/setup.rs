@@ -47,6 +47,9 @@ const APT_PACKAGES: &[&str] = &[
     "libfaketime",
     "faketime",
     "stress-ng",
+    // kube-proxy (nftables mode runs `nft`; it clears UDP conntrack entries with `conntrack`).
+    "nftables",
+    "conntrack",
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";
@@ -178,6 +181,8 @@ struct GoProgram {
 
 const KUBERNETES: &str = "tests/kube";
 const ETCD: &str = "tests/kube/etcd";
+const METALLB: &str = "tests/kube/metallb";
+const KUBE_VIP: &str = "tests/kube/kube-vip";
 
 /// What `cargo xtask setup` builds from `tests/kube/`. To add a program, list its package in
 /// the module's `update-go-mod.sh`, run that, and list it here; programs of one module share
@@ -207,6 +212,30 @@ const KUBE_PROGRAMS: &[GoProgram] = &[
         package: "k8s.io/kubernetes/cmd/kube-scheduler",
         module: "k8s.io/kubernetes",
         dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "kube-proxy",
+        package: "k8s.io/kubernetes/cmd/kube-proxy",
+        module: "k8s.io/kubernetes",
+        dir: KUBERNETES,
+    },
+    GoProgram {
+        name: "metallb-speaker",
+        package: "go.universe.tf/metallb/speaker",
+        module: "go.universe.tf/metallb",
+        dir: METALLB,
+    },
+    GoProgram {
+        name: "metallb-controller",
+        package: "go.universe.tf/metallb/controller",
+        module: "go.universe.tf/metallb",
+        dir: METALLB,
+    },
+    GoProgram {
+        name: "kube-vip",
+        package: "github.com/kube-vip/kube-vip",
+        module: "github.com/kube-vip/kube-vip",
+        dir: KUBE_VIP,
     },
     GoProgram {
         name: "etcd",
@@ -252,6 +281,9 @@ fn version_ldflags(module: &str, version: &str) -> Result<String> {
         }
         // etcd's version is a constant of its source (`etcd --version`); strip as upstream.
         "go.etcd.io/etcd/server/v3" => Ok("-s -w".into()),
+        // MetalLB and kube-vip print their version from ldflags their release builds set; the
+        // bench reads the version from the go.mod instead, so strip only.
+        "go.universe.tf/metallb" | "github.com/kube-vip/kube-vip" => Ok("-s -w".into()),
         other => bail!("no version stamp known for {other}"),
     }
 }
@@ -338,7 +370,7 @@ fn kube_programs() -> Result<()> {
 }
 
 /// The MetalLB release whose CRDs the migration tests install (`go.universe.tf/metallb`).
-const METALLB_VERSION: &str = "v0.15.2";
+const METALLB_VERSION: &str = "v0.16.1";
 /// The CRDs copied from its module, under `config/crd/bases/` there.
 const METALLB_CRDS: &[&str] = &[
     "metallb.io_ipaddresspools.yaml",
