@@ -1,5 +1,5 @@
-//! `cargo xtask bench failover`: failover time and lost probes of this agent against keepalived
-//! and lease-per-service elections, per failure scenario, on the multi-node testbed (see
+//! `cargo xtask bench failover`: failover time and lost probes of this agent against keepalived,
+//! MetalLB and kube-vip, per failure scenario, on the multi-node testbed (see
 //! `announcer_tests::bench::failover` for the definitions). Progress on stderr, a table and the
 //! verdicts on stdout, CDF plots (SVG), and with `--json` one JSON document as the last stdout
 //! line. Any FAIL (a missed target, a selected system × scenario without trials, a system
@@ -29,7 +29,7 @@ use clap::Parser;
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(about = "Benchmark failover against keepalived and lease-per-service elections")]
+#[command(about = "Benchmark failover against keepalived, MetalLB and kube-vip")]
 struct Args {
     /// Trials per system and scenario.
     #[arg(long, default_value_t = 20)]
@@ -41,7 +41,7 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     vips: usize,
     /// Systems to run, comma-separated (default all): keepalived-default, keepalived-tuned,
-    /// lease-per-service-cilium, lease-per-service-kube-vip, announcer-default, announcer-fast.
+    /// metallb, kube-vip, kube-vip-fast, announcer-default, announcer-fast.
     #[arg(long, value_delimiter = ',', value_parser = parse_system)]
     systems: Vec<System>,
     /// Scenarios to run, comma-separated (default all but stress): crash, link-down, sigkill,

@@ -5,4 +5,5 @@
 mod adversary;
 mod e2e;
 mod node_lifecycle;
+mod peers;
 mod placement;

@@ -1,8 +1,10 @@
 //! `cargo xtask bench failover`: how long a VIP is unanswered when its node fails, for this
 //! agent and the systems it replaces, side by side on the same multi-node testbed
-//! ([`crate::env::lan`]): keepalived with default and tuned VRRP timings, this agent in
-//! lease-per-service mode with Cilium's and kube-vip's timings, and this agent with its
-//! defaults and its fastest settings ([`systems`]).
+//! ([`crate::env::lan`]), every one on the real control plane (kube-apiserver and its
+//! controllers, [`ApiKind::Kube`]): keepalived with default and tuned VRRP timings, MetalLB
+//! and kube-vip themselves (the upstream binaries, kube-vip at two timings), and this agent
+//! with its defaults and its fastest settings ([`systems`]). A scenario a system cannot run
+//! here is reported as unsupported, with why ([`Scenario::supported_by`]).
 //!
 //! Why a client-side measurement: what matters is what a client on the same L2 segment sees,
 //! not when a system's log says it took over (ARP caches, GARP timing and a dead node's data
@@ -73,7 +75,10 @@ use scenarios::{Bed, Scenario};
 use systems::System;
 use tokio::runtime::Handle;
 
-use crate::env::lan::{Testbed, TestbedConfig};
+use crate::env::{
+    ApiKind,
+    lan::{Testbed, TestbedConfig},
+};
 
 /// How long a restore may take before the system is given up for this run.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -127,13 +132,32 @@ fn agent_args(system: System, s: &Settings) -> Vec<String> {
 }
 
 fn settings_text(system: System, args: &[String]) -> String {
-    if system.is_keepalived() {
+    if !system.is_agent() {
         system.settings()
     } else if args.is_empty() {
         "announcer (defaults)".into()
     } else {
         format!("announcer {}", args.join(" "))
     }
+}
+
+/// The `k`-th VIP of `system`: [`vip`] for the agents and keepalived, the `k`-th of its own
+/// range for a real peer (its IPAddressPool, its class).
+fn system_vip(system: System, k: u32) -> IpAddr {
+    match system.peer() {
+        Some(kind) => IpAddr::V4(kind.vip4(k)),
+        None => vip(k),
+    }
+}
+
+/// The 1-minute load average (`/proc/loadavg`), if readable.
+fn load1() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Creates `count` VIPs from `base` as Services of `per` VIPs named `prefix-N`.
@@ -176,9 +200,16 @@ pub fn run(s: &Settings, rt: &Handle, progress: &dyn Fn(&str)) -> Results {
         let tb = rt.block_on(Testbed::start(TestbedConfig {
             nodes: s.nodes,
             tag: format!("fo{si}"),
+            api: ApiKind::Kube,
             ..TestbedConfig::default()
         }));
-        let main = add_services(rt, &tb, "bench", 0, s.vips, 1);
+        // A peer's Services are its own (class, range): Bed::new creates them.
+        let main: Vec<IpAddr> = if system.peer().is_some() {
+            (0..s.vips as u32).map(|k| system_vip(system, k)).collect()
+        } else {
+            add_services(rt, &tb, "bench", 0, s.vips, 1)
+        };
+        progress(&format!("{}: starting it on every node", system.name()));
         let mut bed = Bed::new(tb, system, &args, &main, &format!("{si}"));
         let ctx = Ctx {
             s,
@@ -260,6 +291,10 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
     } = *c;
     let name = bed.system.name();
     for &scenario in &s.scenarios {
+        if let Err(why) = scenario.supported_by(bed.system) {
+            progress(&format!("[{}] {name}: UNSUPPORTED: {why}", scenario.name()));
+            continue;
+        }
         if !scenario.has_trials() {
             let run = stress::run(bed, s, rt, main, settings, progress)?;
             progress(&format!(
@@ -309,8 +344,9 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
             };
             let restored_s = restore_started.elapsed().as_secs_f64();
             let t = trial::run(bed, scenario, &vips, &owners);
+            let load = load1().map_or("-".into(), |l| format!("{l:.1}"));
             let line = format!(
-                "[{} {}/{}] {name}: victim {}, {} VIPs, failover {}, lost {}, now {}, owner {} (restore {restored_s:.1} s, {:.0} s elapsed)",
+                "[{} {}/{}] {name}: victim {}, {} VIPs, failover {}, lost {}, now {}, owner {} (restore {restored_s:.1} s, load {load}, {:.0} s elapsed)",
                 scenario.name(),
                 i + 1,
                 trials,

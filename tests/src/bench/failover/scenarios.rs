@@ -13,7 +13,7 @@ use super::{
     measure::Expect,
     systems::{Keepalived, System, agent_owners, keepalived_owners},
 };
-use crate::env::lan::Testbed;
+use crate::env::lan::{Peer, PeerKind, Testbed};
 
 /// One kind of failure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -147,26 +147,33 @@ impl Scenario {
             | Scenario::Sigterm
             | Scenario::ApiOutageCrash
             | Scenario::Crash100 => Some(Expect::Moves),
-            Scenario::Restart | Scenario::Freeze if system.is_keepalived() => None,
+            Scenario::Restart | Scenario::Freeze if !system.is_agent() => None,
             Scenario::Restart | Scenario::Freeze => Some(Expect::Stays),
             Scenario::Partition | Scenario::Rejoin | Scenario::Stress => None,
         }
     }
 }
 
+/// What runs on every node: the agents, keepalived, or a real peer (MetalLB, kube-vip).
+enum Runner {
+    Agents,
+    Keepalived(Keepalived),
+    Peer(Peer),
+}
+
 /// One system running on one testbed, reused across trials.
 pub struct Bed {
     pub tb: Testbed,
     pub system: System,
-    keepalived: Option<Keepalived>,
+    runner: Runner,
     /// The VIPs the trials probe.
     pub vips: Vec<IpAddr>,
-    /// Nodes whose agent (keepalived) is not running.
+    /// Nodes whose agent (keepalived, peer) is not running.
     stopped: BTreeSet<String>,
     /// Nodes whose agent got SIGTERM and may still be handing over.
     terminated: BTreeSet<String>,
     links_down: BTreeSet<String>,
-    /// Nodes whose agent (keepalived) is SIGSTOPped.
+    /// Nodes whose agent (keepalived, peer) is SIGSTOPped.
     frozen: BTreeSet<String>,
     partitions: Vec<(String, String)>,
     api_down: bool,
@@ -176,8 +183,32 @@ pub struct Bed {
     pub successor: BTreeMap<String, String>,
 }
 
+impl Scenario {
+    /// Whether `system` can run this scenario here; why not if it cannot (the run reports
+    /// the cell as unsupported).
+    pub fn supported_by(self, system: System) -> Result<(), &'static str> {
+        match (self, system.peer()) {
+            (Scenario::Stress, Some(_)) => Err(
+                "stress counts ownership changes from the agents' /state and metrics; not \
+                 measured for MetalLB and kube-vip",
+            ),
+            (Scenario::Crash100, Some(PeerKind::MetalLb)) => Err(
+                "crash-100 needs 300 VIPs: MetalLB gives a Service one address per family, so \
+                 300 Services with Pods on every node; not run",
+            ),
+            (Scenario::Crash100, Some(PeerKind::KubeVip(_))) => Err(
+                "crash-100 needs 300 VIPs in Services of this peer's class; not implemented for \
+                 kube-vip yet (one Lease per Service)",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Bed {
-    /// Starts `system` on every node of `tb`, announcing `vips` (Services created already).
+    /// Starts `system` on every node of `tb`, announcing `vips` (the agents' and keepalived's
+    /// Services created already; a peer's are created here, one per VIP, named `bench-<i>`,
+    /// with endpoints on every node).
     pub fn new(
         tb: Testbed,
         system: System,
@@ -185,19 +216,23 @@ impl Bed {
         vips: &[IpAddr],
         tag: &str,
     ) -> Bed {
-        let keepalived = system
-            .is_keepalived()
-            .then(|| Keepalived::new(tag, system == System::KeepalivedTuned, vips));
+        let runner = if system.is_keepalived() {
+            Runner::Keepalived(Keepalived::new(
+                tag,
+                system == System::KeepalivedTuned,
+                vips,
+            ))
+        } else {
+            Runner::Agents
+        };
+        for n in tb.nodes() {
+            // keepalived puts its VIPs on eth0 itself.
+            tb.add_local_routes(&n, !system.is_keepalived());
+        }
         let mut bed = Bed {
-            tb: {
-                for n in tb.nodes() {
-                    // keepalived puts its VIPs on eth0 itself.
-                    tb.add_local_routes(&n, !system.is_keepalived());
-                }
-                tb
-            },
+            tb,
             system,
-            keepalived,
+            runner,
             vips: vips.to_vec(),
             stopped: BTreeSet::new(),
             terminated: BTreeSet::new(),
@@ -208,10 +243,18 @@ impl Bed {
             api_slow: false,
             successor: BTreeMap::new(),
         };
-        if bed.keepalived.is_some() {
+        if system.is_keepalived() {
             for n in bed.tb.nodes() {
                 bed.start(&n);
             }
+        } else if let Some(kind) = system.peer() {
+            let peer = bed.tb.start_peer(kind);
+            let nodes = bed.tb.nodes();
+            let on: Vec<&str> = nodes.iter().map(String::as_str).collect();
+            for (i, v) in vips.iter().enumerate() {
+                peer.add_service(&bed.tb, &format!("bench-{i}"), *v, false, &on);
+            }
+            bed.runner = Runner::Peer(peer);
         } else {
             let args: Vec<&str> = agent_args.iter().map(String::as_str).collect();
             bed.tb.start_agents(&args);
@@ -219,31 +262,46 @@ impl Bed {
         bed
     }
 
-    /// Who announces each of `vips` right now.
+    /// Who announces each of `vips` right now (agents: their `/state`; keepalived: the
+    /// addresses on `eth0`; a peer: the MACs that answer ARP).
     pub fn owners(&self, vips: &[IpAddr]) -> BTreeMap<IpAddr, Vec<String>> {
-        if self.keepalived.is_some() {
-            keepalived_owners(&self.tb, vips)
-        } else {
-            agent_owners(&self.tb, vips)
+        match &self.runner {
+            Runner::Keepalived(_) => keepalived_owners(&self.tb, vips),
+            Runner::Peer(p) => p.owners(&self.tb, vips),
+            Runner::Agents => agent_owners(&self.tb, vips),
         }
     }
 
-    fn start(&mut self, node: &str) {
-        match &self.keepalived {
-            Some(k) => k.start(&mut self.tb, node),
-            None => self.tb.restart_agent(node),
+    /// Starts `node`'s agent (keepalived, peer). `fresh`: the node comes back from a crash
+    /// or a kill that the restore undoes, so a peer's leftovers (kube-vip's VIPs on `eth0`,
+    /// which a reboot would clear) are removed first.
+    fn start_node(&mut self, node: &str, fresh: bool) {
+        match &mut self.runner {
+            Runner::Keepalived(k) => k.start(&mut self.tb, node),
+            Runner::Peer(p) => {
+                if fresh {
+                    p.remove_leftover_vips(&self.tb, node);
+                }
+                p.start(&mut self.tb, node);
+            }
+            Runner::Agents => self.tb.restart_agent(node),
         }
         self.stopped.remove(node);
     }
 
-    /// SIGKILL of `node`'s agent (keepalived's whole process tree).
+    fn start(&mut self, node: &str) {
+        self.start_node(node, true);
+    }
+
+    /// SIGKILL of `node`'s agent (keepalived's whole process tree, the peer's process).
     pub fn kill(&mut self, node: &str) {
-        match &self.keepalived {
-            Some(k) => {
+        match &mut self.runner {
+            Runner::Keepalived(k) => {
                 k.signal(node, Signal::SIGKILL);
                 k.wait_gone(node, Duration::from_secs(5));
             }
-            None => self.tb.kill_agent(node),
+            Runner::Peer(p) => p.kill(&mut self.tb, node),
+            Runner::Agents => self.tb.kill_agent(node),
         }
         self.frozen.remove(node);
         self.stopped.insert(node.to_owned());
@@ -251,17 +309,19 @@ impl Bed {
 
     /// SIGTERM of `node`'s agent; returns at once.
     pub fn term(&mut self, node: &str) {
-        match &self.keepalived {
-            Some(k) => k.signal(node, Signal::SIGTERM),
-            None => self.tb.term_agent(node),
+        match &self.runner {
+            Runner::Keepalived(k) => k.signal(node, Signal::SIGTERM),
+            Runner::Peer(p) => p.term(&self.tb, node),
+            Runner::Agents => self.tb.term_agent(node),
         }
         self.stopped.insert(node.to_owned());
         self.terminated.insert(node.to_owned());
     }
 
-    /// Restarts a stopped agent (keepalived).
+    /// Restarts a stopped agent (keepalived, peer) as a supervisor would, the node's state
+    /// as it is (kube-vip's VIP stays on `eth0`).
     pub fn restart(&mut self, node: &str) {
-        self.start(node);
+        self.start_node(node, false);
     }
 
     /// Link down plus SIGKILL.
@@ -275,7 +335,7 @@ impl Bed {
         self.links_down.insert(node.to_owned());
     }
 
-    /// A crashed node comes back: its link goes up and its agent (keepalived) starts.
+    /// A crashed node comes back: its link goes up and its agent (keepalived, peer) starts.
     pub fn rejoin(&mut self, node: &str) {
         self.tb.link_up(node);
         self.links_down.remove(node);
@@ -283,13 +343,14 @@ impl Bed {
     }
 
     /// Waits up to `timeout` until `node`'s agent says it is ready (keepalived: its VRRP
-    /// process runs); whether it did.
+    /// process runs; a peer: its process runs); whether it did.
     pub fn wait_ready(&self, node: &str, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
-            let ready = match &self.keepalived {
-                Some(k) => k.running(node),
-                None => self.tb.state(node).is_some_and(|s| s["ready"] == true),
+            let ready = match &self.runner {
+                Runner::Keepalived(k) => k.running(node),
+                Runner::Peer(p) => p.running(&self.tb, node),
+                Runner::Agents => self.tb.state(node).is_some_and(|s| s["ready"] == true),
             };
             if ready {
                 return true;
@@ -299,28 +360,30 @@ impl Bed {
         false
     }
 
-    /// SIGSTOP of `node`'s agent (keepalived's whole process group).
+    /// SIGSTOP of `node`'s agent (keepalived's whole process group, the peer's process).
     pub fn freeze(&mut self, node: &str) {
-        match &self.keepalived {
-            Some(k) => k.signal(node, Signal::SIGSTOP),
-            None => self.tb.freeze_agent(node),
+        match &self.runner {
+            Runner::Keepalived(k) => k.signal(node, Signal::SIGSTOP),
+            Runner::Peer(p) => p.freeze(&self.tb, node),
+            Runner::Agents => self.tb.freeze_agent(node),
         }
         self.frozen.insert(node.to_owned());
     }
 
-    /// SIGCONT of `node`'s agent (keepalived) after [`Bed::freeze`].
+    /// SIGCONT of `node`'s agent (keepalived, peer) after [`Bed::freeze`].
     pub fn thaw(&mut self, node: &str) {
-        match &self.keepalived {
-            Some(k) => k.signal(node, Signal::SIGCONT),
-            None => self.tb.thaw_agent(node),
+        match &self.runner {
+            Runner::Keepalived(k) => k.signal(node, Signal::SIGCONT),
+            Runner::Peer(p) => p.thaw(&self.tb, node),
+            Runner::Agents => self.tb.thaw_agent(node),
         }
         self.frozen.remove(node);
     }
 
-    /// Delays every API request of the agents by `delay`, or ends that (`None`); no-op for
+    /// Delays every API request from the nodes by `delay`, or ends that (`None`); no-op for
     /// keepalived, which uses no API.
     pub fn api_latency(&mut self, delay: Option<Duration>) {
-        if self.keepalived.is_none() {
+        if !matches!(self.runner, Runner::Keepalived(_)) {
             self.tb.api_latency(delay);
             self.api_slow = delay.is_some();
         }
@@ -340,6 +403,21 @@ impl Bed {
     pub fn api_outage(&mut self, on: bool) {
         self.tb.api_outage(on);
         self.api_down = on;
+    }
+
+    /// Waits up to `timeout` until `node`'s agent (keepalived, peer) exited after a SIGTERM.
+    fn wait_terminated(&mut self, node: &str, timeout: Duration) {
+        match &mut self.runner {
+            Runner::Keepalived(k) => {
+                k.wait_gone(node, timeout);
+            }
+            Runner::Peer(p) => {
+                p.wait_exit(&mut self.tb, node, timeout);
+            }
+            Runner::Agents => {
+                self.tb.wait_agent_exit(node, timeout);
+            }
+        }
     }
 
     /// Undoes every fault, restarts what was stopped, and waits until every VIP in `vips` has
@@ -364,14 +442,7 @@ impl Bed {
             self.tb.link_up(&n);
         }
         for n in std::mem::take(&mut self.terminated) {
-            match &self.keepalived {
-                Some(k) => {
-                    k.wait_gone(&n, Duration::from_secs(10));
-                }
-                None => {
-                    self.tb.wait_agent_exit(&n, Duration::from_secs(10));
-                }
-            }
+            self.wait_terminated(&n, Duration::from_secs(10));
         }
         for n in self.stopped.clone() {
             self.start(&n);
@@ -416,26 +487,29 @@ impl Bed {
             .all(|o| o.iter().any(|n| n != victim))
     }
 
-    /// Log tails of every agent, for a failed convergence (empty for keepalived).
+    /// Log tails of every agent (keepalived, peer), for a failed convergence.
     pub fn log_tails(&self) -> String {
-        if let Some(k) = &self.keepalived {
-            return self
+        match &self.runner {
+            Runner::Keepalived(k) => self
                 .tb
                 .nodes()
                 .iter()
                 .map(|n| format!("--- keepalived {n}:\n{}", k.log_tail(n, 15)))
                 .collect::<Vec<_>>()
-                .join("\n");
+                .join("\n"),
+            Runner::Peer(p) => p.log_tails(&self.tb),
+            Runner::Agents => self
+                .tb
+                .nodes()
+                .iter()
+                .map(|n| format!("--- {n}:\n{}", self.tb.agent_log_tail(n)))
+                .collect::<Vec<_>>()
+                .join("\n"),
         }
-        self.tb
-            .nodes()
-            .iter()
-            .map(|n| format!("--- {n}:\n{}", self.tb.agent_log_tail(n)))
-            .collect::<Vec<_>>()
-            .join("\n")
     }
 
-    /// SIGKILLs and restarts every node's agent (keepalived): the last resort of a restore.
+    /// SIGKILLs and restarts every node's agent (keepalived, peer): the last resort of a
+    /// restore.
     pub fn restart_all(&mut self) {
         for n in self.tb.nodes() {
             self.kill(&n);
@@ -446,10 +520,10 @@ impl Bed {
         }
     }
 
-    /// Replaces keepalived's VIP set and restarts every keepalived (no-op for the agents, which
-    /// follow the Services).
+    /// Replaces keepalived's VIP set and restarts every keepalived (no-op for the agents and
+    /// the peers, which follow the Services).
     pub fn set_keepalived_vips(&mut self, vips: &[IpAddr]) {
-        let Some(k) = self.keepalived.as_mut() else {
+        let Runner::Keepalived(k) = &mut self.runner else {
             return;
         };
         k.set_vips(vips);
@@ -457,9 +531,7 @@ impl Bed {
             self.term(&n);
         }
         for n in std::mem::take(&mut self.terminated) {
-            if let Some(k) = &self.keepalived {
-                k.wait_gone(&n, Duration::from_secs(10));
-            }
+            self.wait_terminated(&n, Duration::from_secs(10));
         }
         for n in self.stopped.clone() {
             self.start(&n);
@@ -549,6 +621,32 @@ mod unit {
     fn a_frozen_keepalived_is_not_judged() {
         for s in [System::KeepalivedDefault, System::KeepalivedTuned] {
             assert_eq!(Scenario::Freeze.expected_owner(s), None);
+        }
+    }
+
+    #[test]
+    fn the_real_peers_skip_stress_and_crash_100_and_run_the_rest() {
+        for s in [System::MetalLb, System::KubeVip, System::KubeVipFast] {
+            assert!(Scenario::Stress.supported_by(s).is_err());
+            assert!(Scenario::Crash100.supported_by(s).is_err());
+            for sc in Scenario::ALL
+                .into_iter()
+                .filter(|sc| *sc != Scenario::Crash100)
+            {
+                assert_eq!(sc.supported_by(s), Ok(()), "{}", sc.name());
+            }
+        }
+        for s in [System::AnnouncerDefault, System::KeepalivedTuned] {
+            assert!(Scenario::known().all(|sc| sc.supported_by(s).is_ok()));
+        }
+    }
+
+    #[test]
+    fn a_restarted_or_frozen_peer_is_not_judged() {
+        for s in [System::MetalLb, System::KubeVip] {
+            assert_eq!(Scenario::Restart.expected_owner(s), None);
+            assert_eq!(Scenario::Freeze.expected_owner(s), None);
+            assert_eq!(Scenario::Crash.expected_owner(s), Some(Expect::Moves));
         }
     }
 

@@ -7,9 +7,16 @@
 //!   section 6.1) and tuned ones (VRRPv3, `advert_int 0.1`: RFC 5798 section 6.1). GARP
 //!   settings are keepalived's defaults. Its VIPs live on `eth0` (keepalived adds and removes
 //!   them), so those nodes have no local VIP routes.
-//! * this agent with `--election lease-per-service`, at Cilium's default timings
-//!   (15 s / 5 s / 2 s) and kube-vip's tuned ones (5 s / 3 s / 1 s);
+//! * MetalLB (L2 mode, memberlist on, its controller) and kube-vip (ARP mode, one Lease per
+//!   Service) themselves, the upstream binaries, run and configured by
+//!   [`crate::env::lan::Peer`] (versions in [`System::settings`]); kube-vip at its defaults
+//!   (5 s / 3 s / 1 s) and at the fastest whole-second timings client-go accepts
+//!   (3 s / 2 s / 1 s; kube-vip documents nothing faster than its defaults);
 //! * this agent with its defaults, and with [`FAST_ARGS`].
+//!
+//! Every system runs on the real control plane (kube-apiserver, its controllers); the
+//! Lease-per-Service imitation of the agent stays in the API-cost bench
+//! (`bench::control_plane`), where the question is what a Lease per Service costs the API.
 //!
 //! keepalived forks a VRRP child that shuts down gracefully (priority-0 advert) when its
 //! parent dies, so a SIGKILL of the parent alone would be a clean handover, not a crash. Each
@@ -24,7 +31,7 @@ use std::{
     time::Duration,
 };
 
-use crate::env::lan::Testbed;
+use crate::env::lan::{KubeVipTimings, PeerKind, Testbed};
 
 /// The agent's fastest documented settings (docs/configure.md), those that stayed reliable on
 /// this testbed (every trial recovered, nothing moved under the stress scenario) and in the
@@ -43,19 +50,21 @@ pub const FAST_ARGS: &[&str] = &[
 pub enum System {
     KeepalivedDefault,
     KeepalivedTuned,
-    LeasePerServiceCilium,
-    LeasePerServiceKubeVip,
+    MetalLb,
+    KubeVip,
+    KubeVipFast,
     AnnouncerDefault,
     AnnouncerFast,
 }
 
 impl System {
     /// Every system, in report order.
-    pub const ALL: [System; 6] = [
+    pub const ALL: [System; 7] = [
         System::KeepalivedDefault,
         System::KeepalivedTuned,
-        System::LeasePerServiceCilium,
-        System::LeasePerServiceKubeVip,
+        System::MetalLb,
+        System::KubeVip,
+        System::KubeVipFast,
         System::AnnouncerDefault,
         System::AnnouncerFast,
     ];
@@ -65,8 +74,9 @@ impl System {
         match self {
             System::KeepalivedDefault => "keepalived-default",
             System::KeepalivedTuned => "keepalived-tuned",
-            System::LeasePerServiceCilium => "lease-per-service-cilium",
-            System::LeasePerServiceKubeVip => "lease-per-service-kube-vip",
+            System::MetalLb => "metallb",
+            System::KubeVip => "kube-vip",
+            System::KubeVipFast => "kube-vip-fast",
             System::AnnouncerDefault => "announcer-default",
             System::AnnouncerFast => "announcer-fast",
         }
@@ -83,8 +93,26 @@ impl System {
             System::KeepalivedDefault => "keepalived VRRPv2, advert_int 1 s".into(),
             System::KeepalivedTuned => "keepalived VRRPv3, advert_int 0.1 s".into(),
             System::AnnouncerFast => format!("announcer {}", FAST_ARGS.join(" ")),
-            _ => format!("announcer {}", self.agent_args().join(" ")),
+            System::AnnouncerDefault => "announcer (defaults)".into(),
+            System::MetalLb | System::KubeVip | System::KubeVipFast => {
+                self.peer().expect("a peer").settings()
+            }
         }
+    }
+
+    /// The real peer this system is ([`crate::env::lan::Peer`]), if it is one.
+    pub fn peer(self) -> Option<PeerKind> {
+        match self {
+            System::MetalLb => Some(PeerKind::MetalLb),
+            System::KubeVip => Some(PeerKind::KubeVip(KubeVipTimings::DEFAULTS)),
+            System::KubeVipFast => Some(PeerKind::KubeVip(KubeVipTimings::FASTEST)),
+            _ => None,
+        }
+    }
+
+    /// This agent rather than keepalived or a peer.
+    pub fn is_agent(self) -> bool {
+        matches!(self, System::AnnouncerDefault | System::AnnouncerFast)
     }
 
     /// keepalived rather than the agent.
@@ -92,23 +120,11 @@ impl System {
         matches!(self, System::KeepalivedDefault | System::KeepalivedTuned)
     }
 
-    /// Extra agent flags (empty for keepalived).
+    /// Extra agent flags (empty for keepalived and the peers).
     pub fn agent_args(self) -> Vec<&'static str> {
-        let lps = |d, r, p| vec!["--election=lease-per-service", d, r, p];
         match self {
-            System::KeepalivedDefault | System::KeepalivedTuned => vec![],
-            System::LeasePerServiceCilium => lps(
-                "--service-lease-duration=15s",
-                "--service-lease-renew-deadline=5s",
-                "--service-lease-retry=2s",
-            ),
-            System::LeasePerServiceKubeVip => lps(
-                "--service-lease-duration=5s",
-                "--service-lease-renew-deadline=3s",
-                "--service-lease-retry=1s",
-            ),
-            System::AnnouncerDefault => vec![],
             System::AnnouncerFast => FAST_ARGS.to_vec(),
+            _ => vec![],
         }
     }
 
@@ -118,8 +134,11 @@ impl System {
         Duration::from_secs(match self {
             System::KeepalivedDefault => 5,
             System::KeepalivedTuned => 2,
-            System::LeasePerServiceCilium => 6,
-            System::LeasePerServiceKubeVip => 4,
+            // A lease (5 s, 3 s) plus a retry period.
+            System::KubeVip => 7,
+            System::KubeVipFast => 5,
+            // memberlist's suspicion timeout for a few nodes (LAN profile), and a re-join.
+            System::MetalLb => 10,
             System::AnnouncerDefault | System::AnnouncerFast => 4,
         })
     }
@@ -130,8 +149,12 @@ impl System {
         Duration::from_secs(match self {
             System::KeepalivedDefault => 8,
             System::KeepalivedTuned => 4,
-            System::LeasePerServiceCilium => 30,
-            System::LeasePerServiceKubeVip => 14,
+            // memberlist's failure detection (LAN profile: 1 s probes, suspicion 4 × log(n)
+            // probe intervals and more on a loaded host), then gratuitous ARP.
+            System::MetalLb => 30,
+            // The lease must expire (5 s; 3 s), then a retry period, with margin.
+            System::KubeVip => 15,
+            System::KubeVipFast => 12,
             // SIGKILL without restart waits for the 5 s grace.
             System::AnnouncerDefault | System::AnnouncerFast => 9,
         })
@@ -397,13 +420,30 @@ mod unit {
     }
 
     #[test]
-    fn agent_args_pass_the_agents_validation_shape() {
+    fn only_the_agents_take_agent_flags() {
         assert!(System::KeepalivedTuned.agent_args().is_empty());
-        let c = System::LeasePerServiceCilium.agent_args();
-        assert!(
-            c.contains(&"--election=lease-per-service")
-                && c.contains(&"--service-lease-duration=15s")
-        );
+        assert!(System::MetalLb.agent_args().is_empty());
         assert_eq!(System::AnnouncerFast.agent_args(), FAST_ARGS);
+    }
+
+    #[test]
+    fn the_real_peers_are_named_and_say_their_versions() {
+        assert_eq!(System::parse("metallb"), Some(System::MetalLb));
+        assert_eq!(System::parse("kube-vip"), Some(System::KubeVip));
+        assert_eq!(System::parse("kube-vip-fast"), Some(System::KubeVipFast));
+        assert_eq!(System::parse("lease-per-service-cilium"), None);
+        assert!(System::MetalLb.settings().contains("v0.16.1"));
+        assert!(System::KubeVip.settings().contains("v1.0.0"));
+        assert!(
+            System::KubeVip
+                .settings()
+                .contains("lease 5 s / renew 3 s / retry 1 s")
+        );
+        assert!(
+            System::KubeVipFast
+                .settings()
+                .contains("lease 3 s / renew 2 s / retry 1 s")
+        );
+        assert!(System::AnnouncerDefault.peer().is_none());
     }
 }

@@ -562,6 +562,16 @@ impl KubeControlPlane {
         Ok(format!("https://{addr}"))
     }
 
+    /// Starts (`Some`) or ends (`None`) a fault on every relay of [`Self::serve_in`]: the path
+    /// from the network namespaces to the API server (see [`relay::RelayFault`]). This
+    /// process's own clients ([`Self::client`], kubectl) talk to 127.0.0.1 and are not
+    /// affected.
+    pub(crate) fn set_relay_fault(&self, fault: Option<relay::RelayFault>) {
+        for r in &self.relays {
+            r.set_fault(fault);
+        }
+    }
+
     /// SIGSTOPs kube-apiserver: an outage in which connections stay open and hang.
     pub fn pause_apiserver(&self) {
         if let Some(a) = &self.apiserver {

@@ -6,6 +6,12 @@
 //! Every relay counts the bytes it copied each way ([`Relay::bytes`], readable while it
 //! runs): the control-plane benchmark puts one in front of each agent (on 127.0.0.1) to see
 //! the watch traffic that kube-apiserver's audit log cannot.
+//!
+//! A relay can also be faulted ([`Relay::set_fault`]): an outage (new connections are reset
+//! at once, open ones are closed) or latency (every chunk a client sends is held back for a
+//! while before the server gets it). That is how the testbed's API outages and slow API
+//! server work on the real control plane, whose server has no fault hooks of its own: every
+//! process in a node namespace reaches it only through the relay.
 
 use std::{
     io,
@@ -16,7 +22,21 @@ use std::{
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
+    time::{Duration, Instant},
 };
+
+/// A fault of the path through a relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RelayFault {
+    /// New connections are accepted and reset at once (as a crashed or unreachable server
+    /// looks to a client), and every open connection is closed when the outage starts.
+    Outage,
+    /// Every chunk a client sends is forwarded this much later (a slow or overloaded server:
+    /// each request, and the TLS handshake, arrives late; throughput is unchanged).
+    Latency(Duration),
+}
+
+type SharedFault = Arc<Mutex<Option<RelayFault>>>;
 
 /// A running relay; dropping it closes the listener and every relayed connection.
 pub(crate) struct Relay {
@@ -25,6 +45,7 @@ pub(crate) struct Relay {
     conns: Arc<Mutex<Vec<Arc<TcpStream>>>>,
     accept: Option<JoinHandle<()>>,
     counts: Arc<Counts>,
+    fault: SharedFault,
 }
 
 /// Bytes copied so far, over every connection of a relay.
@@ -49,12 +70,14 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<Arc<TcpStream>>>> = Arc::default();
         let counts: Arc<Counts> = Arc::default();
+        let fault: SharedFault = Arc::default();
         let accept = {
-            let (listener, stop, conns, counts) = (
+            let (listener, stop, conns, counts, fault) = (
                 listener.clone(),
                 stop.clone(),
                 conns.clone(),
                 counts.clone(),
+                fault.clone(),
             );
             std::thread::Builder::new()
                 .name("kube-relay".into())
@@ -64,6 +87,10 @@ impl Relay {
                             break;
                         }
                         let Ok(inbound) = inbound else { continue };
+                        if *fault.lock().expect("relay fault") == Some(RelayFault::Outage) {
+                            reset(&inbound);
+                            continue;
+                        }
                         // The API server down (killed for a restart): drop the connection, as
                         // a refused connect would look to the client.
                         let Ok(outbound) = TcpStream::connect(to) else {
@@ -80,7 +107,7 @@ impl Relay {
                             list.retain(|c| Arc::strong_count(c) > 1);
                             list.extend([inbound.clone(), outbound.clone()]);
                         }
-                        pipe(inbound.clone(), outbound.clone(), &counts, |c| &c.to_server);
+                        pipe_delayed(inbound.clone(), outbound.clone(), &counts, fault.clone());
                         pipe(outbound, inbound, &counts, |c| &c.from_server);
                     }
                 })?
@@ -91,7 +118,19 @@ impl Relay {
             conns,
             accept: Some(accept),
             counts,
+            fault,
         })
+    }
+
+    /// Starts (`Some`) or ends (`None`) a fault; replaces the one before. Starting an outage
+    /// closes every open connection.
+    pub(crate) fn set_fault(&self, fault: Option<RelayFault>) {
+        *self.fault.lock().expect("relay fault") = fault;
+        if fault == Some(RelayFault::Outage) {
+            for c in self.conns.lock().expect("relay connections").drain(..) {
+                reset(&c);
+            }
+        }
     }
 
     /// The port the relay listens on.
@@ -133,6 +172,79 @@ fn pipe(
                     break;
                 }
                 which(&counts).fetch_add(n as u64, Ordering::Relaxed);
+            }
+            let _ = to.shutdown(Shutdown::Write);
+        });
+}
+
+/// Resets `s`: linger 0 makes the close (when the last holder drops it) send a RST, and the
+/// shutdown ends both directions now for whoever still reads or writes it.
+fn reset(s: &TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on a socket this relay owns, with a valid `linger` of the right size.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    let _ = s.shutdown(Shutdown::Both);
+}
+
+/// Copies client `from` to server `to` like [`pipe`], through a delay line: a reader thread
+/// stamps each chunk, a writer thread forwards it once the fault's latency (read when the
+/// chunk is due) has passed since its stamp.
+fn pipe_delayed(
+    from: Arc<TcpStream>,
+    to: Arc<TcpStream>,
+    counts: &Arc<Counts>,
+    fault: SharedFault,
+) {
+    let counts = counts.clone();
+    let (tx, rx) = std::sync::mpsc::channel::<(Instant, Vec<u8>)>();
+    let _ = std::thread::Builder::new()
+        .name("kube-relay-read".into())
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match io::Read::read(&mut &*from, &mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                };
+                if tx.send((Instant::now(), buf[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+        });
+    let _ = std::thread::Builder::new()
+        .name("kube-relay-write".into())
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            for (at, chunk) in rx {
+                let delay = match *fault.lock().expect("relay fault") {
+                    Some(RelayFault::Latency(d)) => d,
+                    _ => Duration::ZERO,
+                };
+                let due = at + delay;
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                if io::Write::write_all(&mut &*to, &chunk).is_err() {
+                    break;
+                }
+                counts
+                    .to_server
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed);
             }
             let _ = to.shutdown(Shutdown::Write);
         });

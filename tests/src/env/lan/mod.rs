@@ -62,6 +62,7 @@ mod echo;
 mod hostile;
 mod net;
 mod observe;
+mod peers;
 mod prober;
 mod resolve;
 mod services;
@@ -94,6 +95,10 @@ pub use hostile::{
 };
 pub use net::{IFACE2, NIC2_PREFIX_V4, NIC2_PREFIX_V6, NIC2_VIP_NET4, NIC2_VIP_NET6};
 pub use observe::metric_sum;
+pub use peers::{
+    KUBE_VIP_LB_CLASS, KUBE_VIP_VERSION, KubeVipTimings, METALLB_LB_CLASS, METALLB_VERSION,
+    PEER_RANGE, Peer, PeerKind,
+};
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
@@ -527,9 +532,16 @@ impl Testbed {
             .collect()
     }
 
-    /// Makes the API server refuse (connection reset) every request of the agents (tokens =
-    /// node names), or ends that. The admin client is not affected.
+    /// Makes the API server refuse (connection reset) every request of the agents, or ends
+    /// that. In-repo server: its fault hooks refuse the agents' tokens (node names). Real
+    /// control plane: the relay into the bridge namespace resets every new connection and
+    /// closes the open ones, so every process in a node namespace (agents, MetalLB, kube-vip)
+    /// loses the API. The admin client (127.0.0.1 of the test process) is not affected.
     pub fn api_outage(&self, on: bool) {
+        if let Some(cp) = &self.kube {
+            cp.set_relay_fault(on.then_some(crate::env::kube::relay::RelayFault::Outage));
+            return;
+        }
         let api = self.api();
         if on {
             api.set_faults(
@@ -543,10 +555,16 @@ impl Testbed {
         }
     }
 
-    /// Delays every request of the agents (tokens = node names) by `delay` on the in-repo API
-    /// server (a slow or overloaded apiserver), or ends that (`None`); replaces any other fault.
-    /// The admin client is not affected.
+    /// Delays every API request of the agents by `delay` (a slow or overloaded apiserver), or
+    /// ends that (`None`); replaces any other fault. In-repo server: its fault hooks delay the
+    /// agents' tokens (node names). Real control plane: the relay into the bridge namespace
+    /// holds back everything the node namespaces send by `delay`. The admin client is not
+    /// affected.
     pub fn api_latency(&self, delay: Option<Duration>) {
+        if let Some(cp) = &self.kube {
+            cp.set_relay_fault(delay.map(crate::env::kube::relay::RelayFault::Latency));
+            return;
+        }
         let api = self.api();
         match delay {
             Some(d) => api.set_faults(
