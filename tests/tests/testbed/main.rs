@@ -4,5 +4,6 @@
 
 mod adversary;
 mod e2e;
+mod e2e_http;
 mod node_lifecycle;
 mod placement;
