@@ -44,8 +44,8 @@ use crate::env::{
     lan::{
         SERVICE_NAMESPACE, Testbed,
         datapath::{
-            DataPath, HttpClient, HttpOutcome, SERVICE_PORT, add_http_service, fetch,
-            http_outcome, wait_service_ready,
+            DataPath, HttpClient, HttpOutcome, SERVICE_PORT, add_http_service, fetch, http_outcome,
+            wait_service_ready,
         },
     },
 };
@@ -147,8 +147,10 @@ fn service_vip(sc: Scenario) -> IpAddr {
 /// Whether `node` has no ready endpoint of `service` (polled with the testbed's client).
 fn endpoint_not_ready(tb: &Testbed, service: &'static str, node: &str) -> bool {
     let client = tb.kube();
-    tb.block_on(async move { workloads::ready_endpoint_nodes(client, SERVICE_NAMESPACE, service).await })
-        .is_ok_and(|ready| !ready.iter().any(|n| n == node))
+    tb.block_on(
+        async move { workloads::ready_endpoint_nodes(client, SERVICE_NAMESPACE, service).await },
+    )
+    .is_ok_and(|ready| !ready.iter().any(|n| n == node))
 }
 
 /// One trial of `scenario` (an e2e one) on `bed`, setting the data path up first if `state`

@@ -52,6 +52,26 @@ pub struct HttpSample {
     pub ok: bool,
     /// The body: the name of the Pod that answered.
     pub pod: Option<String>,
+    /// Why it failed.
+    pub error: Option<HttpError>,
+}
+
+/// Why a request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HttpError {
+    /// No connection within [`TIMEOUT`] (no SYN-ACK: the packets went nowhere).
+    ConnectTimeout,
+    /// The connection was refused (RST to the SYN: no endpoint, or kube-proxy's reject).
+    Refused,
+    /// Connecting failed otherwise (ICMP unreachable, ...).
+    Connect,
+    /// Connected, but no complete response within [`TIMEOUT`].
+    ResponseTimeout,
+    /// Connected, but the connection broke (reset) before the response.
+    Broken,
+    /// A response, but not `200` with a body.
+    BadResponse,
 }
 
 /// What one run of the client recorded.
@@ -190,14 +210,12 @@ async fn run(
         let (samples, in_flight) = (samples.clone(), in_flight.clone());
         tokio::spawn(async move {
             let sent = start.elapsed();
-            let pod = tokio::time::timeout(TIMEOUT, get(target))
-                .await
-                .ok()
-                .flatten();
+            let r = timed_get(target).await;
             samples.lock().expect("samples").push(HttpSample {
                 sent,
-                ok: pod.is_some(),
-                pod,
+                ok: r.is_ok(),
+                error: r.as_ref().err().copied(),
+                pod: r.ok(),
             });
             in_flight.fetch_sub(1, Ordering::Relaxed);
         });
@@ -218,22 +236,42 @@ pub fn fetch(ns: &Netns, target: SocketAddr) -> Option<String> {
             .enable_all()
             .build()
             .expect("HTTP fetch runtime");
-        rt.block_on(async { tokio::time::timeout(TIMEOUT, get(target)).await.ok().flatten() })
+        rt.block_on(timed_get(target)).ok()
     })
 }
 
-/// One `GET /` on a new connection: the body of a `200` response, or `None`.
-async fn get(target: SocketAddr) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(target).await.ok()?;
-    let req = format!("GET / HTTP/1.0\r\nHost: {target}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.ok()?;
-    let text = String::from_utf8(buf).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.lines().next()?;
-    (status.split_whitespace().nth(1) == Some("200") && !body.is_empty())
-        .then(|| body.trim().to_owned())
+/// One `GET /` on a new connection within [`TIMEOUT`]: the body of a `200` response.
+async fn timed_get(target: SocketAddr) -> Result<String, HttpError> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let connect = tokio::net::TcpStream::connect(target);
+    let mut s = match tokio::time::timeout_at(deadline, connect).await {
+        Err(_) => return Err(HttpError::ConnectTimeout),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            return Err(HttpError::Refused);
+        }
+        Ok(Err(_)) => return Err(HttpError::Connect),
+        Ok(Ok(s)) => s,
+    };
+    let exchange = async {
+        let req = format!("GET / HTTP/1.0\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(buf)
+    };
+    let buf = match tokio::time::timeout_at(deadline, exchange).await {
+        Err(_) => return Err(HttpError::ResponseTimeout),
+        Ok(Err(_)) => return Err(HttpError::Broken),
+        Ok(Ok(b)) => b,
+    };
+    let text = String::from_utf8(buf).map_err(|_| HttpError::BadResponse)?;
+    let (head, body) = text.split_once("\r\n\r\n").ok_or(HttpError::BadResponse)?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) == Some("200") && !body.is_empty() {
+        Ok(body.trim().to_owned())
+    } else {
+        Err(HttpError::BadResponse)
+    }
 }
 
 /// The four figures of a failure at `at`, over the requests sent in `[at, until)` (`until`:
@@ -341,6 +379,7 @@ mod unit {
                 sent: MS * t as u32,
                 ok: !fails(t),
                 pod: (!fails(t)).then(|| "web-node-b".to_owned()),
+                error: fails(t).then_some(HttpError::ConnectTimeout),
             })
             .collect()
     }
@@ -384,7 +423,10 @@ mod unit {
         assert_eq!(o.all_ok.map(|d| d.as_millis() / 100), Some(450));
         let p99 = o.ok_99pct.expect("recovered");
         assert!(p99 > MS * 44_000 && p99 <= MS * 45_000, "{p99:?}");
-        assert!(o.failed_share_pct > 24.0 && o.failed_share_pct < 26.0, "{o:?}");
+        assert!(
+            o.failed_share_pct > 24.0 && o.failed_share_pct < 26.0,
+            "{o:?}"
+        );
     }
 
     #[test]

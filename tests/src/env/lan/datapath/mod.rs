@@ -52,7 +52,9 @@ use serde_json::json;
 use super::{API_PORT, BRIDGE_V4, LB_CLASS, SERVICE_NAMESPACE, Testbed};
 use crate::env::kube::{KubeError, workloads};
 
-pub use http_client::{HttpClient, HttpOutcome, HttpSample, HttpTimeline, fetch, http_outcome};
+pub use http_client::{
+    HttpClient, HttpError, HttpOutcome, HttpSample, HttpTimeline, fetch, http_outcome,
+};
 pub use pods::{reconcile_pod_readiness, restore_pod_readiness};
 
 /// The cluster's Pod network (kube-proxy's `--cluster-cidr`).
@@ -358,8 +360,7 @@ pub fn proxy_programmed(tb: &Testbed, node: &str, vip: IpAddr) -> bool {
         .node_ns(node)
         .exec(&["nft", "list", "map", table, "kube-proxy", "service-ips"]);
     out.status.success()
-        && String::from_utf8_lossy(&out.stdout)
-            .contains(&format!("{vip} . tcp . {SERVICE_PORT}"))
+        && String::from_utf8_lossy(&out.stdout).contains(&format!("{vip} . tcp . {SERVICE_PORT}"))
 }
 
 /// Waits up to `timeout` until kube-proxy on every node programmed `vip` and the
