@@ -27,6 +27,7 @@
 //! these scenarios) are not labelled: run `crash-100` in a run of its own.
 
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, SocketAddr},
     time::{Duration, Instant},
 };
@@ -44,8 +45,8 @@ use crate::env::{
     lan::{
         SERVICE_NAMESPACE, Testbed,
         datapath::{
-            DataPath, HttpClient, HttpOutcome, SERVICE_PORT, add_http_service, fetch, http_outcome,
-            wait_service_ready,
+            DataPath, HttpClient, HttpError, HttpOutcome, SERVICE_PORT, add_http_service, fetch,
+            http_outcome, wait_service_ready,
         },
     },
 };
@@ -92,6 +93,11 @@ pub struct E2eOutcome {
     pub endpoints_not_ready: Option<Duration>,
     /// Ticks the client skipped (20 requests pending).
     pub skipped: u64,
+    /// Requests sent after [`Self::endpoints_not_ready`] (to the end of the trial) that
+    /// failed: what the endpoint removal did not end.
+    pub failed_after_endpoint_removal: Option<usize>,
+    /// The failed requests after the crash by why they failed.
+    pub errors: BTreeMap<HttpError, usize>,
 }
 
 /// The data path of one bed, set up by its first e2e trial.
@@ -198,10 +204,21 @@ pub fn run(bed: &mut Bed, state: &mut Option<E2eBed>, scenario: Scenario) -> Res
         &victim,
         takeover_seen,
     );
+    let after = |from: Duration| {
+        http.samples
+            .iter()
+            .filter(move |s| s.sent >= from && s.sent < http_until && !s.ok)
+    };
+    let mut errors = BTreeMap::new();
+    for e in after(http_at).filter_map(|s| s.error) {
+        *errors.entry(e).or_default() += 1;
+    }
     let outcome = E2eOutcome {
         http: http_outcome(&http.samples, http_at, http_until),
         endpoints_not_ready: not_ready,
         skipped: http.skipped,
+        failed_after_endpoint_removal: not_ready.map(|d| after(http_at + d).count()),
+        errors,
     };
 
     // The node comes back; the trial ends when everything is ready again.

@@ -393,13 +393,16 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                         d.map_or("never".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
                     };
                     format!(
-                        ", HTTP first ok {}, 99% ok {}, all ok {}, failed {:.1} % of {}, endpoint not ready after {}",
+                        ", HTTP first ok {}, 99% ok {}, all ok {}, failed {:.1} % of {}, endpoint not ready after {} ({} failed after that), errors {:?}",
                         f(h.first_ok),
                         f(h.ok_99pct),
                         f(h.all_ok),
                         h.failed_share_pct,
                         h.sent,
-                        f(e.endpoints_not_ready)
+                        f(e.endpoints_not_ready),
+                        e.failed_after_endpoint_removal
+                            .map_or("-".into(), |n| n.to_string()),
+                        e.errors
                     )
                 })
                 .unwrap_or_default();

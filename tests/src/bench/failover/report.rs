@@ -766,6 +766,13 @@ pub fn json(rows: &[Row], verdicts: &[Verdict], plot: &str, extra: Value) -> Str
                         .map(|e| e.http.failed_share_pct)
                         .collect::<Vec<_>>()
                 );
+                row["http_failed_after_endpoint_removal"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.e2e.as_ref())
+                        .map(|e| e.failed_after_endpoint_removal)
+                        .collect::<Vec<_>>()
+                );
                 row["http_requests"] = json!(
                     r.trials
                         .iter()

@@ -57,7 +57,7 @@ pub struct HttpSample {
 }
 
 /// Why a request failed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpError {
     /// No connection within [`TIMEOUT`] (no SYN-ACK: the packets went nowhere).
