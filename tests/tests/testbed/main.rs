@@ -4,6 +4,7 @@
 
 mod adversary;
 mod e2e;
+mod e2e_http;
 mod node_lifecycle;
 mod peers;
 mod placement;

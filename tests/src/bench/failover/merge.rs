@@ -54,6 +54,7 @@ fn rows_for_plot(run: &Value) -> Vec<Row> {
             owner: OwnerCheck::NotJudged,
             split: None,
             rejoin: None,
+            e2e: None,
         };
         let mut trials: Vec<Trial> = r["failover_ms"]
             .as_array()

@@ -54,7 +54,13 @@
 //! the time until the last of its VIPs answers), the idle cost of the agent with 1,000
 //! VIPs ([`idle`]), and, only when `--scenarios` names it, `stress` ([`stress`]): one long run
 //! per system with every CPU busy and the API slow, counting ownership changes.
+//!
+//! Also opt-in: `crash-e2e-local` and `crash-e2e-cluster` ([`e2e`]): the owner's node crashes
+//! under a Service with `externalTrafficPolicy: Local` (`Cluster`), measured end to end by HTTP
+//! through the real kube-proxy to real Pods; selecting them puts every testbed of the run on
+//! the real control plane. At most [`e2e::E2E_TRIALS`] trials a cell (about a minute each).
 
+pub mod e2e;
 pub mod idle;
 pub mod measure;
 pub mod merge;
@@ -143,7 +149,7 @@ fn settings_text(system: System, args: &[String]) -> String {
 
 /// The `k`-th VIP of `system`: [`vip`] for the agents and keepalived, the `k`-th of its own
 /// range for a real peer (its IPAddressPool, its class).
-fn system_vip(system: System, k: u32) -> IpAddr {
+pub(crate) fn system_vip(system: System, k: u32) -> IpAddr {
     match system.peer() {
         Some(kind) => IpAddr::V4(kind.vip4(k)),
         None => vip(k),
@@ -200,6 +206,8 @@ pub fn run(s: &Settings, rt: &Handle, progress: &dyn Fn(&str)) -> Results {
         let tb = rt.block_on(Testbed::start(TestbedConfig {
             nodes: s.nodes,
             tag: format!("fo{si}"),
+            // Every row on the real kube-apiserver and its controllers (the e2e scenarios need
+            // them for kube-proxy, the peers for their own controllers).
             api: ApiKind::Kube,
             ..TestbedConfig::default()
         }));
@@ -290,6 +298,8 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
         started,
     } = *c;
     let name = bed.system.name();
+    // The e2e scenarios' data path, set up by their first trial on this bed.
+    let mut e2e_bed = None;
     for &scenario in &s.scenarios {
         if let Err(why) = scenario.supported_by(bed.system) {
             progress(&format!("[{}] {name}: UNSUPPORTED: {why}", scenario.name()));
@@ -323,6 +333,8 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                 add_services(rt, &bed.tb, "mass", MASS_BASE, count, VIPS_PER_SERVICE)
             };
             (mass, s.mass_trials)
+        } else if e2e::is_e2e(scenario) {
+            (main.to_vec(), e2e::trials(s.trials))
         } else {
             (main.to_vec(), s.trials)
         };
@@ -343,7 +355,17 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                 }
             };
             let restored_s = restore_started.elapsed().as_secs_f64();
-            let t = trial::run(bed, scenario, &vips, &owners);
+            let t = if e2e::is_e2e(scenario) {
+                match e2e::run(bed, &mut e2e_bed, scenario) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            } else {
+                trial::run(bed, scenario, &vips, &owners)
+            };
             let load = load1().map_or("-".into(), |l| format!("{l:.1}"));
             let line = format!(
                 "[{} {}/{}] {name}: victim {}, {} VIPs, failover {}, lost {}, now {}, owner {} (restore {restored_s:.1} s, load {load}, {:.0} s elapsed)",
@@ -391,7 +413,29 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                     )
                 })
                 .unwrap_or_default();
-            progress(&(line + &split + &rejoin));
+            let http = t
+                .e2e
+                .as_ref()
+                .map(|e| {
+                    let h = &e.http;
+                    let f = |d: Option<Duration>| {
+                        d.map_or("never".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
+                    };
+                    format!(
+                        ", HTTP first ok {}, 99% ok {}, all ok {}, failed {:.1} % of {}, endpoint not ready after {} ({} failed after that), errors {:?}",
+                        f(h.first_ok),
+                        f(h.ok_99pct),
+                        f(h.all_ok),
+                        h.failed_share_pct,
+                        h.sent,
+                        f(e.endpoints_not_ready),
+                        e.failed_after_endpoint_removal
+                            .map_or("-".into(), |n| n.to_string()),
+                        e.errors
+                    )
+                })
+                .unwrap_or_default();
+            progress(&(line + &split + &rejoin + &http));
             row.trials.push(t);
         }
         out.rows.push(row);

@@ -192,6 +192,7 @@ mod unit {
                 owner: OwnerCheck::NotJudged,
                 split: None,
                 rejoin: None,
+                e2e: None,
             }],
         }];
         let path = std::env::temp_dir().join(format!("failover-zero-{}.svg", std::process::id()));
@@ -257,6 +258,7 @@ mod unit {
             owner: OwnerCheck::NotJudged,
             split: None,
             rejoin: None,
+            e2e: None,
         };
         let rows = vec![
             Row {

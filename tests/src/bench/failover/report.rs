@@ -6,7 +6,13 @@ use std::{fmt::Write as _, time::Duration};
 pub use crate::bench::verdict::Verdict;
 use serde_json::{Value, json};
 
-use super::{measure::Expect, scenarios::Scenario, systems::System, trial::Trial};
+use super::{
+    e2e::{E2eOutcome, is_e2e},
+    measure::Expect,
+    scenarios::Scenario,
+    systems::System,
+    trial::Trial,
+};
 use crate::bench::stats::{Summary, summarize};
 
 /// The bound on every judged scenario's p99 failover time (ms) at the defaults, and on the
@@ -171,7 +177,111 @@ impl Row {
     fn probed_vips(&self) -> usize {
         self.trials.iter().map(|t| t.vips).max().unwrap_or(0)
     }
+
+    /// E2e scenarios: one of the HTTP times (or the endpoint flip) per trial, in µs, over the
+    /// trials that have it; and how many trials do not (not recovered, not seen).
+    pub fn e2e_times(&self, f: impl Fn(&E2eOutcome) -> Option<Duration>) -> (Summary, usize) {
+        let all: Vec<Option<u64>> = self
+            .trials
+            .iter()
+            .filter_map(|t| t.e2e.as_ref())
+            .map(|e| f(e).map(us))
+            .collect();
+        let missing = all.iter().filter(|x| x.is_none()).count();
+        let mut v: Vec<u64> = all.into_iter().flatten().collect();
+        (summarize(&mut v), missing)
+    }
+
+    /// E2e scenarios: the failed share of HTTP requests per trial, in thousandths of a percent.
+    pub fn http_failed_share(&self) -> Summary {
+        let mut v: Vec<u64> = self
+            .trials
+            .iter()
+            .filter_map(|t| t.e2e.as_ref())
+            .map(|e| (e.http.failed_share_pct * 1e3).round() as u64)
+            .collect();
+        summarize(&mut v)
+    }
 }
+
+/// The figures of the e2e table and JSON: name, and how to get them from a trial.
+type E2eField = (&'static str, fn(&E2eOutcome) -> Option<Duration>);
+
+const E2E_TIMES: [E2eField; 4] = [
+    ("http_first_ok", |e| e.http.first_ok),
+    ("http_99pct_ok", |e| e.http.ok_99pct),
+    ("http_all_ok", |e| e.http.all_ok),
+    ("endpoints_not_ready", |e| e.endpoints_not_ready),
+];
+
+/// The e2e rows' own table: HTTP through kube-proxy, next to the layer-2 failover.
+fn e2e_table(rows: &[Row]) -> String {
+    let rows: Vec<&Row> = rows.iter().filter(|r| is_e2e(r.scenario)).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "End to end (HTTP every 10 ms through the VIP, kube-proxy and the Pods), ms after the crash, p50/p99 over trials"
+    );
+    let _ = writeln!(
+        s,
+        "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>6}",
+        "system",
+        "scenario",
+        "trials",
+        "l2_failover",
+        "http_first_ok",
+        "http_99pct_ok",
+        "http_all_ok",
+        "failed_pct",
+        "endpt_not_ready",
+        "unrec"
+    );
+    let pair = |x: (Summary, usize)| {
+        if x.0.n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}/{:.0}", ms(x.0.median), ms(x.0.p99))
+        }
+    };
+    for r in rows {
+        let f = r.failover();
+        let l2 = pair((f, 0));
+        let [first, p99ok, all, endpt] = E2E_TIMES.map(|(_, get)| pair(r.e2e_times(get)));
+        let share = r.http_failed_share();
+        let _ = writeln!(
+            s,
+            "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>6}",
+            r.system.name(),
+            r.scenario.name(),
+            r.trials.len(),
+            l2,
+            first,
+            p99ok,
+            all,
+            format!(
+                "{:.1}/{:.1}",
+                share.median as f64 / 1e3,
+                share.p99 as f64 / 1e3
+            ),
+            endpt,
+            r.e2e_times(|e| e.http.all_ok).1
+        );
+    }
+    s.push_str(E2E_FOOTER);
+    s
+}
+
+const E2E_FOOTER: &str = "\
+l2_failover = the UDP probes' failover (the address move). http_first_ok = send time of the first successful request
+after the first failed one, minus T (0: nothing failed); http_99pct_ok = first time after which every 1 s window has
+>= 99 % successes; http_all_ok = send time of the first request after the last failed one; failed_pct = failed requests
+among those sent in the 60 s after T; endpt_not_ready = when the crashed node's endpoint stopped being ready in the
+EndpointSlices (node lifecycle controller, then the endpointslice controller); unrec = trials where requests still
+failed at the end (60 s). Requests: a new TCP connection each, 200 ms timeout, at most 20 in flight.
+";
 
 fn find(rows: &[Row], system: System, scenario: Scenario) -> Option<&Row> {
     rows.iter()
@@ -464,7 +574,7 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
+        "{:<27} {:<17} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
         "system",
         "scenario",
         "trials",
@@ -515,7 +625,7 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<27} {:<16} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
+            "{:<27} {:<17} {:>6} {:>4} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>5} {:>7} {:>9} {:>9} {:>5} {:>7}",
             r.system.name(),
             r.scenario.name(),
             r.trials.len(),
@@ -537,6 +647,7 @@ pub fn table(rows: &[Row], verdicts: &[Verdict], plots: &[String]) -> String {
         );
     }
     s.push_str(FOOTER);
+    s.push_str(&e2e_table(rows));
     let mut seen = std::collections::BTreeSet::new();
     for r in rows.iter().filter(|r| seen.insert(r.system)) {
         let _ = writeln!(s, "  {:<27} {}", r.system.name(), r.settings);
@@ -631,6 +742,45 @@ pub fn json(rows: &[Row], verdicts: &[Verdict], plot: &str, extra: Value) -> Str
                 row["max_gap_p50_ms"] = f64_ms(g.median, g.n);
                 row["max_gap_max_ms"] = f64_ms(g.max, g.n);
             }
+            if is_e2e(r.scenario) {
+                for (name, get) in E2E_TIMES {
+                    let (sm, missing) = r.e2e_times(get);
+                    row[format!("{name}_ms_p50")] = f64_ms(sm.median, sm.n);
+                    row[format!("{name}_ms_p99")] = f64_ms(sm.p99, sm.n);
+                    row[format!("{name}_missing")] = json!(missing);
+                    row[format!("{name}_ms")] = json!(
+                        r.trials
+                            .iter()
+                            .filter_map(|t| t.e2e.as_ref())
+                            .map(|e| get(e).map(|d| ms(us(d))))
+                            .collect::<Vec<_>>()
+                    );
+                }
+                let share = r.http_failed_share();
+                row["http_failed_share_pct_p50"] = json!(share.median as f64 / 1e3);
+                row["http_failed_share_pct_p99"] = json!(share.p99 as f64 / 1e3);
+                row["http_failed_share_pct"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.e2e.as_ref())
+                        .map(|e| e.http.failed_share_pct)
+                        .collect::<Vec<_>>()
+                );
+                row["http_failed_after_endpoint_removal"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.e2e.as_ref())
+                        .map(|e| e.failed_after_endpoint_removal)
+                        .collect::<Vec<_>>()
+                );
+                row["http_requests"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.e2e.as_ref())
+                        .map(|e| e.http.sent)
+                        .collect::<Vec<_>>()
+                );
+            }
             if r.scenario == Scenario::Partition {
                 row["overlap_p50_ms"] = f64_ms(o.median, o.n);
                 row["overlap_max_ms"] = f64_ms(o.max, o.n);
@@ -677,6 +827,7 @@ mod unit {
             owner: OwnerCheck::Moved,
             split: None,
             rejoin: None,
+            e2e: None,
         }
     }
 

@@ -45,6 +45,14 @@ pub enum Scenario {
     /// [`STRESS_VIPS`] VIPs. Opt-in ([`Scenario::OPT_IN`]): it takes `--stress-duration` per
     /// system.
     Stress,
+    /// The VIP owner's node crashes (as [`Scenario::Crash`], its kubelet and kube-proxy too)
+    /// under a Service with `externalTrafficPolicy: Local`; measured end to end by HTTP through
+    /// the real kube-proxy to real Pods ([`super::e2e`]). Opt-in: real control plane, ~1 min a
+    /// trial.
+    CrashE2eLocal,
+    /// The same with `externalTrafficPolicy: Cluster` (the crashed node holds one of the
+    /// three endpoints).
+    CrashE2eCluster,
     /// A crash of the node that owns the most VIPs of a large set (100 probed).
     Crash100,
 }
@@ -90,7 +98,13 @@ impl Scenario {
 
     /// Scenarios run only when `--scenarios` names them: stress takes `--stress-duration`
     /// (10 min by default) per system, which would make the default run 1 h longer.
-    pub const OPT_IN: [Scenario; 1] = [Scenario::Stress];
+    /// So do the end-to-end ones: they need the real control plane and wait for its node
+    /// lifecycle controller in every trial.
+    pub const OPT_IN: [Scenario; 3] = [
+        Scenario::Stress,
+        Scenario::CrashE2eLocal,
+        Scenario::CrashE2eCluster,
+    ];
 
     /// Every scenario there is: [`Scenario::ALL`], then [`Scenario::OPT_IN`].
     pub fn known() -> impl Iterator<Item = Scenario> {
@@ -115,6 +129,8 @@ impl Scenario {
             Scenario::Partition => "partition",
             Scenario::Rejoin => "rejoin",
             Scenario::Stress => "stress",
+            Scenario::CrashE2eLocal => "crash-e2e-local",
+            Scenario::CrashE2eCluster => "crash-e2e-cluster",
             Scenario::Crash100 => "crash-100",
         }
     }
@@ -146,6 +162,8 @@ impl Scenario {
             | Scenario::Sigkill
             | Scenario::Sigterm
             | Scenario::ApiOutageCrash
+            | Scenario::CrashE2eLocal
+            | Scenario::CrashE2eCluster
             | Scenario::Crash100 => Some(Expect::Moves),
             Scenario::Restart | Scenario::Freeze if !system.is_agent() => None,
             Scenario::Restart | Scenario::Freeze => Some(Expect::Stays),
@@ -187,6 +205,14 @@ impl Scenario {
     /// Whether `system` can run this scenario here; why not if it cannot (the run reports
     /// the cell as unsupported).
     pub fn supported_by(self, system: System) -> Result<(), &'static str> {
+        if matches!(self, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
+            && system.is_keepalived()
+        {
+            return Err(
+                "the end-to-end scenarios need a LoadBalancer Service the system announces; \
+                 keepalived knows no Services",
+            );
+        }
         match (self, system.peer()) {
             (Scenario::Stress, Some(_)) => Err(
                 "stress counts ownership changes from the agents' /state and metrics; not \
@@ -290,6 +316,13 @@ impl Bed {
     }
 
     fn start(&mut self, node: &str) {
+        self.start_node(node, true);
+    }
+
+    /// Starts `node`'s agent (keepalived, peer) after the node was crashed and booted again
+    /// outside the bed (the end-to-end trials crash through [`Testbed::crash`]): like a
+    /// reboot, a peer's leftover VIPs on `eth0` go first.
+    pub fn start_after_reboot(&mut self, node: &str) {
         self.start_node(node, true);
     }
 
@@ -587,6 +620,14 @@ mod unit {
         assert_eq!(Scenario::parse("freeze"), Some(Scenario::Freeze));
         assert_eq!(Scenario::parse("rejoin"), Some(Scenario::Rejoin));
         assert_eq!(Scenario::parse("stress"), Some(Scenario::Stress));
+        assert_eq!(
+            Scenario::parse("crash-e2e-local"),
+            Some(Scenario::CrashE2eLocal)
+        );
+        assert_eq!(
+            Scenario::parse("crash-e2e-cluster"),
+            Some(Scenario::CrashE2eCluster)
+        );
     }
 
     #[test]
@@ -594,7 +635,10 @@ mod unit {
         assert!(!Scenario::ALL.contains(&Scenario::Stress));
         assert!(Scenario::ALL.contains(&Scenario::Freeze));
         assert!(Scenario::ALL.contains(&Scenario::Rejoin));
-        assert_eq!(Scenario::known().count(), Scenario::ALL.len() + 1);
+        assert_eq!(
+            Scenario::known().count(),
+            Scenario::ALL.len() + Scenario::OPT_IN.len()
+        );
         assert!(!Scenario::Stress.has_trials());
         assert!(Scenario::ALL.iter().all(|s| s.has_trials()));
     }

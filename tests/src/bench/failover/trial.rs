@@ -62,6 +62,9 @@ pub struct Trial {
     /// Rejoin only (its failover, lost probes and owner fields are those of the rejoin
     /// window).
     pub rejoin: Option<RejoinOutcome>,
+    /// The e2e scenarios only: what the HTTP client saw, and when the crashed node's endpoint
+    /// went not ready (the failover fields above are the layer-2 ones, from the UDP probes).
+    pub e2e: Option<super::e2e::E2eOutcome>,
 }
 
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -206,6 +209,9 @@ pub fn run(
             std::thread::sleep(REJOIN_WATCH);
         }
         Scenario::Stress => unreachable!("stress runs no trials (see super::stress)"),
+        Scenario::CrashE2eLocal | Scenario::CrashE2eCluster => {
+            unreachable!("the e2e scenarios run their trials in super::e2e")
+        }
         Scenario::ApiOutageCrash => {
             bed.crash(&victim);
             takeover_seen = wait_takeover(bed, &targets, &victim, t0 + API_OUTAGE_HOLD);
@@ -310,6 +316,7 @@ pub fn run(
         owner,
         split,
         rejoin,
+        e2e: None,
     }
 }
 

@@ -58,6 +58,7 @@
 
 mod agents;
 mod clock;
+pub mod datapath;
 mod echo;
 mod hostile;
 mod net;

@@ -74,6 +74,15 @@ impl PeerKind {
         }
     }
 
+    /// The annotation through which a Service asks this peer for its address (MetalLB's own;
+    /// kube-vip's, which its cloud provider sets).
+    pub fn ip_annotation(self) -> &'static str {
+        match self {
+            PeerKind::MetalLb => "metallb.io/loadBalancerIPs",
+            PeerKind::KubeVip(_) => "kube-vip.io/loadbalancerIPs",
+        }
+    }
+
     /// Its `loadBalancerClass`.
     pub fn lb_class(self) -> &'static str {
         match self {
@@ -388,10 +397,7 @@ impl Peer {
             self.kind.name(),
             self.kind.range()
         );
-        let annotation = match self.kind {
-            PeerKind::MetalLb => "metallb.io/loadBalancerIPs",
-            PeerKind::KubeVip(_) => "kube-vip.io/loadbalancerIPs",
-        };
+        let annotation = self.kind.ip_annotation();
         let svc: Service = serde_json::from_value(json!({
             "metadata": {
                 "name": name,

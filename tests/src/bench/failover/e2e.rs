@@ -1,0 +1,267 @@
+//! `crash-e2e-local` and `crash-e2e-cluster`: what a real client of a LoadBalancer Service
+//! sees when the VIP's owner node crashes, end to end: HTTP over a new connection every 10 ms
+//! (200 ms timeout, at most 20 in flight) to `VIP:80`, through the real kube-proxy (nftables)
+//! of the node that receives it, to real Pods (one per node) whose EndpointSlices the real
+//! endpointslice controller writes ([`crate::env::lan::datapath`]). Needs the real control
+//! plane: every testbed of the bench runs on it.
+//!
+//! One trial: the owner of the Service's VIP crashes at T (link down, agent, kubelet and
+//! kube-proxy gone: [`Testbed::crash`]); the HTTP client and the UDP echo prober (the layer-2
+//! view) run from 1 s (plus a random phase) before T to T + [`WATCH`]; meanwhile the
+//! EndpointSlices are polled for the moment the crashed node's endpoint stops being ready (the
+//! node lifecycle controller's grace period, then the endpointslice controller). Then the node
+//! comes back ([`DataPath::revive`]: link, kubelet, kube-proxy, its Pods' readiness as the
+//! kubelet's status manager restores it), its agent restarts, and the trial waits until every
+//! endpoint is ready and programmed again.
+//!
+//! * `Local`: the new owner sends the client to its own Pod, so HTTP is back when the address
+//!   moved (the layer-2 failover).
+//! * `Cluster`: the new owner spreads connections over every ready endpoint, the crashed
+//!   node's included until it is marked not ready: about one connection in three fails until
+//!   then. [`E2eOutcome::endpoints_not_ready`] next to the layer-2 failover time says how
+//!   much of the outage is the address move and how much the endpoint removal.
+//!
+//! Caveat: kube-proxy would also DNAT the testbed's echo Services (their Pods are the nodes),
+//! hiding which node received a probe; [`DataPath::install`] labels the Services that exist
+//! then so that kube-proxy ignores them. Services created later (crash-100's, which runs after
+//! these scenarios) are not labelled: run `crash-100` in a run of its own.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+    time::{Duration, Instant},
+};
+
+use serde::Serialize;
+
+use super::{
+    measure::{Expect, owner_check, vip_outcome},
+    scenarios::{Bed, Scenario},
+    systems::System,
+    trial::{PHASE_SPREAD, PROBE_INTERVAL, Trial},
+};
+use crate::env::{
+    kube::workloads,
+    lan::{
+        SERVICE_NAMESPACE, Testbed,
+        datapath::{
+            Announcer, DataPath, HttpClient, HttpError, HttpOutcome, SERVICE_PORT,
+            add_http_service, fetch, http_outcome, wait_service_ready,
+        },
+    },
+};
+
+/// Trials of an e2e cell unless `--trials` asks for fewer (each waits for the node lifecycle
+/// controller, about a minute).
+pub const E2E_TRIALS: usize = 10;
+/// How long after the crash the client keeps requesting: past the node lifecycle controller's
+/// grace (40 s) and the endpoint update, and the window of the failed share.
+pub const WATCH: Duration = Duration::from_secs(60);
+/// Requesting before the crash (plus a random fraction of [`PHASE_SPREAD`]).
+const PRE_ROLL: Duration = Duration::from_secs(1);
+/// Bound for setup steps and for the return of the crashed node.
+const SETTLE: Duration = Duration::from_secs(90);
+/// The VIP numbers of the two Services.
+const LOCAL_VIP: u32 = 900;
+const CLUSTER_VIP: u32 = 901;
+/// The app (Pod label value) behind both Services: one Pod per node.
+const APP: &str = "e2e";
+
+/// Whether `s` is `crash-e2e-local` or `crash-e2e-cluster`.
+pub fn is_e2e(s: Scenario) -> bool {
+    matches!(s, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
+}
+
+/// Trials of an e2e cell: `--trials`, at most [`E2E_TRIALS`].
+pub fn trials(requested: usize) -> usize {
+    requested.min(E2E_TRIALS)
+}
+
+/// What an e2e trial measured beyond the layer-2 figures of [`Trial`]. Times are since the
+/// crash (T).
+#[derive(Clone, Debug, Serialize)]
+pub struct E2eOutcome {
+    /// The HTTP figures ([`HttpOutcome`]; `None`: not recovered within [`WATCH`]).
+    pub http: HttpOutcome,
+    /// When the crashed node's endpoint was first seen not ready (or gone) in the Service's
+    /// EndpointSlices (polled every ~250 ms); `None`: not within [`WATCH`].
+    pub endpoints_not_ready: Option<Duration>,
+    /// Ticks the client skipped (20 requests pending).
+    pub skipped: u64,
+    /// Requests sent after [`Self::endpoints_not_ready`] (to the end of the trial) that
+    /// failed: what the endpoint removal did not end.
+    pub failed_after_endpoint_removal: Option<usize>,
+    /// The failed requests after the crash by why they failed.
+    pub errors: BTreeMap<HttpError, usize>,
+}
+
+/// The data path of one bed, set up by its first e2e trial.
+pub struct E2eBed {
+    dp: DataPath,
+}
+
+fn err(what: &str) -> impl FnOnce(String) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+impl E2eBed {
+    /// kube-proxy on every node, one Pod per node, and the two Services (Local and Cluster)
+    /// ready and programmed everywhere.
+    pub fn setup(bed: &mut Bed) -> Result<E2eBed, String> {
+        let tb = &mut bed.tb;
+        let mut dp = DataPath::install(tb).map_err(|e| format!("the data path: {e}"))?;
+        let nodes = tb.nodes();
+        let all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        dp.add_pods(tb, APP, &all)
+            .map_err(|e| format!("the Pods: {e}"))?;
+        let by = announcer(bed.system);
+        for sc in [Scenario::CrashE2eLocal, Scenario::CrashE2eCluster] {
+            let (client, name, v) = (tb.kube(), service(sc), service_vip(bed.system, sc));
+            tb.block_on(async move {
+                add_http_service(client, name, v, sc == Scenario::CrashE2eLocal, APP, by).await
+            })
+            .map_err(|e| e.to_string())
+            .map_err(err("the Services"))?;
+            wait_service_ready(tb, service(sc), v, &all, SETTLE)
+                .map_err(|e| e.to_string())
+                .map_err(err("the Services ready"))?;
+        }
+        Ok(E2eBed { dp })
+    }
+}
+
+fn service(sc: Scenario) -> &'static str {
+    if sc == Scenario::CrashE2eLocal {
+        "e2e-local"
+    } else {
+        "e2e-cluster"
+    }
+}
+
+/// The VIP of `sc`'s Service for `system` (a peer's from its own range).
+fn service_vip(system: System, sc: Scenario) -> IpAddr {
+    super::system_vip(
+        system,
+        if sc == Scenario::CrashE2eLocal {
+            LOCAL_VIP
+        } else {
+            CLUSTER_VIP
+        },
+    )
+}
+
+/// Whom the e2e Services are for: a peer's class and address annotation, or this agent's.
+fn announcer(system: System) -> Announcer {
+    match system.peer() {
+        Some(kind) => Announcer {
+            class: kind.lb_class(),
+            ip_annotation: Some(kind.ip_annotation()),
+        },
+        None => Announcer::OURS,
+    }
+}
+
+/// Whether `node` has no ready endpoint of `service` (polled with the testbed's client).
+fn endpoint_not_ready(tb: &Testbed, service: &'static str, node: &str) -> bool {
+    let client = tb.kube();
+    tb.block_on(
+        async move { workloads::ready_endpoint_nodes(client, SERVICE_NAMESPACE, service).await },
+    )
+    .is_ok_and(|ready| !ready.iter().any(|n| n == node))
+}
+
+/// One trial of `scenario` (an e2e one) on `bed`, setting the data path up first if `state`
+/// has none. The bed is left restored (node back, endpoints ready).
+pub fn run(bed: &mut Bed, state: &mut Option<E2eBed>, scenario: Scenario) -> Result<Trial, String> {
+    if state.is_none() {
+        *state = Some(E2eBed::setup(bed)?);
+    }
+    let e2e = state.as_ref().expect("set up");
+    let (svc, v) = (service(scenario), service_vip(bed.system, scenario));
+    let target = SocketAddr::new(v, SERVICE_PORT);
+    let victim = bed
+        .converge(&[v], SETTLE)
+        .and_then(|o| o.get(&v).cloned())
+        .ok_or_else(|| format!("no single settled owner of {v} before the crash"))?;
+    let end = Instant::now() + SETTLE;
+    while fetch(bed.tb.client(), target).is_none() {
+        if Instant::now() > end {
+            return Err(format!("no HTTP answer through {target} before the crash"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let prober = bed.tb.start_prober(&[v], PROBE_INTERVAL);
+    let client = HttpClient::start(bed.tb.client(), target);
+    std::thread::sleep(PRE_ROLL + PHASE_SPREAD.mul_f64(rand::random::<f64>()));
+    let t0 = Instant::now();
+    let label = format!("{} {victim}", scenario.name());
+    prober.mark(&label);
+    let http_at = client.mark(&label);
+    bed.tb.crash(&victim);
+    let mut takeover_seen = false;
+    let mut not_ready = None;
+    while t0.elapsed() < WATCH {
+        takeover_seen = takeover_seen || bed.announced_elsewhere(&[v], &victim);
+        if not_ready.is_none() && endpoint_not_ready(&bed.tb, svc, &victim) {
+            not_ready = Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let stop = Instant::now();
+    let http_until = client.since(stop);
+    let http = client.stop();
+    let tl = prober.stop();
+    let o = vip_outcome(&tl.samples, v, tl.since(t0), tl.since(stop));
+    let owner = owner_check(
+        Some(Expect::Moves),
+        std::slice::from_ref(&o),
+        &victim,
+        takeover_seen,
+    );
+    let after = |from: Duration| {
+        http.samples
+            .iter()
+            .filter(move |s| s.sent >= from && s.sent < http_until && !s.ok)
+    };
+    let mut errors = BTreeMap::new();
+    for e in after(http_at).filter_map(|s| s.error) {
+        *errors.entry(e).or_default() += 1;
+    }
+    let outcome = E2eOutcome {
+        http: http_outcome(&http.samples, http_at, http_until),
+        endpoints_not_ready: not_ready,
+        skipped: http.skipped,
+        failed_after_endpoint_removal: not_ready.map(|d| after(http_at + d).count()),
+        errors,
+    };
+
+    // The node comes back; the trial ends when everything is ready again.
+    e2e.dp
+        .revive(&mut bed.tb, &victim)
+        .map_err(|e| format!("reviving {victim}: {e}"))?;
+    bed.start_after_reboot(&victim);
+    let nodes = bed.tb.nodes();
+    let all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    for sc in [Scenario::CrashE2eLocal, Scenario::CrashE2eCluster] {
+        wait_service_ready(
+            &bed.tb,
+            service(sc),
+            service_vip(bed.system, sc),
+            &all,
+            SETTLE,
+        )
+        .map_err(|e| format!("endpoints ready again after {victim} came back: {e}"))?;
+    }
+    Ok(Trial {
+        victim,
+        vips: 1,
+        failover: o.failover,
+        lost: o.lost,
+        switched: o.switched,
+        after: o.after,
+        owner,
+        split: None,
+        rejoin: None,
+        e2e: Some(outcome),
+    })
+}
