@@ -32,21 +32,19 @@ use std::{
     time::{Duration, Instant},
 };
 
-use serde::Serialize;
-
 use super::{
     measure::{Expect, owner_check, vip_outcome},
     scenarios::{Bed, Scenario},
     systems::System,
-    trial::{PHASE_SPREAD, PROBE_INTERVAL, Trial},
+    trial::{E2eOutcome, PHASE_SPREAD, PROBE_INTERVAL, Trial},
 };
 use crate::env::{
     kube::workloads,
     lan::{
         SERVICE_NAMESPACE, Testbed,
         datapath::{
-            Announcer, DataPath, HttpClient, HttpError, HttpOutcome, SERVICE_PORT,
-            add_http_service, fetch, http_outcome, wait_service_ready,
+            Announcer, DataPath, HttpClient, SERVICE_PORT, add_http_service, fetch, http_outcome,
+            wait_service_ready,
         },
     },
 };
@@ -75,24 +73,6 @@ pub fn is_e2e(s: Scenario) -> bool {
 /// Trials of an e2e cell: `--trials`, at most [`E2E_TRIALS`].
 pub fn trials(requested: usize) -> usize {
     requested.min(E2E_TRIALS)
-}
-
-/// What an e2e trial measured beyond the layer-2 figures of [`Trial`]. Times are since the
-/// crash (T).
-#[derive(Clone, Debug, Serialize)]
-pub struct E2eOutcome {
-    /// The HTTP figures ([`HttpOutcome`]; `None`: not recovered within [`WATCH`]).
-    pub http: HttpOutcome,
-    /// When the crashed node's endpoint was first seen not ready (or gone) in the Service's
-    /// EndpointSlices (polled every ~250 ms); `None`: not within [`WATCH`].
-    pub endpoints_not_ready: Option<Duration>,
-    /// Ticks the client skipped (20 requests pending).
-    pub skipped: u64,
-    /// Requests sent after [`Self::endpoints_not_ready`] (to the end of the trial) that
-    /// failed: what the endpoint removal did not end.
-    pub failed_after_endpoint_removal: Option<usize>,
-    /// The failed requests after the crash by why they failed.
-    pub errors: BTreeMap<HttpError, usize>,
 }
 
 /// The data path of one bed, set up by its first e2e trial.

@@ -7,10 +7,7 @@ pub use crate::bench::verdict::Verdict;
 use serde_json::{Value, json};
 
 use super::{
-    e2e::{E2eOutcome, is_e2e},
-    measure::Expect,
-    scenarios::Scenario,
-    systems::System,
+    e2e::is_e2e, measure::Expect, scenarios::Scenario, systems::System, trial::E2eOutcome,
     trial::Trial,
 };
 use crate::bench::stats::{Summary, summarize};

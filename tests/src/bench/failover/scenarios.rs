@@ -680,8 +680,16 @@ mod unit {
                 assert_eq!(sc.supported_by(s), Ok(()), "{}", sc.name());
             }
         }
-        for s in [System::AnnouncerDefault, System::KeepalivedTuned] {
-            assert!(Scenario::known().all(|sc| sc.supported_by(s).is_ok()));
+        assert!(Scenario::known().all(|sc| sc.supported_by(System::AnnouncerDefault).is_ok()));
+    }
+
+    #[test]
+    fn keepalived_runs_every_layer_2_scenario_and_no_end_to_end_one() {
+        for s in [System::KeepalivedTuned, System::KeepalivedDefault] {
+            for sc in Scenario::known() {
+                let e2e = matches!(sc, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster);
+                assert_eq!(sc.supported_by(s).is_err(), e2e, "{}", sc.name());
+            }
         }
     }
 

@@ -19,6 +19,7 @@ use super::{
         REJOIN_SETTLE, REJOIN_WATCH, RESTART_AFTER, Scenario,
     },
 };
+use crate::env::lan::datapath::{HttpError, HttpOutcome};
 
 /// UDP probe interval (per VIP).
 pub const PROBE_INTERVAL: Duration = Duration::from_millis(10);
@@ -64,7 +65,7 @@ pub struct Trial {
     pub rejoin: Option<RejoinOutcome>,
     /// The e2e scenarios only: what the HTTP client saw, and when the crashed node's endpoint
     /// went not ready (the failover fields above are the layer-2 ones, from the UDP probes).
-    pub e2e: Option<super::e2e::E2eOutcome>,
+    pub e2e: Option<E2eOutcome>,
 }
 
 fn ser_ms<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
@@ -345,4 +346,22 @@ mod unit {
         let (victim, t) = pick_victim(Scenario::Crash100, &vips, &more);
         assert_eq!((victim.as_str(), t), ("node-a", vec![v(1), v(3), v(4)]));
     }
+}
+
+/// What an e2e trial measured beyond the layer-2 figures of [`Trial`]. Times are since the
+/// crash (T).
+#[derive(Clone, Debug, Serialize)]
+pub struct E2eOutcome {
+    /// The HTTP figures ([`HttpOutcome`]; `None`: not recovered within `e2e::WATCH`).
+    pub http: HttpOutcome,
+    /// When the crashed node's endpoint was first seen not ready (or gone) in the Service's
+    /// EndpointSlices (polled every ~250 ms); `None`: not within `e2e::WATCH`.
+    pub endpoints_not_ready: Option<Duration>,
+    /// Ticks the client skipped (20 requests pending).
+    pub skipped: u64,
+    /// Requests sent after [`Self::endpoints_not_ready`] (to the end of the trial) that
+    /// failed: what the endpoint removal did not end.
+    pub failed_after_endpoint_removal: Option<usize>,
+    /// The failed requests after the crash by why they failed.
+    pub errors: BTreeMap<HttpError, usize>,
 }
