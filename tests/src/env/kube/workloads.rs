@@ -37,12 +37,12 @@ pub const POD_IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// controller creates it shortly after the namespace).
 const SERVICE_ACCOUNT_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
 /// The Ready and ContainersReady conditions as the kubelet reports them.
-fn ready_conditions(ready: bool) -> Value {
+pub(crate) fn ready_conditions(ready: bool) -> Value {
     let now = now_rfc3339();
     let status = if ready { "True" } else { "False" };
     let reason = (!ready).then_some("ContainersNotReady");

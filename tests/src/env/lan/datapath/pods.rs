@@ -26,10 +26,16 @@ use kube::{
     Api, Client,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{DataPathError, POD_LABEL, POD_PORT};
-use crate::{env::kube::poll, netns::Netns};
+use crate::{
+    env::kube::{
+        poll,
+        workloads::{now_rfc3339, ready_conditions},
+    },
+    netns::Netns,
+};
 
 /// One Pod's namespace and server.
 pub struct PodNet {
@@ -144,21 +150,6 @@ fn serve(listener: &TcpListener, stop: &AtomicBool, body: &str) {
             let _ = conn.write_all(response.as_bytes());
         }
     }
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
-
-/// The Ready and ContainersReady conditions as the kubelet writes them.
-fn ready_conditions(ready: bool) -> Value {
-    let now = now_rfc3339();
-    let status = if ready { "True" } else { "False" };
-    let reason = (!ready).then_some("ContainersNotReady");
-    json!([
-        {"type": "ContainersReady", "status": status, "reason": reason, "lastTransitionTime": now},
-        {"type": "Ready", "status": status, "reason": reason, "lastTransitionTime": now},
-    ])
 }
 
 /// Creates Pod `ns/name` labelled `app` ([`POD_LABEL`]) bound to `node`, with its own network
