@@ -32,7 +32,7 @@ use super::{DataPathError, POD_LABEL, POD_PORT};
 use crate::{
     env::kube::{
         poll,
-        workloads::{now_rfc3339, ready_conditions},
+        workloads::{now_rfc3339, ready_conditions, set_pod_ready},
     },
     netns::Netns,
 };
@@ -267,13 +267,7 @@ pub async fn reconcile_pod_readiness(
         } else {
             ready_in_a_row = 0;
             for name in stale {
-                let status = json!({"status": {"conditions": ready_conditions(true)}});
-                pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
-                    .await
-                    .map_err(|source| DataPathError::Api {
-                        what: format!("reporting Pod {ns}/{name} ready again"),
-                        source,
-                    })?;
+                set_pod_ready(pods.clone().into_client(), ns, &name, true).await?;
             }
         }
         tokio::time::sleep(period).await;
@@ -321,13 +315,7 @@ pub async fn restore_pod_readiness(
         let Some(name) = p.metadata.name else {
             continue;
         };
-        let status = json!({"status": {"conditions": ready_conditions(true)}});
-        pods.patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
-            .await
-            .map_err(|source| DataPathError::Api {
-                what: format!("reporting Pod {ns}/{name} ready again"),
-                source,
-            })?;
+        set_pod_ready(pods.clone().into_client(), ns, &name, true).await?;
         done.push(name);
     }
     Ok(done)
