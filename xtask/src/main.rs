@@ -19,6 +19,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use setup::Need;
 
 #[derive(Parser)]
 #[command(about = "Build, load, test and benchmark announcer")]
@@ -102,13 +103,13 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let root = workspace_root();
     match cli.cmd {
-        Cmd::Setup => setup::ensure(),
+        Cmd::Setup => setup::ensure(Need::Everything),
         Cmd::Build => {
-            setup::ensure()?;
+            setup::ensure(Need::Build)?;
             cargo(&root, &["build", "--release", "-p", "announcer"])
         }
         Cmd::BuildAndLoad { iface, vips, mode } => {
-            setup::ensure()?;
+            setup::ensure(Need::Build)?;
             cargo(&root, &["build", "--release", "-p", "announcer"])?;
             let bin = root.join("target/release/announcer");
             run(Command::new(&bin).args(["load", "--iface", &iface, "--mode", &mode]))?;
@@ -127,7 +128,7 @@ fn main() -> Result<()> {
         }
         Cmd::Test { no_smoke, args } => {
             require_root("the test suite attaches XDP programs in network namespaces")?;
-            setup::ensure()?;
+            setup::ensure(Need::Everything)?;
             // Build the workspace's tests first (the test run would anyway) so that the old
             // agent's build reuses its dependencies; a build error is reported by the run.
             let _ = cargo(&root, &["test", "--workspace", "--no-run", "--quiet"]);
@@ -142,7 +143,7 @@ fn main() -> Result<()> {
             mut args,
         } => {
             require_root("benchmarks load BPF programs")?;
-            setup::ensure()?;
+            setup::ensure(Need::Everything)?;
             // `--json` may also come after the benchmark's name, among its own arguments.
             let before = args.len();
             args.retain(|a| a != "--json");
@@ -183,14 +184,19 @@ fn main() -> Result<()> {
         Cmd::Kube { action } => {
             require_root("the testbed creates network namespaces and attaches XDP")?;
             if action == kube_env::Action::Up {
-                setup::ensure()?;
+                setup::ensure(Need::ControlPlane)?;
                 build_with_agent(&root, "kube-env")?;
             }
             kube_env::run(&root, action)
         }
         Cmd::Demo { apiserver } => {
             require_root("the demo creates network namespaces and attaches XDP")?;
-            setup::ensure()?;
+            // The embedded API server needs no Go program; a real one needs the control plane.
+            setup::ensure(if apiserver == "kube" {
+                Need::ControlPlane
+            } else {
+                Need::Build
+            })?;
             build_with_agent(&root, "demo")?;
             run(Command::new(root.join("target/release/demo")).args(["--apiserver", &apiserver]))
         }

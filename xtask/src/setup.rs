@@ -25,7 +25,7 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
@@ -56,14 +56,41 @@ const BPF_LINKER_VERSION: &str = "0.10.0";
 /// Bundles the schemas of Kubernetes 1.25 to 1.37.
 const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 
-/// Runs every step that is not already done.
-pub fn ensure() -> Result<()> {
+/// What a command needs installed. Each `xtask` command asks for the least that works, so a
+/// fresh machine running the embedded demo does not first spend 20 minutes building the Go
+/// control plane it never starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// The Rust and eBPF toolchains and the network tools (`build`, `build-and-load`, the
+    /// embedded demo).
+    Build,
+    /// Also the real control plane, [`CONTROL_PLANE`] (`demo --apiserver kube`, `kube up`).
+    ControlPlane,
+    /// Everything the test suite and the benchmarks run (`setup`, `test`, `bench`).
+    Everything,
+}
+
+/// The programs of a real control plane: what `demo --apiserver kube` and `kube up` start.
+const CONTROL_PLANE: &[&str] = &[
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+];
+
+/// Runs every step `need` asks for that is not already done.
+pub fn ensure(need: Need) -> Result<()> {
     apt()?;
     link_toolchain()?;
     bpf_linker()?;
-    kubernetes_validate()?;
-    kube_programs()?;
-    metallb_crds()?;
+    if need >= Need::ControlPlane {
+        kube_programs(need)?;
+    }
+    if need >= Need::Everything {
+        kubernetes_validate()?;
+        metallb_crds()?;
+    }
     Ok(())
 }
 
@@ -300,15 +327,107 @@ fn fnv1a(parts: &[&[u8]]) -> u64 {
     h
 }
 
-/// Builds each of [`KUBE_PROGRAMS`] whose binary is missing or was built from other inputs
-/// (go.mod, go.sum, package, flags: recorded in `target/kube/stamps/NAME`). A first build
-/// downloads the modules into Go's module cache and compiles into its build cache, both under
-/// $HOME, which later builds (other programs, other checkouts) reuse.
-fn kube_programs() -> Result<()> {
+/// Builds each of [`KUBE_PROGRAMS`] that `need` asks for whose binary is missing or was built
+/// from other inputs (go.mod, go.sum, package, flags: recorded in `target/kube/stamps/NAME`). A
+/// first build downloads the modules into Go's module cache and compiles into its build cache,
+/// both under $HOME, which later builds (other programs, other checkouts) reuse. Each build
+/// says which program it is, what is left, and every [`PROGRESS_EVERY`] how long it has run:
+/// a cold build of the control plane takes many minutes.
+fn kube_programs(need: Need) -> Result<()> {
     let root = workspace_root();
     let bin_dir = root.join("target/kube/bin");
     let stamp_dir = root.join("target/kube/stamps");
+    let mut stale = Vec::new();
     for p in KUBE_PROGRAMS {
+        if need < Need::Everything && !CONTROL_PLANE.contains(&p.name) {
+            continue;
+        }
+        let build = GoBuild::of(&root, p)?;
+        let current =
+            std::fs::read_to_string(stamp_dir.join(p.name)).is_ok_and(|s| s == build.stamp);
+        if !(bin_dir.join(p.name).is_file() && current) {
+            stale.push(build);
+        }
+    }
+    if stale.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&bin_dir)?;
+    std::fs::create_dir_all(&stamp_dir)?;
+    let go_version = Command::new("go")
+        .arg("version")
+        .output()
+        .context("running `go` (Go 1.26 or newer is needed to build the test tools)")?;
+    eprintln!(
+        "xtask: building {} with {} (the first build takes minutes; later ones reuse Go's \
+         module and build caches)",
+        stale
+            .iter()
+            .map(|b| b.program.name)
+            .collect::<Vec<_>>()
+            .join(", "),
+        String::from_utf8_lossy(&go_version.stdout).trim()
+    );
+    let all = Instant::now();
+    let n = stale.len();
+    for (i, b) in stale.iter().enumerate() {
+        let p = b.program;
+        let left: Vec<&str> = stale[i + 1..].iter().map(|b| b.program.name).collect();
+        eprintln!(
+            "xtask: [{}/{n}] building {} {} from {}/{}",
+            i + 1,
+            p.name,
+            b.version,
+            p.dir,
+            if left.is_empty() {
+                String::new()
+            } else {
+                format!(" (then {})", left.join(", "))
+            }
+        );
+        let started = Instant::now();
+        let partial = bin_dir.join(format!("{}.partial", p.name));
+        run_with_progress(
+            Command::new("go")
+                .args(["build", "-mod=readonly", "-buildvcs=false", "-trimpath"])
+                .arg("-ldflags")
+                .arg(&b.ldflags)
+                .arg("-o")
+                .arg(&partial)
+                .arg(p.package)
+                .current_dir(root.join(p.dir))
+                // Upstream's release binaries are static; and never fetch a newer Go behind
+                // our back: a module that needs one fails here, saying so.
+                .env("CGO_ENABLED", "0")
+                .env("GOTOOLCHAIN", "local")
+                .env("GOFLAGS", ""),
+            p.name,
+        )
+        .with_context(|| format!("building {} (is the Go module proxy reachable?)", p.package))?;
+        let bin = bin_dir.join(p.name);
+        std::fs::rename(&partial, &bin)?;
+        std::fs::write(stamp_dir.join(p.name), &b.stamp)?;
+        eprintln!(
+            "xtask: [{}/{n}] built {} in {:.0?} ({:.0?} so far)",
+            i + 1,
+            bin.display(),
+            started.elapsed(),
+            all.elapsed()
+        );
+    }
+    Ok(())
+}
+
+/// One program's build: its inputs, and the stamp they make.
+struct GoBuild {
+    program: &'static GoProgram,
+    version: String,
+    ldflags: String,
+    stamp: String,
+}
+
+impl GoBuild {
+    fn of(root: &Path, p: &'static GoProgram) -> Result<Self> {
         let module_dir = root.join(p.dir);
         let go_mod = std::fs::read_to_string(module_dir.join("go.mod"))
             .with_context(|| format!("{}/go.mod", p.dir))?;
@@ -323,48 +442,36 @@ fn kube_programs() -> Result<()> {
             p.package.as_bytes(),
             ldflags.as_bytes(),
         ]);
-        let stamp = format!("{} {} {version} inputs={inputs:016x}\n", p.name, p.package);
-        let bin = bin_dir.join(p.name);
-        let stamp_path = stamp_dir.join(p.name);
-        if bin.is_file() && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp) {
-            continue;
+        Ok(GoBuild {
+            program: p,
+            version: version.to_owned(),
+            stamp: format!("{} {} {version} inputs={inputs:016x}\n", p.name, p.package),
+            ldflags,
+        })
+    }
+}
+
+/// How often a long build says it is still running.
+const PROGRESS_EVERY: Duration = Duration::from_secs(30);
+
+/// Runs `cmd` to completion, printing every [`PROGRESS_EVERY`] that `what` is still building.
+fn run_with_progress(cmd: &mut Command, what: &str) -> Result<()> {
+    let started = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("running {cmd:?}"))?;
+    let mut said = Duration::ZERO;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
         }
-        std::fs::create_dir_all(&bin_dir)?;
-        std::fs::create_dir_all(&stamp_dir)?;
-        let go_version = Command::new("go")
-            .arg("version")
-            .output()
-            .context("running `go` (Go 1.26 or newer is needed to build the test tools)")?;
-        eprintln!(
-            "xtask: building {} {version} from {}/ with {} (the first build takes \
-             minutes; later ones reuse Go's module and build caches)",
-            p.name,
-            p.dir,
-            String::from_utf8_lossy(&go_version.stdout).trim()
-        );
-        let started = Instant::now();
-        let partial = bin_dir.join(format!("{}.partial", p.name));
-        run(Command::new("go")
-            .args(["build", "-mod=readonly", "-buildvcs=false", "-trimpath"])
-            .arg("-ldflags")
-            .arg(&ldflags)
-            .arg("-o")
-            .arg(&partial)
-            .arg(p.package)
-            .current_dir(&module_dir)
-            // Upstream's release binaries are static; and never fetch a newer Go behind
-            // our back: a module that needs one fails here, saying so.
-            .env("CGO_ENABLED", "0")
-            .env("GOTOOLCHAIN", "local")
-            .env("GOFLAGS", ""))
-        .with_context(|| format!("building {} (is the Go module proxy reachable?)", p.package))?;
-        std::fs::rename(&partial, &bin)?;
-        std::fs::write(&stamp_path, stamp)?;
-        eprintln!(
-            "xtask: built {} in {:.0?}",
-            bin.display(),
-            started.elapsed()
-        );
+        std::thread::sleep(Duration::from_millis(200));
+        let t = started.elapsed();
+        if t >= said + PROGRESS_EVERY {
+            said = t;
+            eprintln!("xtask:   still building {what} ({}s)", t.as_secs());
+        }
+    };
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}");
     }
     Ok(())
 }
@@ -448,6 +555,19 @@ mod tests {
             assert!(version.starts_with('v') && !version.starts_with("v0.0.0"));
             version_ldflags(p.module, version).unwrap();
         }
+    }
+
+    /// `demo --apiserver kube` and `kube up` build only [`CONTROL_PLANE`]: each of its names
+    /// must be a program setup knows how to build, or they would start without it.
+    #[test]
+    fn the_control_plane_needs_only_programs_setup_builds() {
+        for name in CONTROL_PLANE {
+            assert!(
+                KUBE_PROGRAMS.iter().any(|p| p.name == *name),
+                "{name} is in CONTROL_PLANE but not in KUBE_PROGRAMS"
+            );
+        }
+        assert!(Need::Build < Need::ControlPlane && Need::ControlPlane < Need::Everything);
     }
 
     /// The `tool` lines of a go.mod, on their own or in a `tool ( ... )` block.
