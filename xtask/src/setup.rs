@@ -21,6 +21,13 @@
 //!   `target/metallb/crds/`: the migration tests (`tests/tests/deploy/metallb.rs`) install
 //!   the real schemas, so that `announcer migrate metallb` is tested on objects MetalLB's own
 //!   API accepts. Only the YAML is used; nothing of MetalLB is built or run.
+//! * Helm (`tests/kube/helm/`, built like the Kubernetes programs into `target/kube/bin/helm`):
+//!   the chart's tests (`tests/tests/deploy/chart.rs`) lint, render and install
+//!   `deploy/chart/` with it.
+//! * The Prometheus Operator's `PodMonitor` and `PrometheusRule` CRDs, copied from its Go
+//!   module ([`PROMETHEUS_OPERATOR_VERSION`]) into `target/prometheus-operator/crds/` as
+//!   MetalLB's are: the chart's tests install them to check the chart's monitoring objects
+//!   against the real schemas. Nothing of the operator is built or run.
 
 use std::{
     path::{Path, PathBuf},
@@ -64,6 +71,7 @@ pub fn ensure() -> Result<()> {
     kubernetes_validate()?;
     kube_programs()?;
     metallb_crds()?;
+    prometheus_operator_crds()?;
     Ok(())
 }
 
@@ -183,6 +191,7 @@ const KUBERNETES: &str = "tests/kube";
 const ETCD: &str = "tests/kube/etcd";
 const METALLB: &str = "tests/kube/metallb";
 const KUBE_VIP: &str = "tests/kube/kube-vip";
+const HELM: &str = "tests/kube/helm";
 
 /// What `cargo xtask setup` builds from `tests/kube/`. To add a program, list its package in
 /// the module's `update-go-mod.sh`, run that, and list it here; programs of one module share
@@ -238,6 +247,12 @@ const KUBE_PROGRAMS: &[GoProgram] = &[
         dir: KUBE_VIP,
     },
     GoProgram {
+        name: "helm",
+        package: "helm.sh/helm/v4/cmd/helm",
+        module: "helm.sh/helm/v4",
+        dir: HELM,
+    },
+    GoProgram {
         name: "etcd",
         package: "go.etcd.io/etcd/server/v3",
         module: "go.etcd.io/etcd/server/v3",
@@ -284,6 +299,10 @@ fn version_ldflags(module: &str, version: &str) -> Result<String> {
         // MetalLB and kube-vip print their version from ldflags their release builds set; the
         // bench reads the version from the go.mod instead, so strip only.
         "go.universe.tf/metallb" | "github.com/kube-vip/kube-vip" => Ok("-s -w".into()),
+        // Helm's release build stamps its version (`helm version`), and strips.
+        "helm.sh/helm/v4" => Ok(format!(
+            "-s -w -X helm.sh/helm/v4/internal/version.version={version}"
+        )),
         other => bail!("no version stamp known for {other}"),
     }
 }
@@ -418,6 +437,71 @@ fn metallb_crds() -> Result<()> {
         .with_context(|| format!("go mod download printed no Dir: {info}"))?;
     for f in METALLB_CRDS {
         let from = Path::new(dir).join("config/crd/bases").join(f);
+        let to = out_dir.join(f);
+        // The module cache is read-only: write the content, not a copy of the permissions.
+        let text = std::fs::read(&from).with_context(|| format!("{}", from.display()))?;
+        std::fs::write(&to, text).with_context(|| format!("{}", to.display()))?;
+    }
+    std::fs::write(&stamp_path, stamp)?;
+    Ok(())
+}
+
+/// The Prometheus Operator release whose CRDs the chart's tests install.
+const PROMETHEUS_OPERATOR_VERSION: &str = "v0.85.0";
+/// The CRDs copied from its module, under `example/prometheus-operator-crd/` there.
+const PROMETHEUS_OPERATOR_CRDS: &[&str] = &[
+    "monitoring.coreos.com_podmonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+];
+
+/// Copies [`PROMETHEUS_OPERATOR_CRDS`] of [`PROMETHEUS_OPERATOR_VERSION`] into
+/// `target/prometheus-operator/crds/`, unless the stamp there says they are that version's;
+/// fetched as [`metallb_crds`] fetches MetalLB's.
+fn prometheus_operator_crds() -> Result<()> {
+    let module = "github.com/prometheus-operator/prometheus-operator";
+    let root = workspace_root().join("target/prometheus-operator");
+    let out_dir = root.join("crds");
+    let stamp_path = root.join("stamp");
+    let stamp = format!(
+        "{module} {PROMETHEUS_OPERATOR_VERSION} {}\n",
+        PROMETHEUS_OPERATOR_CRDS.join(" ")
+    );
+    if PROMETHEUS_OPERATOR_CRDS
+        .iter()
+        .all(|f| out_dir.join(f).is_file())
+        && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
+    {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&out_dir)?;
+    eprintln!(
+        "xtask: fetching the Prometheus Operator {PROMETHEUS_OPERATOR_VERSION}'s CRDs from the \
+         Go module proxy"
+    );
+    let at = format!("{module}@{PROMETHEUS_OPERATOR_VERSION}");
+    let out = Command::new("go")
+        .args(["mod", "download", "-json", &at])
+        .current_dir(&root)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .context("running `go mod download` (Go is needed for the test tools)")?;
+    if !out.status.success() {
+        bail!(
+            "go mod download {at} failed (is the Go module proxy reachable?): {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let info: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("go mod download -json output")?;
+    let dir = info["Dir"]
+        .as_str()
+        .with_context(|| format!("go mod download printed no Dir: {info}"))?;
+    for f in PROMETHEUS_OPERATOR_CRDS {
+        let from = Path::new(dir)
+            .join("example/prometheus-operator-crd")
+            .join(f);
         let to = out_dir.join(f);
         // The module cache is read-only: write the content, not a copy of the permissions.
         let text = std::fs::read(&from).with_context(|| format!("{}", from.display()))?;
