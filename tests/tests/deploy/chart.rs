@@ -1,8 +1,8 @@
 //! `deploy/chart/`, the Helm chart, checked as an operator would before `helm install`:
 //!
 //! * with its default values it renders the objects `kubectl kustomize deploy/` renders, object
-//!   by object (Helm's own labels, the ConfigMap's name and the config checksum aside; the
-//!   Namespace only with `namespace.create`, since `helm install --create-namespace` makes it);
+//!   by object (Helm's own labels, the ConfigMap's name and the config checksum aside), but for
+//!   the Namespace, which Helm needs to exist before it installs (`--create-namespace`);
 //! * `helm lint --strict` passes, and the rendered objects validate against the Kubernetes
 //!   schemas (the oldest and newest versions we claim), the PodMonitor and PrometheusRule
 //!   against the Prometheus Operator's CRDs on a real kube-apiserver;
@@ -334,32 +334,25 @@ fn assert_same_objects(kustomized: &BTreeMap<String, Value>, charted: &BTreeMap<
 #[test]
 fn helm_template_renders_the_objects_of_kubectl_kustomize() {
     let helm = Helm::new("same");
-    let kustomized = by_key(
+    let mut kustomized = by_key(
         parse_objects(&kustomize())
             .into_iter()
             .map(normalise_kustomize)
             .collect(),
     );
-    // With namespace.create, every object (the Namespace labelled as deploy/namespace.yaml).
-    let with_namespace = by_key(
-        helm.template(&["--set", "namespace.create=true"])
-            .into_iter()
-            .map(normalise_chart)
-            .collect(),
-    );
-    assert_same_objects(&kustomized, &with_namespace);
-    // By default the same but the Namespace, which `helm install --create-namespace` makes.
-    let defaults = by_key(
+    // The one object the chart leaves out: Helm installs into a namespace that exists (made by
+    // `helm install --create-namespace`, or by hand with the Pod Security labels; it cannot
+    // create the release's own namespace from the chart).
+    kustomized
+        .remove(&format!("Namespace /{NAMESPACE}"))
+        .expect("kustomize renders the Namespace");
+    let charted = by_key(
         helm.template(&[])
             .into_iter()
             .map(normalise_chart)
             .collect(),
     );
-    let mut without_namespace = with_namespace.clone();
-    without_namespace
-        .remove(&format!("Namespace /{NAMESPACE}"))
-        .expect("the Namespace");
-    assert_same_objects(&without_namespace, &defaults);
+    assert_same_objects(&kustomized, &charted);
 }
 
 #[test]
@@ -400,7 +393,6 @@ fn helm_lint_strict_passes() {
             "--set",
             "monitoring.podMonitor.enabled=true,monitoring.prometheusRule.enabled=true",
         ],
-        &["--set", "namespace.create=true"],
     ] {
         let mut args = vec!["lint", "--strict", chart, "--namespace", NAMESPACE];
         args.extend(extra);
@@ -424,7 +416,6 @@ fn the_rendered_chart_validates_against_the_kubernetes_schemas() {
     let scratch = Scratch::new("chart-validate");
     for (what, args) in [
         ("defaults", &[][..]),
-        ("namespace.create", &["--set", "namespace.create=true"][..]),
         (
             "monitoring on",
             &[
