@@ -651,20 +651,21 @@ fn the_alerts_are_operate_md_s_on_metrics_the_agent_exports() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_install_gets_an_agent_pod_bound_to_every_node_and_the_allocator() {
-    let cp = control_plane("helm-install").await;
-    let nodes = ["node-a", "node-b", "node-c"];
+/// A control plane with `nodes` registered and the chart installed as docs/install.md says
+/// (`helm install announcer deploy/chart -n announcer-system --create-namespace`, plus
+/// `extra`); with its helm and admin kubeconfig.
+async fn installed(tag: &str, nodes: &[&str], extra: &[&str]) -> (KubeControlPlane, Helm, String) {
+    let cp = control_plane(tag).await;
     for n in nodes {
         cp.kubelets()
             .register(n, std::net::Ipv4Addr::LOCALHOST.into(), &[])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    let helm = Helm::new("install");
+    let helm = Helm::new(tag);
     let chart = chart_dir();
     let kubeconfig = cp.kubeconfig().to_str().expect("utf-8").to_owned();
-    let out = helm.run(&[
+    let mut args = vec![
         "install",
         "announcer",
         chart.to_str().expect("utf-8"),
@@ -673,8 +674,17 @@ async fn helm_install_gets_an_agent_pod_bound_to_every_node_and_the_allocator() 
         "--create-namespace",
         "--kubeconfig",
         &kubeconfig,
-    ]);
+    ];
+    args.extend(extra);
+    let out = helm.run(&args);
     assert!(out.contains("STATUS: deployed"), "{out}");
+    (cp, helm, kubeconfig)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_gets_an_agent_pod_bound_to_every_node_and_the_allocator() {
+    let nodes = ["node-a", "node-b", "node-c"];
+    let (cp, helm, kubeconfig) = installed("helm-install", &nodes, &[]).await;
     for n in nodes {
         let pod = cp
             .agent_pod(n, Duration::from_secs(60))
@@ -708,6 +718,127 @@ async fn helm_install_gets_an_agent_pod_bound_to_every_node_and_the_allocator() 
         &kubeconfig,
     ]);
     assert!(status.contains("STATUS: deployed"), "{status}");
+}
+
+/// `kubectl get` of the agents' DaemonSet, as JSON.
+fn daemonset(cp: &KubeControlPlane) -> Value {
+    let out = cp
+        .kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "daemonset",
+            "announcer",
+            "-o",
+            "json",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_str(&out).expect("JSON")
+}
+
+/// docs/install.md's upgrade: `helm upgrade --reuse-values` with a new tag and a config value
+/// changes the agents' Pod template (the DaemonSet rolls) and their config.yaml.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_upgrade_with_a_new_tag_and_config_rolls_the_agents() {
+    let (cp, helm, kubeconfig) = installed("helm-upgrade", &["node-a"], &[]).await;
+    let before = daemonset(&cp);
+    let chart = chart_dir();
+    let out = helm.run(&[
+        "upgrade",
+        "announcer",
+        chart.to_str().expect("utf-8"),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "image.tag=0.2.0,config.xdpMode=native",
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    assert!(out.contains("REVISION: 2"), "{out}");
+    let after = daemonset(&cp);
+    assert_eq!(
+        after["metadata"]["generation"],
+        before["metadata"]["generation"]
+            .as_i64()
+            .expect("generation")
+            + 1,
+        "one new Pod template"
+    );
+    let template = &after["spec"]["template"];
+    assert_eq!(
+        template["spec"]["containers"][0]["image"],
+        "announcer:0.2.0"
+    );
+    assert_ne!(
+        template["metadata"]["annotations"][CONFIG_CHECKSUM],
+        before["spec"]["template"]["metadata"]["annotations"][CONFIG_CHECKSUM],
+        "the config checksum changed"
+    );
+    let cm: Value = serde_json::from_str(
+        &cp.kubectl(&[
+            "-n",
+            NAMESPACE,
+            "get",
+            "configmap",
+            CONFIG_MAP,
+            "-o",
+            "json",
+        ])
+        .unwrap_or_else(|e| panic!("{e}")),
+    )
+    .expect("JSON");
+    let config = ConfigFile::parse(s(&cm["data"]["config.yaml"])).expect("config.yaml");
+    assert_eq!(
+        config.xdp_mode,
+        Some(announcer::agent::config::XdpMode::Native)
+    );
+}
+
+/// docs/install.md's uninstall: `helm uninstall` removes every object of the release but the
+/// CRD (Helm never deletes what `crds/` installed), so the pools survive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_uninstall_removes_all_but_the_crd() {
+    let (cp, helm, kubeconfig) = installed("helm-uninstall", &["node-a"], &[]).await;
+    let kinds = [
+        "daemonsets,deployments,configmaps,serviceaccounts,resourcequotas,roles,rolebindings",
+        "clusterroles,clusterrolebindings",
+        "validatingadmissionpolicies,validatingadmissionpolicybindings",
+    ];
+    let left = |what: &str| -> String {
+        cp.kubectl(&[
+            "get",
+            what,
+            "-A",
+            "-l",
+            "app.kubernetes.io/managed-by=Helm",
+            "-o",
+            "name",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"))
+    };
+    // The release's objects are there, and found by Helm's label.
+    for what in kinds {
+        assert!(!left(what).trim().is_empty(), "no {what} installed");
+    }
+    helm.run(&[
+        "uninstall",
+        "announcer",
+        "--namespace",
+        NAMESPACE,
+        "--kubeconfig",
+        &kubeconfig,
+    ]);
+    for what in kinds {
+        announcer_tests::env::kube::poll(Duration::from_secs(30), what, || {
+            let l = left(what);
+            async move { l.trim().is_empty().then_some(()) }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: left {}", left(what)));
+    }
+    cp.kubectl(&["get", "crd", "addresspools.announcer.dev"])
+        .expect("the CRD stays");
 }
 
 /// The image of the DaemonSet's and the Deployment's container, and its pull policy.
@@ -918,10 +1049,59 @@ fn every_config_key_has_a_value_and_the_defaults_are_deploy_s() {
             );
         }
     }
+    // values.schema.json knows the same keys, and no other (Helm refuses the rest).
+    let schema_path = chart_dir().join("values.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("values.schema.json"))
+            .expect("values.schema.json is JSON");
+    let config_schema = &schema["properties"]["config"];
+    assert_eq!(config_schema["additionalProperties"], false);
+    let properties = config_schema["properties"].as_object().expect("properties");
+    assert_eq!(
+        keys(properties),
+        want,
+        "values.schema.json's config against the agent's keys"
+    );
+    for (key, value) in properties {
+        if let Some(section) = value["properties"].as_object() {
+            assert_eq!(
+                keys(section),
+                config_keys(Some(key)),
+                "values.schema.json's config.{key} against the agent's keys"
+            );
+            assert_eq!(value["additionalProperties"], false, "config.{key}");
+        }
+    }
     // The rendered defaults are deploy/config.yaml's, as the agent reads them.
     let helm = Helm::new("config-keys");
     let deployed =
         ConfigFile::parse(&std::fs::read_to_string(deploy_dir().join("config.yaml")).unwrap())
             .expect("deploy/config.yaml");
     assert_eq!(config_file(&helm.template(&[])), deployed);
+}
+
+#[test]
+fn helm_refuses_a_misspelt_or_invalid_config_value() {
+    let helm = Helm::new("schema");
+    let chart = chart_dir();
+    for (set, says) in [
+        ("config.xdpmode=native", "'xdpmode' not allowed"),
+        ("config.heartbeat.intervall=75ms", "'intervall' not allowed"),
+        ("config.xdpMode=fast", "config/xdpMode"),
+        ("config.grace=5", "config/grace"),
+    ] {
+        let out = helm.output(&[
+            "template",
+            "announcer",
+            chart.to_str().expect("utf-8"),
+            "--set",
+            set,
+        ]);
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && text.contains(says),
+            "helm template --set {set}: {} {text}",
+            out.status
+        );
+    }
 }
