@@ -8,9 +8,10 @@
 //!   against the Prometheus Operator's CRDs on a real kube-apiserver;
 //! * the alerts are those `docs/operate.md` lists, one per row, on metrics the agent exports;
 //! * `helm install` on a real kube-apiserver gets an agent Pod bound to every node and the
-//!   allocator's replicas, as `kubectl apply -k deploy/` does;
-//! * the values change what they say (image, config keys, scheduling), and every config key
-//!   the agent reads has a value.
+//!   allocator's replicas, as `kubectl apply -k deploy/` does; `helm upgrade` rolls the agents
+//!   and `helm uninstall` leaves only the CRD, as docs/install.md says;
+//! * the values change what they say (image, config keys, scheduling), every config key the
+//!   agent reads has a value, and the values' schema refuses a key the agent would refuse.
 //!
 //! helm is the one `cargo xtask setup` builds from `tests/kube/helm/`; without it the tests
 //! fail, naming that command.
