@@ -6,8 +6,8 @@
 #
 #   tests/kube/helm/update-go-mod.sh [v4.3.2]
 #
-# The module proxy here serves helm.sh/helm/v4 v4.3.2 (checked 2026-12-03; v3.21.4 of
-# helm.sh/helm/v3 too).
+# The module proxy here serves helm.sh/helm/v4 v4.3.2 (built and run by the tests, 2026-12-03).
+# `helm version` reports the version this go.mod requires (xtask/src/setup.rs stamps it).
 set -euo pipefail
 cd "$(dirname "$0")"
 
