@@ -27,9 +27,9 @@ pub fn require_program(name: &str, package: &str) -> PathBuf {
     })
 }
 
-/// An upstream Kubernetes program that `cargo xtask setup` builds from the Go module
-/// `tests/kube/` into `target/kube/bin/` (for now only `kubectl`). Panics, naming the command
-/// that builds it, if it is not there: tests that need it fail rather than skip.
+/// An upstream program that `cargo xtask setup` builds from a Go module under `tests/kube/`
+/// into `target/kube/bin/` (`kubectl`, `kube-apiserver`, ..., `helm`). Panics, naming the
+/// command that builds it, if it is not there: tests that need it fail rather than skip.
 pub fn kube_program(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -21,6 +21,13 @@
 //!   `target/metallb/crds/`: the migration tests (`tests/tests/deploy/metallb.rs`) install
 //!   the real schemas, so that `announcer migrate metallb` is tested on objects MetalLB's own
 //!   API accepts. Only the YAML is used; nothing of MetalLB is built or run.
+//! * Helm (`tests/kube/helm/`, built like the Kubernetes programs into `target/kube/bin/helm`):
+//!   the chart's tests (`tests/tests/deploy/chart.rs`) lint, render and install
+//!   `deploy/chart/` with it.
+//! * The Prometheus Operator's `PodMonitor` and `PrometheusRule` CRDs, copied from its Go
+//!   module ([`PROMETHEUS_OPERATOR_VERSION`]) into `target/prometheus-operator/crds/` as
+//!   MetalLB's are: the chart's tests install them to check the chart's monitoring objects
+//!   against the real schemas. Nothing of the operator is built or run.
 
 use std::{
     path::{Path, PathBuf},
@@ -90,6 +97,7 @@ pub fn ensure(need: Need) -> Result<()> {
     if need >= Need::Everything {
         kubernetes_validate()?;
         metallb_crds()?;
+        prometheus_operator_crds()?;
     }
     Ok(())
 }
@@ -210,6 +218,7 @@ const KUBERNETES: &str = "tests/kube";
 const ETCD: &str = "tests/kube/etcd";
 const METALLB: &str = "tests/kube/metallb";
 const KUBE_VIP: &str = "tests/kube/kube-vip";
+const HELM: &str = "tests/kube/helm";
 
 /// What `cargo xtask setup` builds from `tests/kube/`. To add a program, list its package in
 /// the module's `update-go-mod.sh`, run that, and list it here; programs of one module share
@@ -265,6 +274,12 @@ const KUBE_PROGRAMS: &[GoProgram] = &[
         dir: KUBE_VIP,
     },
     GoProgram {
+        name: "helm",
+        package: "helm.sh/helm/v4/cmd/helm",
+        module: "helm.sh/helm/v4",
+        dir: HELM,
+    },
+    GoProgram {
         name: "etcd",
         package: "go.etcd.io/etcd/server/v3",
         module: "go.etcd.io/etcd/server/v3",
@@ -311,6 +326,10 @@ fn version_ldflags(module: &str, version: &str) -> Result<String> {
         // MetalLB and kube-vip print their version from ldflags their release builds set; the
         // bench reads the version from the go.mod instead, so strip only.
         "go.universe.tf/metallb" | "github.com/kube-vip/kube-vip" => Ok("-s -w".into()),
+        // Helm's release build stamps its version (`helm version`), and strips.
+        "helm.sh/helm/v4" => Ok(format!(
+            "-s -w -X helm.sh/helm/v4/internal/version.version={version}"
+        )),
         other => bail!("no version stamp known for {other}"),
     }
 }
@@ -484,36 +503,78 @@ const METALLB_CRDS: &[&str] = &[
     "metallb.io_l2advertisements.yaml",
 ];
 
-/// Copies [`METALLB_CRDS`] of [`METALLB_VERSION`] into `target/metallb/crds/`, unless the stamp
-/// there says they are already that version's. `go mod download` puts the module in Go's
-/// module cache (read-only) and prints where (`Dir`); outside any Go module, so no go.mod of
-/// ours changes.
+/// Copies [`METALLB_CRDS`] of [`METALLB_VERSION`] into `target/metallb/crds/`.
 fn metallb_crds() -> Result<()> {
-    let root = workspace_root();
-    let out_dir = root.join("target/metallb/crds");
-    let stamp_path = root.join("target/metallb/stamp");
-    let stamp = format!(
-        "go.universe.tf/metallb {METALLB_VERSION} {}\n",
-        METALLB_CRDS.join(" ")
-    );
-    if METALLB_CRDS.iter().all(|f| out_dir.join(f).is_file())
+    module_files(&ModuleFiles {
+        module: "go.universe.tf/metallb",
+        version: METALLB_VERSION,
+        dir: "config/crd/bases",
+        files: METALLB_CRDS,
+        target: "target/metallb",
+    })
+}
+
+/// The Prometheus Operator release whose CRDs the chart's tests install.
+const PROMETHEUS_OPERATOR_VERSION: &str = "v0.85.0";
+/// The CRDs copied from its module, under `example/prometheus-operator-crd/` there.
+const PROMETHEUS_OPERATOR_CRDS: &[&str] = &[
+    "monitoring.coreos.com_podmonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+];
+
+/// Copies [`PROMETHEUS_OPERATOR_CRDS`] of [`PROMETHEUS_OPERATOR_VERSION`] into
+/// `target/prometheus-operator/crds/`.
+fn prometheus_operator_crds() -> Result<()> {
+    module_files(&ModuleFiles {
+        module: "github.com/prometheus-operator/prometheus-operator",
+        version: PROMETHEUS_OPERATOR_VERSION,
+        dir: "example/prometheus-operator-crd",
+        files: PROMETHEUS_OPERATOR_CRDS,
+        target: "target/prometheus-operator",
+    })
+}
+
+/// Some files of an upstream Go module, copied out of it: only the YAML is used; nothing of
+/// the module is built or run.
+struct ModuleFiles {
+    module: &'static str,
+    version: &'static str,
+    /// Where the files are inside the module.
+    dir: &'static str,
+    files: &'static [&'static str],
+    /// Relative to the workspace: the files go to `crds/` there, beside a `stamp`.
+    target: &'static str,
+}
+
+/// Copies `m`'s files unless the stamp says they are already that version's. `go mod download`
+/// puts the module in Go's module cache (read-only) and prints where (`Dir`); outside any Go
+/// module, so no go.mod of ours changes.
+fn module_files(m: &ModuleFiles) -> Result<()> {
+    let root = workspace_root().join(m.target);
+    let out_dir = root.join("crds");
+    let stamp_path = root.join("stamp");
+    let stamp = format!("{} {} {}\n", m.module, m.version, m.files.join(" "));
+    if m.files.iter().all(|f| out_dir.join(f).is_file())
         && std::fs::read_to_string(&stamp_path).is_ok_and(|s| s == stamp)
     {
         return Ok(());
     }
     std::fs::create_dir_all(&out_dir)?;
-    eprintln!("xtask: fetching MetalLB {METALLB_VERSION}'s CRDs from the Go module proxy");
-    let module = format!("go.universe.tf/metallb@{METALLB_VERSION}");
+    eprintln!(
+        "xtask: fetching {} {}'s CRDs from the Go module proxy",
+        m.module, m.version
+    );
+    let at = format!("{}@{}", m.module, m.version);
     let out = Command::new("go")
-        .args(["mod", "download", "-json", &module])
-        .current_dir(root.join("target/metallb"))
+        .args(["mod", "download", "-json", &at])
+        .current_dir(&root)
         .env("GOFLAGS", "-mod=mod")
         .env("GOTOOLCHAIN", "local")
         .output()
         .context("running `go mod download` (Go is needed for the test tools)")?;
     if !out.status.success() {
         bail!(
-            "go mod download {module} failed (is the Go module proxy reachable?): {}{}",
+            "go mod download {at} failed (is the Go module proxy reachable?): {}{}",
             String::from_utf8_lossy(&out.stderr),
             String::from_utf8_lossy(&out.stdout)
         );
@@ -523,8 +584,8 @@ fn metallb_crds() -> Result<()> {
     let dir = info["Dir"]
         .as_str()
         .with_context(|| format!("go mod download printed no Dir: {info}"))?;
-    for f in METALLB_CRDS {
-        let from = Path::new(dir).join("config/crd/bases").join(f);
+    for f in m.files {
+        let from = Path::new(dir).join(m.dir).join(f);
         let to = out_dir.join(f);
         // The module cache is read-only: write the content, not a copy of the permissions.
         let text = std::fs::read(&from).with_context(|| format!("{}", from.display()))?;

@@ -19,9 +19,11 @@
 //!   against the in-repo API server, and every (API group, resource, verb) they sent must be
 //!   granted, and every grant must have been used (bar a justified allow-list).
 //!
-//! The RBAC scenario is in [`rbac`].
+//! The RBAC scenario is in [`rbac`]; the Helm chart (`deploy/chart/`), checked against the
+//! kustomization, in [`chart`].
 
 mod applied;
+mod chart;
 mod metallb;
 mod rbac;
 mod rbac_removed;
