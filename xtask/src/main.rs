@@ -5,6 +5,7 @@
 //! else runs the workspace's own binaries and tests.
 
 mod docs_links;
+mod image;
 mod kube_env;
 #[cfg(test)]
 mod layers;
@@ -34,6 +35,10 @@ enum Cmd {
     Setup,
     /// Build the agent (with the XDP program embedded), release profile.
     Build,
+    /// Build the image: an OCI archive in target/image/ (the release binary and the Debian
+    /// files it needs; no Docker daemon, registry or base image), for `skopeo copy
+    /// oci-archive:...`, `podman load` or `ctr images import`.
+    Image,
     /// Build everything and load the responder on an interface with the given VIPs.
     BuildAndLoad {
         /// Interface to attach to.
@@ -108,6 +113,10 @@ fn main() -> Result<()> {
             setup::ensure(Need::Build)?;
             cargo(&root, &["build", "--release", "-p", "announcer"])
         }
+        Cmd::Image => {
+            setup::ensure(Need::Build)?;
+            image::build(&root).map(|_| ())
+        }
         Cmd::BuildAndLoad { iface, vips, mode } => {
             setup::ensure(Need::Build)?;
             cargo(&root, &["build", "--release", "-p", "announcer"])?;
@@ -135,6 +144,10 @@ fn main() -> Result<()> {
             let old = upgrade_from::ensure(&root)?;
             // SAFETY: single-threaded here; the test run inherits it.
             unsafe { std::env::set_var("ANNOUNCER_OLD_BIN", &old) };
+            // The image test (tests/tests/deploy/image.rs) unpacks and runs this archive.
+            let image = image::build(&root)?;
+            // SAFETY: as above.
+            unsafe { std::env::set_var("ANNOUNCER_IMAGE", &image.archive) };
             test(&root, &args, !no_smoke)
         }
         Cmd::Bench {

@@ -57,6 +57,10 @@ const APT_PACKAGES: &[&str] = &[
     // kube-proxy (nftables mode runs `nft`; it clears UDP conntrack entries with `conntrack`).
     "nftables",
     "conntrack",
+    // `cargo xtask image`: strips the binary, and takes the CA bundle from the package's own
+    // certificates.
+    "binutils",
+    "ca-certificates",
 ];
 const TOOLCHAIN: &str = "debian-bpf";
 const BPF_LINKER_VERSION: &str = "0.10.0";

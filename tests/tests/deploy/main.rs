@@ -19,11 +19,16 @@
 //!   against the in-repo API server, and every (API group, resource, verb) they sent must be
 //!   granted, and every grant must have been used (bar a justified allow-list).
 //!
+//! * the image `cargo xtask image` writes is a valid OCI layout, at most 30 MB, labelled with
+//!   its version and commit, and its binary runs inside it (chroot) with deploy/'s arguments
+//!   and Debian's CA certificates ([`image`]).
+//!
 //! The RBAC scenario is in [`rbac`]; the Helm chart (`deploy/chart/`), checked against the
 //! kustomization, in [`chart`].
 
 mod applied;
 mod chart;
+mod image;
 mod metallb;
 mod rbac;
 mod rbac_removed;
