@@ -16,8 +16,8 @@ use std::{
 
 use crate::{
     netns::{
-        CLIENT_IF, CLIENT_MAC, CLIENT_V6, NODE_IF, NODE_MAC, NODE_V6, Netns, PREFIX_V6, add_addr,
-        link_json, set_mac, veth, wait_oper_up,
+        CLIENT_IF, CLIENT_MAC, CLIENT_V4, CLIENT_V6, NODE_IF, NODE_MAC, NODE_V4, NODE_V6, Netns,
+        PREFIX_V4, PREFIX_V6, add_addr, link_json, set_mac, veth, wait_oper_up,
     },
     tools,
 };
@@ -40,9 +40,9 @@ const QUERIER_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct SnoopingLan {
     /// Holds [`BRIDGE`].
     pub bridge: Netns,
-    /// `eth0`: [`CLIENT_MAC`], [`CLIENT_V6`].
+    /// `eth0`: [`CLIENT_MAC`], [`CLIENT_V4`], [`CLIENT_V6`].
     pub client: Netns,
-    /// `eth0`: [`NODE_MAC`], [`NODE_V6`]; where the XDP program and the VIPs go.
+    /// `eth0`: [`NODE_MAC`], [`NODE_V4`], [`NODE_V6`]; where the XDP program and the VIPs go.
     pub owner: Netns,
 }
 
@@ -76,6 +76,9 @@ impl SnoopingLan {
         set_mac(&client, CLIENT_IF, CLIENT_MAC);
         add_addr(&owner, NODE_IF, &format!("{NODE_V6}/{PREFIX_V6}"));
         add_addr(&client, CLIENT_IF, &format!("{CLIENT_V6}/{PREFIX_V6}"));
+        // IPv4 too, as on a node: the agent's heartbeats go from the Node's InternalIP.
+        add_addr(&owner, NODE_IF, &format!("{NODE_V4}/{PREFIX_V4}"));
+        add_addr(&client, CLIENT_IF, &format!("{CLIENT_V4}/{PREFIX_V4}"));
         wait_oper_up(&owner, NODE_IF, Duration::from_secs(5));
         wait_oper_up(&client, CLIENT_IF, Duration::from_secs(5));
         let lan = SnoopingLan {
