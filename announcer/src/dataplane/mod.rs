@@ -18,6 +18,7 @@ pub mod announce;
 pub mod error;
 pub mod loader;
 pub mod logs;
+pub mod mcast;
 pub mod pins;
 pub mod sys;
 pub mod table;

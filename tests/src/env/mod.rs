@@ -11,6 +11,7 @@
 //! * [`agent_cmd`]: the one way every world and test starts an agent.
 //! * [`process`]: the one guard every world runs its processes under.
 //! * [`packet`]: the one raw packet socket of the tests (forged and probing frames, floods).
+//! * [`snooping`]: links whose multicast filtering is real (an MLD-snooping bridge, a macvlan).
 
 pub mod agent_cmd;
 pub mod allocator_cmd;
@@ -20,6 +21,7 @@ pub mod lan;
 pub mod node;
 pub mod packet;
 pub mod process;
+pub mod snooping;
 
 /// The agents' namespace (their Leases, heartbeat Secret and ServiceAccount), as `deploy/`
 /// creates it; every world starts its agents in it ([`agent_cmd::AgentCommand`]).

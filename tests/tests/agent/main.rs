@@ -16,6 +16,7 @@ mod ipam;
 mod kube_faults;
 mod lifecycle;
 mod metrics;
+mod mld;
 mod outage;
 mod per_service;
 mod status;

@@ -9,6 +9,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod e2e_responder;
 mod link_watch;
+mod mld;
 mod netns_harness;
 mod probe;
 mod xdp_fuzz;

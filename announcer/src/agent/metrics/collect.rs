@@ -27,7 +27,7 @@ use crate::{
         net::{heartbeat_socket::HeartbeatStats, probe::ProbeStats},
         published::PublishedState,
     },
-    dataplane::Dataplane,
+    dataplane::{Dataplane, mcast::MembershipStats},
     maps::Outcome,
 };
 
@@ -45,6 +45,7 @@ struct Inner {
     service_leases: Option<Arc<LeaseApiStats>>,
     probes: Option<Arc<ProbeStats>>,
     dataplane: Option<PathBuf>,
+    mcast: Option<Arc<MembershipStats>>,
 }
 
 impl fmt::Debug for Sources {
@@ -58,6 +59,7 @@ impl fmt::Debug for Sources {
             .field("service_leases", &i.service_leases.is_some())
             .field("probes", &i.probes.is_some())
             .field("dataplane", &i.dataplane)
+            .field("mcast", &i.mcast.is_some())
             .finish()
     }
 }
@@ -101,6 +103,11 @@ impl Sources {
         self.with(|i| i.service_leases = Some(stats));
     }
 
+    /// The solicited-node memberships' counters (`Plane::mcast_stats`).
+    pub fn set_mcast(&self, stats: Arc<MembershipStats>) {
+        self.with(|i| i.mcast = Some(stats));
+    }
+
     /// The data plane pinned under `pin_root` (never called with `--no-dataplane`).
     pub fn set_dataplane(&self, pin_root: PathBuf) {
         self.with(|i| i.dataplane = Some(pin_root));
@@ -137,6 +144,21 @@ impl prometheus_client::collector::Collector for Collector {
         )?;
         if let Some(s) = &i.service_leases {
             service_leases(&mut enc, s)?;
+        }
+        if let Some(m) = &i.mcast {
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+            gauge(
+                &mut enc,
+                "announcer_solicited_node_groups",
+                "IPv6 solicited-node groups joined for owned VIPs",
+                n(&m.groups) as i64,
+            )?;
+            counter(
+                &mut enc,
+                "announcer_solicited_node_join_failures",
+                "Joins of a VIP's solicited-node group that failed (its NS may be dropped by a NIC filter or a snooping switch)",
+                n(&m.join_failures),
+            )?;
         }
         if let Some(p) = &i.probes {
             let s = p.snapshot();

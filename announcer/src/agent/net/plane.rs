@@ -22,6 +22,7 @@ use crate::{
         Dataplane, Error, Lifetime, Vip,
         announce::{self, BurstConfig, PacketSocket},
         loader::{self, Mode},
+        mcast::Memberships,
         pins::PinLayout,
         sys::netif,
     },
@@ -48,6 +49,9 @@ pub struct Plane {
     /// removed (a node that let a VIP go must not keep pointing clients at itself) or
     /// announced again.
     bursts: BTreeMap<(IpAddr, IfaceName), tokio::task::JoinHandle<()>>,
+    /// The solicited-node groups of the installed IPv6 VIPs (without them a NIC filter or a
+    /// snooping switch drops the NS before XDP).
+    mcast: Memberships,
 }
 
 impl Plane {
@@ -61,6 +65,7 @@ impl Plane {
             ifaces: BTreeMap::new(),
             installed: BTreeSet::new(),
             bursts: BTreeMap::new(),
+            mcast: Memberships::new(),
         }
     }
 
@@ -131,6 +136,7 @@ impl Plane {
             };
             for r in rows.into_iter().filter(|r| r.is_live()) {
                 self.installed.insert((r.vip.addr, name.clone()));
+                self.join(r.vip.addr, &name);
                 out.push((r.vip.addr, name.clone()));
             }
         }
@@ -147,9 +153,20 @@ impl Plane {
         let mac = i.mac;
         if refresh {
             // Written here before: only the deadline moves.
-            i.dp.refresh(Vip::new(vip, None)?, mac, ttl)
+            i.dp.refresh(Vip::new(vip, None)?, mac, ttl)?;
         } else {
-            i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))
+            i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))?;
+        }
+        // A map lookup once joined; so a join that failed is retried on the next refresh.
+        self.join(vip, iface);
+        Ok(())
+    }
+
+    /// Joins `vip`'s solicited-node group on `iface` (IPv6 only); a failure is logged and
+    /// counted, never fatal: the entry answers whatever reaches it.
+    fn join(&mut self, vip: IpAddr, iface: &IfaceName) {
+        if let Err(e) = self.mcast.join(iface, vip) {
+            tracing::warn!(%vip, %iface, error = %e, "cannot join the solicited-node group: solicitations for this VIP may be dropped by the NIC or a snooping switch");
         }
     }
 
@@ -161,6 +178,9 @@ impl Plane {
         }
         if !self.enabled {
             return Ok(());
+        }
+        if let Err(e) = self.mcast.leave(iface, vip) {
+            tracing::warn!(%vip, %iface, error = %e, "cannot leave the solicited-node group");
         }
         self.iface(iface)?.dp.remove(Vip::new(vip, None)?)
     }
@@ -201,6 +221,11 @@ impl Plane {
     /// The MAC this node answers with on `iface`, if the interface is known.
     pub fn mac(&self, iface: &str) -> Option<MacAddr> {
         self.ifaces.get(iface).map(|i| i.mac)
+    }
+
+    /// The solicited-node memberships' counters, for the metrics.
+    pub fn mcast_stats(&self) -> Arc<crate::dataplane::mcast::MembershipStats> {
+        self.mcast.stats()
     }
 
     /// What is installed, sorted.
