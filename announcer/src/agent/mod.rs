@@ -148,6 +148,9 @@ pub async fn run(
         term,
         args,
     };
+    if ctx.net.plane.enabled() {
+        ctx.report.sources.set_mcast(ctx.net.plane.mcast_stats());
+    }
     let result = match ctx.start().await {
         Ok(true) => match ctx.args.election {
             Election::NodeLease => shell::run_on_own_thread(ctx).await,

@@ -9,6 +9,8 @@
 //! * [`loader`]: attach the program to an interface, swap it in place, detach it.
 //! * [`table`]: the VIP entries the program answers from, and its counters ([`Dataplane`]).
 //! * [`announce`]: gratuitous ARP and unsolicited NA bursts over `AF_PACKET`.
+//! * [`mcast`]: the solicited-node multicast groups of IPv6 VIPs, joined so that NIC filters
+//!   and MLD-snooping switches deliver their Neighbor Solicitations.
 //! * [`logs`]: the program's rare events, forwarded into `tracing`.
 //! * [`sys`]: the system calls underneath: interface facts, link info, packet sockets, the
 //!   clock expiry is judged on.
