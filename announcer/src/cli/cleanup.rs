@@ -22,14 +22,35 @@ pub struct CleanupArgs {
     /// `/var/lib/announcer`.
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
+    /// Then keep running until SIGTERM or SIGINT: the main container of the uninstall
+    /// DaemonSet (`deploy/uninstall/`), so that it counts as available once its node is clean.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// `announcer cleanup`.
 pub fn run(root: &Path, args: CleanupArgs) -> ExitCode {
-    super::exit(try_run(root, args))
+    let wait = args.wait;
+    // Blocked before any work so that a SIGTERM arriving meanwhile is kept for the wait below.
+    let signals = wait.then(block_termination).flatten();
+    let code = super::exit(try_run(root, args));
+    if let Some(set) = signals {
+        println!("waiting for SIGTERM");
+        let _ = set.wait();
+    }
+    code
 }
 
-fn try_run(root: &Path, CleanupArgs { state_dir }: CleanupArgs) -> Result<(), Error> {
+/// Blocks SIGTERM and SIGINT in this (single-threaded) process, to be waited for.
+fn block_termination() -> Option<nix::sys::signal::SigSet> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block().ok().map(|()| set)
+}
+
+fn try_run(root: &Path, CleanupArgs { state_dir, .. }: CleanupArgs) -> Result<(), Error> {
     let r = loader::cleanup(root)?;
     for (iface, id) in &r.detached {
         println!("detached the program (id {id}) from {iface}");
