@@ -454,10 +454,10 @@ pub fn load_with(root: &Path, iface: &str, mode: Mode, opts: &LoadOptions) -> Re
             let now = xdpinfo::state(ifindex)
                 .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?
                 .attached;
-            let wrong_mode = match (mode, now) {
-                (Mode::Native, Attached::Generic) | (Mode::Generic, Attached::Driver) => true,
-                _ => false,
-            };
+            let wrong_mode = matches!(
+                (mode, now),
+                (Mode::Native, Attached::Generic) | (Mode::Generic, Attached::Driver)
+            );
             if wrong_mode {
                 report.mode_change = Some(reattach(program, iface, mode, now, &pins)?);
                 report.attached = Some(mode);

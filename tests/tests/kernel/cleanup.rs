@@ -27,7 +27,7 @@ fn cleanup_detaches_every_interface_and_removes_every_pin() {
     std::fs::write(state.join("sub/node-a"), b"x").unwrap();
 
     let out = cli.ok(&["cleanup", "--state-dir", state.to_str().unwrap()]);
-    assert!(out.contains(&"detached the program"), "{out}");
+    assert!(out.contains("detached the program"), "{out}");
     assert!(
         out.contains(&format!("removed {}", cli.root().display())),
         "{out}"
