@@ -5,6 +5,7 @@
 //!   views and `Repr`s (parse/emit) in the style of smoltcp.
 //! * [`maps`]: the BPF map keys, values and counters, with their sizes pinned by
 //!   compile-time assertions.
+//! * [`version`]: the program's version (which changes its tag) and the maps' layout version.
 //!
 //! The XDP program (`src/main.rs`, built for `bpfel-unknown-none`) reads packets through the
 //! same layouts the agent uses to build announcements and that the tests use to check answers,
@@ -16,4 +17,5 @@
 extern crate std;
 
 pub mod maps;
+pub mod version;
 pub mod wire;

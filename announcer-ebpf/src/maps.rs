@@ -18,6 +18,9 @@ pub const STATS_V4: &str = "STATS_V4";
 pub const STATS_V6: &str = "STATS_V6";
 /// Name of the per-CPU outcome counters (`PerCpuArray<u64>`, indexed by [`Outcome`]).
 pub const COUNTERS: &str = "COUNTERS";
+/// Name of the map holding the pinned maps' layout version (`Array<u32>` of one entry,
+/// [`crate::version::MAP_LAYOUT_VERSION`], written by the loader; the program never reads it).
+pub const LAYOUT: &str = "LAYOUT";
 /// Name of the program in the object file.
 pub const PROGRAM: &str = "announcer";
 /// Name of the benchmark-floor program (swap MACs, `XDP_TX`) in the same object.

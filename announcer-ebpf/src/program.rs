@@ -23,6 +23,7 @@ use core::mem::size_of;
 
 use announcer_ebpf::{
     maps::{MAX_VIPS, Outcome, VipEntry, VipKeyV4, VipKeyV6, VipStats},
+    version::PROGRAM_STAMP,
     wire::{
         ALL_NODES, ArpHdr, EthHdr, Ipv6Hdr, LinkLayerOpt, MacAddr, NaFlags, NdiscHdr,
         PROBE_NONCE_LEN, VlanHdr,
@@ -37,7 +38,7 @@ use announcer_ebpf::{
 };
 use aya_ebpf::{
     bindings::xdp_action,
-    btf_maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    btf_maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     helpers::{bpf_ktime_get_coarse_ns, bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
     macros::{btf_map, xdp},
     programs::XdpContext,
@@ -61,9 +62,14 @@ static STATS_V6: PerCpuHashMap<VipKeyV6, VipStats, MAX> = PerCpuHashMap::new();
 /// Per-CPU counters per [`Outcome`].
 #[btf_map]
 static COUNTERS: PerCpuArray<u64, { Outcome::COUNT as usize }> = PerCpuArray::new();
-/// Per-CPU time of the last log record, for rate limiting.
+/// Per-CPU: slot 0 is the time of the last log record, for rate limiting; slot 1 the
+/// [`PROGRAM_STAMP`] of the program that wrote it (so `bpftool map dump` tells which build
+/// logged, and so the version is an instruction immediate that changes the program's tag).
 #[btf_map]
-static LOG_CLOCK: PerCpuArray<u64, 1> = PerCpuArray::new();
+static LOG_CLOCK: PerCpuArray<u64, 2> = PerCpuArray::new();
+/// The pinned maps' layout version, written by the loader (`announcer_ebpf::version`).
+#[btf_map]
+static LAYOUT: Array<u32, 1> = Array::new();
 
 /// At most one log record per CPU per this many nanoseconds.
 const LOG_INTERVAL_NS: u64 = 1_000_000_000;
@@ -189,6 +195,10 @@ fn may_log() -> bool {
             return false;
         }
         *last = now;
+    }
+    if let Some(by) = LOG_CLOCK.get_ptr_mut(1) {
+        // SAFETY: per-CPU slot.
+        unsafe { *by = PROGRAM_STAMP };
     }
     true
 }

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     match cmd {
         Cmd::Load(args) => cli::load::load(&pin_root, args),
         Cmd::Unload(args) => cli::load::unload(&pin_root, args),
+        Cmd::Cleanup(args) => cli::cleanup::run(&pin_root, args),
         Cmd::Vip(cmd) => cli::vip::run(&pin_root, cmd),
         Cmd::Announce(args) => cli::announce::run(args),
         Cmd::Logs(args) => cli::logs::run(&pin_root, args),

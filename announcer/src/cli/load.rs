@@ -1,5 +1,6 @@
-//! `announcer load` and `announcer unload`: attach the responder to an interface and pin it,
-//! or detach it and remove its pins ([`crate::dataplane::loader`]).
+//! `announcer load` and `announcer unload`: attach the responder to an interface and pin it
+//! (or bring a running one up to this build: swap a differing program, re-attach in another
+//! mode, migrate maps), or detach it and remove its pins ([`crate::dataplane::loader`]).
 
 use std::{path::Path, process::ExitCode};
 
@@ -7,7 +8,7 @@ use clap::ValueEnum;
 
 use crate::dataplane::{
     Dataplane, Error,
-    loader::{self, Mode},
+    loader::{self, LoadOptions, Mode, Object},
     pins::PinLayout,
     sys::netif,
 };
@@ -21,10 +22,14 @@ pub struct LoadArgs {
     /// Attach mode.
     #[arg(long, value_enum, default_value_t = ModeArg::Auto)]
     pub mode: ModeArg,
-    /// If already attached, swap in this build's program atomically (upgrade without a gap;
-    /// link, pins and VIPs stay).
+    /// Swap in this build's program even if the running one is identical (a plain `load`
+    /// already swaps a program that differs, atomically; link, pins and VIPs stay).
     #[arg(long)]
     pub replace: bool,
+    /// Run this build's program with another version stamped in (its tag differs): upgrade
+    /// drills and tests.
+    #[arg(long, hide = true)]
+    pub program_version: Option<u32>,
 }
 
 /// `announcer unload`'s flags.
@@ -62,27 +67,22 @@ fn try_load(
         iface,
         mode,
         replace,
+        program_version,
     }: LoadArgs,
 ) -> Result<(), Error> {
-    if replace && PinLayout::new(root, &iface).is_loaded() {
-        match loader::replace(root, &iface) {
-            Ok(id) => {
-                println!(
-                    "replaced the program on {iface} in place: program id {id}; link, pins and VIPs kept"
-                );
-                return Ok(());
-            }
-            // A stale pin (interface recreated): the plain load below re-attaches.
-            Err(Error::NotLoaded(_)) => {}
-            Err(e) => return Err(e),
-        }
-    }
     let mode = match mode {
         ModeArg::Auto => Mode::Auto,
         ModeArg::Native => Mode::Native,
         ModeArg::Generic => Mode::Generic,
     };
-    let r = loader::load(root, &iface, mode)?;
+    let opts = LoadOptions {
+        object: match program_version {
+            Some(v) => Object::with_version(v)?,
+            None => Object::embedded(),
+        },
+        force_swap: replace,
+    };
+    let r = loader::load_with(root, &iface, mode, &opts)?;
     if let Some(old) = r.stale_ifindex {
         println!(
             "replaced a stale attachment (was on ifindex {old}: the interface was recreated); VIPs kept"
@@ -99,19 +99,40 @@ fn try_load(
             );
         }
     }
-    match r.attached {
-        Some(m) => println!(
-            "attached to {} (ifindex {}) in {m} mode, program id {}{}",
+    for m in &r.migrated {
+        println!(
+            "migrated map {} ({}): {} entries copied, {} dropped",
+            m.map, m.why, m.copied, m.dropped
+        );
+    }
+    match (&r.mode_change, r.attached, &r.swapped) {
+        (Some(c), Some(m), _) => println!(
+            "re-attached to {} (ifindex {}) in {m} mode (was {}), program id {}, tag {}; {:.1} ms without XDP",
+            r.iface,
+            r.ifindex,
+            c.from.name(),
+            r.program_id,
+            r.tag,
+            c.gap.as_secs_f64() * 1e3
+        ),
+        (_, Some(m), _) => println!(
+            "attached to {} (ifindex {}) in {m} mode, program id {}, tag {}{}",
             r.iface,
             r.ifindex,
             r.program_id,
+            r.tag,
             r.fallback_reason
+                .as_ref()
                 .map(|w| format!(" (native failed: {w})"))
                 .unwrap_or_default()
         ),
-        None => println!(
-            "already attached to {} (program id {}); pins reused, nothing changed",
-            r.iface, r.program_id
+        (_, None, Some(s)) => println!(
+            "replaced the program on {} in place: program id {} (tag {}) was {} (tag {}); link, pins and VIPs kept",
+            r.iface, r.program_id, r.tag, s.from_id, s.from_tag
+        ),
+        (_, None, None) => println!(
+            "already attached to {} (program id {}, tag {}): same program, pins reused, nothing changed",
+            r.iface, r.program_id, r.tag
         ),
     }
     println!("pins: {}", PinLayout::new(root, &iface).dir().display());

@@ -1,5 +1,5 @@
 //! The `announcer` command line: one module per subcommand, each a thin layer over the
-//! library below it ([`crate::dataplane`] for `load`, `unload`, `vip`, `announce` and `logs`;
+//! library below it ([`crate::dataplane`] for `load`, `unload`, `cleanup`, `vip`, `announce` and `logs`;
 //! [`crate::agent::run`] for `agent`; [`crate::allocator::run`] for `allocator`; the maps and [`crate::state`] for `status`;
 //! [`crate::ipam`] for `migrate`).
 //!
@@ -14,6 +14,7 @@
 pub mod agent;
 pub mod allocator;
 pub mod announce;
+pub mod cleanup;
 pub mod load;
 pub mod logs;
 pub mod migrate;
@@ -60,10 +61,14 @@ pub enum LogFormat {
 /// The subcommands.
 #[derive(Subcommand)]
 pub enum Cmd {
-    /// Attach the responder to an interface and pin it (a second run reuses the pins: no gap).
+    /// Attach the responder to an interface and pin it (a second run reuses the pins, swaps a
+    /// differing program in place and re-attaches in another mode if asked).
     Load(load::LoadArgs),
     /// Detach the responder from an interface and remove exactly its pins.
     Unload(load::UnloadArgs),
+    /// Uninstall's last step: detach the responder from every interface with pins under the
+    /// pin root, remove all of them (and optionally the agent's state directory).
+    Cleanup(cleanup::CleanupArgs),
     /// Manage VIPs.
     #[command(subcommand)]
     Vip(vip::VipCmd),

@@ -12,7 +12,11 @@
 //! /sys/fs/bpf/announcer/<iface>/STATS_V4   PerCpuHashMap<VipKeyV4, VipStats>
 //! /sys/fs/bpf/announcer/<iface>/STATS_V6   PerCpuHashMap<VipKeyV6, VipStats>
 //! /sys/fs/bpf/announcer/<iface>/COUNTERS   PerCpuArray<u64> indexed by Outcome
+//! /sys/fs/bpf/announcer/<iface>/LAYOUT     Array<u32>[1]: the maps' layout version
 //! ```
+//!
+//! While the loader migrates a map to a new layout, the new one is pinned as `<NAME>-new`
+//! next to it for the instant before it is renamed over the old pin.
 //!
 //! Why a module of its own: the loader writes these paths and the VIP table, the log reader
 //! and `status` read them; keeping the layout here lets each depend on it without depending
@@ -20,16 +24,62 @@
 
 use std::path::{Path, PathBuf};
 
-use announcer_ebpf::maps::{COUNTERS, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6};
+use announcer_ebpf::maps::{
+    COUNTERS, LAYOUT, MAX_VIPS, Outcome, STATS_V4, STATS_V6, VIPS_V4, VIPS_V6, VipEntry, VipKeyV4,
+    VipKeyV6, VipStats,
+};
 use aya::programs::links::{FdLink, PinnedLink};
 
-use super::error::{Error, Result};
+use super::{
+    error::{Error, Result},
+    sys::bpfobj::MapShape,
+};
 
 /// Where pins go unless told otherwise.
 pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/announcer";
 
-/// The maps the loader pins, by name.
-pub const PINNED_MAPS: [&str; 5] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS];
+/// The maps holding entries and counters, by name.
+pub const DATA_MAPS: [&str; 5] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS];
+
+/// The maps the loader pins, by name: the data maps and [`LAYOUT`].
+pub const PINNED_MAPS: [&str; 6] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS, LAYOUT];
+
+/// The shape this build's program expects of pinned map `name` (one of [`PINNED_MAPS`]).
+///
+/// # Panics
+/// On any other name.
+pub fn expected_shape(name: &str) -> MapShape {
+    const HASH: u32 = 1;
+    const ARRAY: u32 = 2;
+    const PERCPU_HASH: u32 = 5;
+    const PERCPU_ARRAY: u32 = 6;
+    let size = |n: usize| n as u32;
+    let (map_type, key, value, max_entries) = match name {
+        VIPS_V4 => (HASH, size_of::<VipKeyV4>(), size_of::<VipEntry>(), MAX_VIPS),
+        VIPS_V6 => (HASH, size_of::<VipKeyV6>(), size_of::<VipEntry>(), MAX_VIPS),
+        STATS_V4 => (
+            PERCPU_HASH,
+            size_of::<VipKeyV4>(),
+            size_of::<VipStats>(),
+            MAX_VIPS,
+        ),
+        STATS_V6 => (
+            PERCPU_HASH,
+            size_of::<VipKeyV6>(),
+            size_of::<VipStats>(),
+            MAX_VIPS,
+        ),
+        COUNTERS => (PERCPU_ARRAY, 4, size_of::<u64>(), Outcome::COUNT),
+        LAYOUT => (ARRAY, 4, size_of::<u32>(), 1),
+        other => panic!("{other} is not a pinned map"),
+    };
+    MapShape {
+        map_type,
+        key_size: size(key),
+        value_size: size(value),
+        max_entries,
+    }
+}
 
 /// Paths of one interface's pins.
 #[derive(Clone, Debug)]

@@ -21,4 +21,5 @@ mod outage;
 mod per_service;
 mod status;
 mod status_cluster;
+mod upgrade;
 mod world;

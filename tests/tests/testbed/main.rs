@@ -8,3 +8,4 @@ mod e2e_http;
 mod node_lifecycle;
 mod peers;
 mod placement;
+mod uninstall;

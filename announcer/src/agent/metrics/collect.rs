@@ -459,7 +459,21 @@ fn dataplane(enc: &mut DescriptorEncoder, root: &std::path::Path) -> fmt::Result
     let mut frames = Vec::new();
     let mut entries = Vec::new();
     let mut vips: Vec<(VipLabels, crate::dataplane::VipStatus)> = Vec::new();
+    let mut info = Vec::new();
     for iface in crate::dataplane::pins::pinned_interfaces(root) {
+        match crate::dataplane::loader::running(root, &iface) {
+            Ok(r) => info.push((
+                [
+                    ("iface", iface.clone()),
+                    ("mode", r.mode.name().to_owned()),
+                    ("tag", r.tag.to_string()),
+                ],
+                1i64,
+            )),
+            Err(e) => {
+                tracing::debug!(%iface, error = %e, "cannot read the running program for /metrics")
+            }
+        }
         let read = Dataplane::open(root, &iface).and_then(|dp| Ok((dp.counters()?, dp.list()?)));
         let (counters, list) = match read {
             Ok(r) => r,
@@ -485,6 +499,12 @@ fn dataplane(enc: &mut DescriptorEncoder, root: &std::path::Path) -> fmt::Result
         }
     }
     debug_assert!(Outcome::ALL.len() == Outcome::COUNT as usize);
+    gauges(
+        enc,
+        "announcer_dataplane_info",
+        "The XDP program running on the interface: its tag (as bpftool and ip link print it) and attach mode (native, generic); always 1",
+        info,
+    )?;
     counters(
         enc,
         "announcer_dataplane_frames",

@@ -316,6 +316,11 @@ fn a_data_plane_without_interfaces_has_families_but_no_samples() {
         !text.contains("announcer_dataplane_answered_total{"),
         "{text}"
     );
+    assert_eq!(
+        type_of(&text, "announcer_dataplane_info").as_deref(),
+        Some("gauge")
+    );
+    assert!(!text.contains("announcer_dataplane_info{"), "{text}");
     std::fs::remove_dir_all(&root).unwrap();
 }
 

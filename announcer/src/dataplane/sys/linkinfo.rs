@@ -19,6 +19,8 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_TYPE_XDP: u32 = 6;
 
+use super::bpfobj::bpf;
+
 /// `struct bpf_link_info` up to and including the XDP member of its union (offset 16), padded.
 #[repr(C, align(8))]
 struct LinkInfo {
@@ -28,17 +30,6 @@ struct LinkInfo {
     pad: u32,
     xdp_ifindex: u32,
     rest: [u32; 11],
-}
-
-fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> io::Result<i64> {
-    // SAFETY: `attr` is a zero-initialised, 128-byte, 8-aligned `union bpf_attr` whose used
-    // fields the callers set; the kernel reads and writes only within the size we pass.
-    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), size_of_val(attr)) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 /// The interface index the pinned XDP link at `pin` is attached to (0 once detached).

@@ -4,10 +4,14 @@
 //!
 //! * [`netif`]: an interface's index and MAC, and whether its NIC strips VLAN tags.
 //! * [`linkinfo`]: which interface a pinned XDP link is attached to.
+//! * [`bpfobj`]: pinned objects by path or id: program tags, map shapes and entries, detach.
+//! * [`xdpinfo`]: which XDP program runs on an interface, and in which mode (rtnetlink).
 //! * [`packet`]: binding `AF_PACKET` sockets, raw `setsockopt`.
 //! * [`clock`]: `CLOCK_MONOTONIC_COARSE`, the clock the program judges expiry on.
 
+pub mod bpfobj;
 pub mod clock;
 pub mod linkinfo;
 pub mod netif;
 pub mod packet;
+pub mod xdpinfo;
