@@ -22,7 +22,7 @@ use super::{
     metrics::{Recorder, Sources},
     net::{
         iface::{self, IfaceConfig, LocalIface},
-        plane::Plane,
+        plane::{self, Plane, PlaneChange},
         probe::{self, Probes},
     },
     published::PublishedState,
@@ -176,6 +176,9 @@ impl Context {
             .map(|i| i.name.clone())
             .collect();
         self.net.plane.prepare(&early);
+        // Where that failed, the interface is down for the data plane from the start: the
+        // first Lease leaves its link out.
+        plane::mark_down(&mut self.net.ifaces, self.net.plane.down_names());
         tracing::info!(
             node = %self.args.node_name,
             heartbeat = %self.net.heartbeat_ip,
@@ -193,11 +196,70 @@ impl Context {
         self.net.plane.existing(&names)
     }
 
+    /// Re-reads the interfaces; those whose data plane is down count as down
+    /// ([`plane::mark_down`]).
     pub(super) fn refresh_interfaces(&mut self) {
         match iface::snapshot() {
             Ok(s) => self.net.ifaces = s,
             Err(e) => tracing::warn!(error = %e, "cannot list interfaces"),
         }
+        plane::mark_down(&mut self.net.ifaces, self.net.plane.down_names());
+    }
+
+    /// The interfaces whose data plane is down, for the Lease.
+    pub(super) fn dataplane_down(&self) -> Vec<String> {
+        self.net.plane.down_names().map(str::to_owned).collect()
+    }
+
+    /// Reports what happened to the data plane since the last call (logs, metrics, a Warning
+    /// Event on the Node when an interface goes down, a Normal one when it is back). `true`
+    /// when an interface went down or came back: the links to publish and the interfaces
+    /// VIPs may go on changed.
+    pub(super) fn report_plane_changes(&mut self) -> bool {
+        let mut changed = false;
+        for c in self.net.plane.take_changes() {
+            match c {
+                PlaneChange::Failed {
+                    iface,
+                    reason,
+                    message,
+                    first,
+                } => {
+                    self.report.recorder.attach_failed(&iface, reason);
+                    self.report.recorder.dataplane_up(&iface, false);
+                    if first {
+                        changed = true;
+                        let note = format!(
+                            "data plane down on {iface}: this node announces no VIP there until the XDP program is attached (retrying): {message}"
+                        );
+                        tracing::error!(%iface, reason, "{note}");
+                        self.kube
+                            .events
+                            .record_on_node(EventType::Warning, "DataplaneDown", &note);
+                    } else {
+                        tracing::debug!(%iface, reason, "XDP attach retry failed: {message}");
+                    }
+                }
+                PlaneChange::Up {
+                    iface,
+                    program_id,
+                    recovered,
+                } => {
+                    self.report.recorder.dataplane_up(&iface, true);
+                    if recovered {
+                        changed = true;
+                        let note = format!(
+                            "data plane up on {iface} (XDP program {program_id} attached): this node announces VIPs there again"
+                        );
+                        tracing::info!(%iface, program_id, "{note}");
+                        self.kube
+                            .events
+                            .record_on_node(EventType::Normal, "DataplaneUp", &note);
+                    }
+                }
+            }
+        }
+        changed
     }
 
     /// What decides interface choice and link state, to notice changes.

@@ -48,6 +48,11 @@ pub const LINKS_ANNOTATION: &str = "announcer.dev/links";
 /// `AddressPool`'s `interfaces` are matched against them). Apart from the links annotation so
 /// that agents that predate it, during a roll, still parse the links.
 pub const LINK_NAMES_ANNOTATION: &str = "announcer.dev/link-names";
+/// Annotation: the interfaces where the node's data plane is down (the XDP program could not
+/// be attached: another program is there, or the kernel refused), space-separated. Their links
+/// are left out of the links annotation, which is what peers rank by; this one says why, for
+/// people (`kubectl get lease -o yaml`).
+pub const DATAPLANE_DOWN_ANNOTATION: &str = "announcer.dev/dataplane-down";
 
 /// The link-names annotation's value (`None` when some link has no name).
 pub fn format_link_names(links: &[Link]) -> Option<String> {
@@ -115,6 +120,8 @@ pub struct LeaseContents {
     pub key: Option<String>,
     /// Its links (`None`: none written).
     pub links: Option<Vec<Link>>,
+    /// Interfaces where its data plane is down ([`DATAPLANE_DOWN_ANNOTATION`]).
+    pub dataplane_down: Vec<String>,
 }
 
 /// What one write says.
@@ -423,6 +430,12 @@ impl NodeLease {
                 if let Some(names) = format_link_names(l) {
                     annotations.insert(LINK_NAMES_ANNOTATION.to_owned(), names);
                 }
+            }
+            if !p.dataplane_down.is_empty() {
+                annotations.insert(
+                    DATAPLANE_DOWN_ANNOTATION.to_owned(),
+                    p.dataplane_down.join(" "),
+                );
             }
         }
         Lease {
@@ -795,6 +808,7 @@ mod tests {
         assert!(nl.set_contents(LeaseContents {
             key: Some("a2V5".into()),
             links: Some(links.clone()),
+            dataplane_down: vec!["eth2".into()],
         }));
         let body = WriteBody {
             release: false,
@@ -812,6 +826,8 @@ mod tests {
         assert_eq!(p.view.connected, Some(2));
         assert_eq!(p.view.links, Some(links));
         assert_eq!(p.key.as_deref(), Some("a2V5"));
+        let annotations = l.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[DATAPLANE_DOWN_ANNOTATION], "eth2");
     }
 
     #[test]

@@ -6,13 +6,25 @@
 //! the XDP program the first time a VIP lands on an interface. With `--no-dataplane` (control-
 //! plane benchmarks, many agents in one namespace) it only records what it would have done, so
 //! `/state` and the tests still see ownership.
+//!
+//! # When the program cannot be attached
+//! Another XDP program on the interface (a CNI's acceleration), an old kernel, missing
+//! privileges: the interface is then *down* for the data plane ([`Plane::down`]). The failure
+//! is explained ([`xdp_query::explain_attach_failure`] names a foreign program and the ways
+//! out), nothing is replaced, and the attach is retried with [`Backoff`] (while a foreign
+//! program is still there a retry costs one netlink query, not a program load). The shell
+//! hears of every failure and recovery ([`Plane::take_changes`]): it marks the interface down
+//! ([`mark_down`]), so this node is not ranked for the VIPs there by itself nor by its peers
+//! (its Lease leaves the link out), and raises it (a Warning Event on the Node, the
+//! `announcer_dataplane_up` and `announcer_dataplane_attach_failures_total` metrics). The
+//! Pod stays ready: one such node must not stall a DaemonSet roll.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
     path::PathBuf,
     sync::Arc,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use announcer_ebpf::wire::MacAddr;
@@ -23,10 +35,108 @@ use crate::{
         announce::{self, BurstConfig, PacketSocket},
         loader::{self, Mode},
         pins::PinLayout,
-        sys::netif,
+        sys::{netif, xdp_query},
     },
     election::IfaceName,
 };
+
+use super::iface::LocalIface;
+
+/// When to try attaching again after a failure: [`Backoff::FIRST`] after the first, doubling
+/// up to [`Backoff::MAX`]. Short enough that a node is back within seconds of the other
+/// program's removal; a retry that finds the foreign program still attached costs one
+/// netlink query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// Failed attempts in a row.
+    pub failures: u32,
+    /// When the next attempt is due.
+    pub next: Instant,
+}
+
+impl Backoff {
+    /// The wait after the first failure.
+    pub const FIRST: Duration = Duration::from_secs(1);
+    /// The longest wait.
+    pub const MAX: Duration = Duration::from_secs(8);
+
+    /// After the first failure, at `now`.
+    pub fn first(now: Instant) -> Self {
+        Backoff {
+            failures: 1,
+            next: now + Self::FIRST,
+        }
+    }
+
+    /// After another failure, at `now`.
+    pub fn failed_again(self, now: Instant) -> Self {
+        let failures = self.failures.saturating_add(1);
+        let wait = Self::FIRST
+            .saturating_mul(1u32 << (failures - 1).min(16))
+            .min(Self::MAX);
+        Backoff {
+            failures,
+            next: now + wait,
+        }
+    }
+}
+
+/// Why the data plane is down on an interface.
+#[derive(Debug)]
+pub struct Down {
+    /// The last failure.
+    pub error: Error,
+    /// When it is tried again.
+    pub backoff: Backoff,
+}
+
+/// The `reason` label of an attach failure.
+pub fn failure_reason(e: &Error) -> &'static str {
+    match e {
+        Error::ForeignXdp { .. } => "foreign_program",
+        Error::XdpUnsupported { .. } => "unsupported",
+        Error::Privileges { .. } => "privileges",
+        Error::NoSuchInterface(_) => "no_interface",
+        Error::NoBpffs(_) | Error::EphemeralBpffs(_) => "bpffs",
+        _ => "other",
+    }
+}
+
+/// A change of the data plane's state on an interface, for the shell to act on and report.
+#[derive(Debug)]
+pub enum PlaneChange {
+    /// An attach attempt failed (`first`: the interface just went down).
+    Failed {
+        /// The interface.
+        iface: IfaceName,
+        /// [`failure_reason`].
+        reason: &'static str,
+        /// The error and its fix, for the log and the Event.
+        message: String,
+        /// The first failure of this episode.
+        first: bool,
+    },
+    /// Attached (or found attached).
+    Up {
+        /// The interface.
+        iface: IfaceName,
+        /// The program now attached.
+        program_id: u32,
+        /// It had failed before.
+        recovered: bool,
+    },
+}
+
+/// Marks the interfaces whose data plane is down as not up, so that interface choice and the
+/// links published in the Lease leave them out exactly as they leave out a link that is down:
+/// neither this node nor its peers rank it for a VIP there.
+pub fn mark_down<'a>(ifaces: &mut [LocalIface], down: impl IntoIterator<Item = &'a str>) {
+    for name in down {
+        for i in ifaces.iter_mut().filter(|i| i.name == name) {
+            i.up = false;
+        }
+    }
+}
 
 /// One interface the agent announces on.
 struct Iface {
@@ -48,6 +158,10 @@ pub struct Plane {
     /// removed (a node that let a VIP go must not keep pointing clients at itself) or
     /// announced again.
     bursts: BTreeMap<(IpAddr, IfaceName), tokio::task::JoinHandle<()>>,
+    /// Interfaces the program could not be attached to.
+    down: BTreeMap<IfaceName, Down>,
+    /// What the shell has not collected yet ([`Plane::take_changes`]).
+    changes: Vec<PlaneChange>,
 }
 
 impl Plane {
@@ -61,6 +175,8 @@ impl Plane {
             ifaces: BTreeMap::new(),
             installed: BTreeSet::new(),
             bursts: BTreeMap::new(),
+            down: BTreeMap::new(),
+            changes: Vec::new(),
         }
     }
 
@@ -73,9 +189,8 @@ impl Plane {
         }
         for name in names {
             let name: IfaceName = Arc::from(name.as_str());
-            if let Err(e) = self.iface(&name) {
-                tracing::warn!(iface = %name, error = %e, "cannot attach the data plane yet");
-            }
+            // A failure is recorded in `down` and reported through `take_changes`.
+            let _ = self.iface(&name);
         }
     }
 
@@ -84,8 +199,130 @@ impl Plane {
         self.enabled
     }
 
+    /// Interfaces whose data plane is down, and why.
+    pub fn down(&self) -> impl Iterator<Item = (&IfaceName, &Down)> {
+        self.down.iter()
+    }
+
+    /// Names of the interfaces whose data plane is down.
+    pub fn down_names(&self) -> impl Iterator<Item = &str> {
+        self.down.keys().map(|k| &**k)
+    }
+
+    /// When the next attach retry is due, if any interface is down.
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.down.values().map(|d| d.backoff.next).min()
+    }
+
+    /// Retries the attach on every down interface whose backoff has passed.
+    pub fn retry_due(&mut self, now: Instant) {
+        let due: Vec<IfaceName> = self
+            .down
+            .iter()
+            .filter(|(_, d)| d.backoff.next <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            // A foreign program still there: no need to load ours to hear "busy" again.
+            let still = match &self.down[&name].error {
+                Error::ForeignXdp { .. } => netif::ifindex(&name).ok().and_then(|ix| {
+                    let e = xdp_query::explain_attach_failure(
+                        &name,
+                        ix,
+                        None,
+                        Error::NotLoaded(name.to_string()),
+                    );
+                    matches!(e, Error::ForeignXdp { .. }).then_some(e)
+                }),
+                _ => None,
+            };
+            match still {
+                Some(e) => self.failed(&name, e, now),
+                None => {
+                    let _ = self.attach(&name, now);
+                }
+            }
+        }
+    }
+
+    /// Failures and recoveries since the last call.
+    pub fn take_changes(&mut self) -> Vec<PlaneChange> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Records a failed attach on `name` at `now`.
+    fn failed(&mut self, name: &IfaceName, error: Error, now: Instant) {
+        let first = !self.down.contains_key(name);
+        let backoff = match self.down.get(name) {
+            Some(d) => d.backoff.failed_again(now),
+            None => Backoff::first(now),
+        };
+        let mut message = error.to_string();
+        if let Some(hint) = error.hint() {
+            message = format!("{message}; {hint}");
+        }
+        self.changes.push(PlaneChange::Failed {
+            iface: name.clone(),
+            reason: failure_reason(&error),
+            message,
+            first,
+        });
+        self.down.insert(name.clone(), Down { error, backoff });
+    }
+
+    /// Attaches on `name` (or finds it attached) and opens what answering needs; a failure is
+    /// explained and recorded ([`Plane::down`]).
+    fn attach(&mut self, name: &IfaceName, now: Instant) -> Result<(), Error> {
+        match self.open(name) {
+            Ok((iface, program_id)) => {
+                self.ifaces.insert(name.clone(), iface);
+                let recovered = self.down.remove(name).is_some();
+                self.changes.push(PlaneChange::Up {
+                    iface: name.clone(),
+                    program_id,
+                    recovered,
+                });
+                Ok(())
+            }
+            Err(e) => {
+                let e = match e {
+                    Error::XdpUnsupported { .. } | Error::Bpf { .. } => {
+                        match netif::ifindex(name) {
+                            Ok(ix) => {
+                                let pins = PinLayout::new(&self.root, name);
+                                let ours = pins
+                                    .is_loaded()
+                                    .then(|| pins.program_id().ok())
+                                    .flatten();
+                                xdp_query::explain_attach_failure(name, ix, ours, e)
+                            }
+                            Err(_) => e,
+                        }
+                    }
+                    e => e,
+                };
+                let shown = Error::NotLoaded(name.to_string());
+                self.failed(name, e, now);
+                Err(shown)
+            }
+        }
+    }
+
     fn iface(&mut self, name: &IfaceName) -> Result<&mut Iface, Error> {
         if !self.ifaces.contains_key(name) {
+            if self.down.contains_key(name) {
+                // Down: retried on its backoff ([`Plane::retry_due`]), not on every map write.
+                return Err(Error::NotLoaded(name.to_string()));
+            }
+            self.attach(name, Instant::now())?;
+        }
+        Ok(self.ifaces.get_mut(name).expect("inserted"))
+    }
+
+    /// Loads and attaches the program on `name` (or finds it attached), opens its maps, a
+    /// packet socket and reads the MAC; with the program's id.
+    fn open(&self, name: &IfaceName) -> Result<(Iface, u32), Error> {
+        {
             let report = loader::load(&self.root, name, self.mode)?;
             if report.attached.is_some() {
                 tracing::info!(iface = %name, program_id = report.program_id, "XDP responder attached");
@@ -98,16 +335,15 @@ impl Plane {
                 )
             })?;
             let mac = netif::mac(name)?;
-            self.ifaces.insert(
-                name.clone(),
+            Ok((
                 Iface {
                     dp,
                     sock: Arc::new(sock),
                     mac,
                 },
-            );
+                report.program_id,
+            ))
         }
-        Ok(self.ifaces.get_mut(name).expect("inserted"))
     }
 
     /// Entries already in the pinned maps of `candidates` (interfaces that have pins), live
@@ -143,14 +379,25 @@ impl Plane {
         if !self.enabled {
             return Ok(());
         }
-        let i = self.iface(iface)?;
-        let mac = i.mac;
-        if refresh {
-            // Written here before: only the deadline moves.
-            i.dp.refresh(Vip::new(vip, None)?, mac, ttl)
-        } else {
-            i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))
+        let written = self.iface(iface).and_then(|i| {
+            let mac = i.mac;
+            if refresh {
+                // Written here before: only the deadline moves.
+                i.dp.refresh(Vip::new(vip, None)?, mac, ttl)
+            } else {
+                i.dp.upsert(Vip::new(vip, None)?, mac, Lifetime::Ttl(ttl))
+            }
+        });
+        if written.is_err() && !refresh {
+            // Never written: not installed (the Announced condition waits for it).
+            self.installed.remove(&(vip, iface.clone()));
         }
+        written
+    }
+
+    /// Whether the entry for `vip` on `iface` was written.
+    pub fn is_installed(&self, vip: IpAddr, iface: &IfaceName) -> bool {
+        self.installed.contains(&(vip, iface.clone()))
     }
 
     /// Delete the entry.
@@ -206,5 +453,86 @@ impl Plane {
     /// What is installed, sorted.
     pub fn installed(&self) -> impl Iterator<Item = &(IpAddr, IfaceName)> {
         self.installed.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attach_retries_back_off_doubling_up_to_the_cap() {
+        let t = Instant::now();
+        let mut b = Backoff::first(t);
+        let mut waits = vec![b.next - t];
+        for _ in 0..6 {
+            b = b.failed_again(t);
+            waits.push(b.next - t);
+        }
+        let s = Duration::from_secs;
+        assert_eq!(waits, [s(1), s(2), s(4), s(8), s(8), s(8), s(8)]);
+    }
+
+    /// A plane on an interface that does not exist: every attach fails.
+    fn failing() -> (Plane, IfaceName, IpAddr) {
+        let plane = Plane::new(
+            std::env::temp_dir().join("announcer-plane-test"),
+            Mode::Generic,
+            BurstConfig::default(),
+            true,
+        );
+        (plane, IfaceName::from("nosuch-if0"), "10.0.0.5".parse().unwrap())
+    }
+
+    #[test]
+    fn a_failed_install_leaves_the_vip_not_installed() {
+        let (mut plane, iface, vip) = failing();
+        let ttl = Duration::from_secs(5);
+        assert!(plane.install(vip, &iface, ttl).is_err());
+        assert_eq!(
+            plane.installed().count(),
+            0,
+            "a VIP whose map write failed counts as installed (and would be Announced)"
+        );
+    }
+
+    #[test]
+    fn a_failed_attach_takes_the_interface_down_once_and_is_retried_on_its_backoff() {
+        let (mut plane, iface, vip) = failing();
+        let ttl = Duration::from_secs(5);
+        let _ = plane.install(vip, &iface, ttl);
+        let _ = plane.install(vip, &iface, ttl);
+        let changes = plane.take_changes();
+        assert!(
+            matches!(
+                changes.as_slice(),
+                [PlaneChange::Failed { first: true, reason: "no_interface", .. }]
+            ),
+            "one failure reported, not one per map write: {changes:?}"
+        );
+        assert_eq!(plane.down_names().collect::<Vec<_>>(), ["nosuch-if0"]);
+        let due = plane.next_retry().expect("a retry is scheduled");
+        plane.retry_due(due);
+        assert!(matches!(
+            plane.take_changes().as_slice(),
+            [PlaneChange::Failed { first: false, .. }]
+        ));
+        assert!(plane.next_retry().expect("still scheduled") >= due + Backoff::FIRST * 2);
+    }
+
+    #[test]
+    fn an_interface_whose_data_plane_is_down_counts_as_down() {
+        let iface = |name: &str| LocalIface {
+            name: name.into(),
+            index: 1,
+            mac: Some(MacAddr([2, 0, 0, 0, 0, 1])),
+            up: true,
+            loopback: false,
+            addrs: Vec::new(),
+        };
+        let mut ifaces = vec![iface("eth0"), iface("eth1")];
+        mark_down(&mut ifaces, ["eth1"]);
+        assert!(ifaces[0].up);
+        assert!(!ifaces[1].up);
     }
 }

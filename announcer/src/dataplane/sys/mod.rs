@@ -5,9 +5,11 @@
 //! * [`netif`]: an interface's index and MAC, and whether its NIC strips VLAN tags.
 //! * [`linkinfo`]: which interface a pinned XDP link is attached to.
 //! * [`packet`]: binding `AF_PACKET` sockets, raw `setsockopt`.
+//! * [`xdp_query`]: which XDP program (id, name, mode) is attached to an interface.
 //! * [`clock`]: `CLOCK_MONOTONIC_COARSE`, the clock the program judges expiry on.
 
 pub mod clock;
 pub mod linkinfo;
 pub mod netif;
 pub mod packet;
+pub mod xdp_query;
