@@ -127,9 +127,9 @@ impl Error {
             | Error::VlanMismatch(_) => 64, // EX_USAGE
             Error::NoSuchInterface(_) | Error::NoSuchVip { .. } => 66, // EX_NOINPUT
             Error::XdpUnsupported { .. } | Error::NotLoaded(_) | Error::ForeignXdp { .. } => 69, // EX_UNAVAILABLE
-            Error::NoBpffs(_) | Error::EphemeralBpffs(_) => 72,        // EX_OSFILE
-            Error::MapFull { .. } => 73,                               // EX_CANTCREAT
-            Error::Privileges { .. } => 77,                            // EX_NOPERM
+            Error::NoBpffs(_) | Error::EphemeralBpffs(_) => 72, // EX_OSFILE
+            Error::MapFull { .. } => 73,                        // EX_CANTCREAT
+            Error::Privileges { .. } => 77,                     // EX_NOPERM
             Error::Bpf { .. } | Error::Io { .. } => 1,
         }
     }

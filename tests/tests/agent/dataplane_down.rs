@@ -36,7 +36,9 @@ struct Foreign {
 /// `node` in generic mode, as another tool would.
 fn attach_foreign(tb: &Testbed, node: &str) -> Foreign {
     tb.node_ns(node).enter(|| {
-        let mut ebpf = aya::EbpfLoader::new().load(OBJECT).expect("load the object");
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(OBJECT)
+            .expect("load the object");
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM)
             .expect("the program")
@@ -111,17 +113,23 @@ async fn a_node_with_another_xdp_program_on_its_interface_never_owns_the_vip_and
         next,
         "the VIP goes to the next node, not to {top} whose data plane is down"
     );
-    tb.wait_for(&format!("the client's traffic to {vip} reaching {next}"), T, |tb| {
-        tb.ask(vip, Duration::from_millis(800)).as_deref() == Some(next.as_str())
-    });
+    tb.wait_for(
+        &format!("the client's traffic to {vip} reaching {next}"),
+        T,
+        |tb| tb.ask(vip, Duration::from_millis(800)).as_deref() == Some(next.as_str()),
+    );
     assert_eq!(
         tb.arp_nodes(vip, Duration::from_millis(800)),
-        [next.clone()],
+        std::slice::from_ref(&next),
         "ARP for {vip} is answered by {next} alone"
     );
     let end = std::time::Instant::now() + HOLD;
     while std::time::Instant::now() < end {
-        assert_eq!(tb.owners(vip), [next.clone()], "{top} owned {vip}");
+        assert_eq!(
+            tb.owners(vip),
+            std::slice::from_ref(&next),
+            "{top} owned {vip}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Said on the Node, naming the other program and the ways out.
@@ -142,13 +150,21 @@ async fn a_node_with_another_xdp_program_on_its_interface_never_owns_the_vip_and
     ] {
         assert!(note.contains(&part), "the Event says {part:?}: {note}");
     }
-    assert_eq!(dataplane_up(&tb, &top), Some(0.0), "announcer_dataplane_up on {top}");
+    assert_eq!(
+        dataplane_up(&tb, &top),
+        Some(0.0),
+        "announcer_dataplane_up on {top}"
+    );
     assert!(
         tb.metric(&top, "announcer_dataplane_attach_failures_total")
             .is_some_and(|n| n >= 1.0),
         "announcer_dataplane_attach_failures_total on {top}"
     );
-    assert_eq!(dataplane_up(&tb, &next), Some(1.0), "announcer_dataplane_up on {next}");
+    assert_eq!(
+        dataplane_up(&tb, &next),
+        Some(1.0),
+        "announcer_dataplane_up on {next}"
+    );
     assert_eq!(
         http_status(&tb, &top, "/readyz"),
         Some(200),
@@ -159,7 +175,11 @@ async fn a_node_with_another_xdp_program_on_its_interface_never_owns_the_vip_and
         let ix = nix::net::if_::if_nametoindex("eth0").expect("eth0");
         announcer::dataplane::sys::xdp_query::attached(ix).expect("query")
     });
-    assert_eq!(attached.map(|p| p.id), Some(foreign.id), "the foreign program was replaced");
+    assert_eq!(
+        attached.map(|p| p.id),
+        Some(foreign.id),
+        "the foreign program was replaced"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,13 +187,21 @@ async fn a_node_becomes_a_candidate_again_once_the_other_xdp_program_is_removed(
     let (tb, vip, top, next, foreign) = owner_with_foreign_program("foreign-xdp-gone").await;
     assert_eq!(tb.wait_owner(vip, T), next);
     drop(foreign);
-    tb.wait_for(&format!("{top}, the rendezvous owner, owning {vip} again"), T, |tb| {
-        tb.owners(vip) == [top.clone()]
-    });
-    tb.wait_for(&format!("the client's traffic to {vip} reaching {top}"), T, |tb| {
-        tb.ask(vip, Duration::from_millis(800)).as_deref() == Some(top.as_str())
-    });
-    assert_eq!(dataplane_up(&tb, &top), Some(1.0), "announcer_dataplane_up on {top}");
+    tb.wait_for(
+        &format!("{top}, the rendezvous owner, owning {vip} again"),
+        T,
+        |tb| tb.owners(vip) == std::slice::from_ref(&top),
+    );
+    tb.wait_for(
+        &format!("the client's traffic to {vip} reaching {top}"),
+        T,
+        |tb| tb.ask(vip, Duration::from_millis(800)).as_deref() == Some(top.as_str()),
+    );
+    assert_eq!(
+        dataplane_up(&tb, &top),
+        Some(1.0),
+        "announcer_dataplane_up on {top}"
+    );
     tb.wait_for_event(
         &format!("a DataplaneUp Event on Node {top}"),
         T,

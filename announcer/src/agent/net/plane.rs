@@ -43,9 +43,11 @@ use crate::{
 use super::iface::LocalIface;
 
 /// When to try attaching again after a failure: [`Backoff::FIRST`] after the first, doubling
-/// up to [`Backoff::MAX`]. Short enough that a node is back within seconds of the other
-/// program's removal; a retry that finds the foreign program still attached costs one
-/// netlink query.
+/// up to a cap. With a foreign program on the interface the cap is [`Backoff::MAX`], short
+/// enough that a node is back within seconds of the other program's removal (a retry that
+/// finds it still attached costs one netlink query); for any other failure (an old kernel,
+/// missing privileges) it is [`Backoff::MAX_LOAD`], as each retry loads and verifies the
+/// program on the election thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     /// Failed attempts in a row.
@@ -57,8 +59,10 @@ pub struct Backoff {
 impl Backoff {
     /// The wait after the first failure.
     pub const FIRST: Duration = Duration::from_secs(1);
-    /// The longest wait.
+    /// The longest wait while a foreign program is attached.
     pub const MAX: Duration = Duration::from_secs(8);
+    /// The longest wait after other failures.
+    pub const MAX_LOAD: Duration = Duration::from_secs(60);
 
     /// After the first failure, at `now`.
     pub fn first(now: Instant) -> Self {
@@ -68,12 +72,12 @@ impl Backoff {
         }
     }
 
-    /// After another failure, at `now`.
-    pub fn failed_again(self, now: Instant) -> Self {
+    /// After another failure, at `now`, waiting at most `max`.
+    pub fn failed_again(self, now: Instant, max: Duration) -> Self {
         let failures = self.failures.saturating_add(1);
         let wait = Self::FIRST
             .saturating_mul(1u32 << (failures - 1).min(16))
-            .min(Self::MAX);
+            .min(max);
         Backoff {
             failures,
             next: now + wait,
@@ -229,7 +233,7 @@ impl Plane {
                     let e = xdp_query::explain_attach_failure(
                         &name,
                         ix,
-                        None,
+                        self.ours(&name),
                         Error::NotLoaded(name.to_string()),
                     );
                     matches!(e, Error::ForeignXdp { .. }).then_some(e)
@@ -253,8 +257,12 @@ impl Plane {
     /// Records a failed attach on `name` at `now`.
     fn failed(&mut self, name: &IfaceName, error: Error, now: Instant) {
         let first = !self.down.contains_key(name);
+        let max = match error {
+            Error::ForeignXdp { .. } => Backoff::MAX,
+            _ => Backoff::MAX_LOAD,
+        };
         let backoff = match self.down.get(name) {
-            Some(d) => d.backoff.failed_again(now),
+            Some(d) => d.backoff.failed_again(now, max),
             None => Backoff::first(now),
         };
         let mut message = error.to_string();
@@ -289,12 +297,7 @@ impl Plane {
                     Error::XdpUnsupported { .. } | Error::Bpf { .. } => {
                         match netif::ifindex(name) {
                             Ok(ix) => {
-                                let pins = PinLayout::new(&self.root, name);
-                                let ours = pins
-                                    .is_loaded()
-                                    .then(|| pins.program_id().ok())
-                                    .flatten();
-                                xdp_query::explain_attach_failure(name, ix, ours, e)
+                                xdp_query::explain_attach_failure(name, ix, self.ours(name), e)
                             }
                             Err(_) => e,
                         }
@@ -306,6 +309,12 @@ impl Plane {
                 Err(shown)
             }
         }
+    }
+
+    /// The id of our own pinned program on `name`, if pinned: never called foreign.
+    fn ours(&self, name: &str) -> Option<u32> {
+        let pins = PinLayout::new(&self.root, name);
+        pins.is_loaded().then(|| pins.program_id().ok()).flatten()
     }
 
     fn iface(&mut self, name: &IfaceName) -> Result<&mut Iface, Error> {
@@ -463,14 +472,24 @@ mod tests {
     #[test]
     fn attach_retries_back_off_doubling_up_to_the_cap() {
         let t = Instant::now();
-        let mut b = Backoff::first(t);
-        let mut waits = vec![b.next - t];
-        for _ in 0..6 {
-            b = b.failed_again(t);
-            waits.push(b.next - t);
-        }
+        let waits = |max| {
+            let mut b = Backoff::first(t);
+            let mut waits = vec![b.next - t];
+            for _ in 0..7 {
+                b = b.failed_again(t, max);
+                waits.push(b.next - t);
+            }
+            waits
+        };
         let s = Duration::from_secs;
-        assert_eq!(waits, [s(1), s(2), s(4), s(8), s(8), s(8), s(8)]);
+        assert_eq!(
+            waits(Backoff::MAX),
+            [s(1), s(2), s(4), s(8), s(8), s(8), s(8), s(8)]
+        );
+        assert_eq!(
+            waits(Backoff::MAX_LOAD),
+            [s(1), s(2), s(4), s(8), s(16), s(32), s(60), s(60)]
+        );
     }
 
     /// A plane on an interface that does not exist: every attach fails.
@@ -481,7 +500,11 @@ mod tests {
             BurstConfig::default(),
             true,
         );
-        (plane, IfaceName::from("nosuch-if0"), "10.0.0.5".parse().unwrap())
+        (
+            plane,
+            IfaceName::from("nosuch-if0"),
+            "10.0.0.5".parse().unwrap(),
+        )
     }
 
     #[test]
@@ -506,7 +529,11 @@ mod tests {
         assert!(
             matches!(
                 changes.as_slice(),
-                [PlaneChange::Failed { first: true, reason: "no_interface", .. }]
+                [PlaneChange::Failed {
+                    first: true,
+                    reason: "no_interface",
+                    ..
+                }]
             ),
             "one failure reported, not one per map write: {changes:?}"
         );

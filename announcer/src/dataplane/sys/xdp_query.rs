@@ -194,7 +194,11 @@ fn parse_xdp(link_attrs: &[u8]) -> Option<(AttachMode, u32)> {
                     _ => None,
                 }
             }
-            IFLA_XDP_PROG_ID => id = p.get(0..4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])),
+            IFLA_XDP_PROG_ID => {
+                id = p
+                    .get(0..4)
+                    .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            }
             _ => {}
         }
     }

@@ -98,7 +98,11 @@ fn a_node_whose_data_plane_is_down_is_ranked_for_the_vip_by_no_node() {
 #[test]
 fn a_node_whose_data_plane_comes_back_is_a_candidate_again() {
     let (mut w, x) = owner_down_from_the_start();
-    assert_eq!(w.answering(), vec![1 - x], "the peer answers while x is down");
+    assert_eq!(
+        w.answering(),
+        vec![1 - x],
+        "the peer answers while x is down"
+    );
     // The foreign program was removed and the retry attached ours: the interface is up again.
     apply(&mut w, x, &[]);
     w.run_for(5 * SEC);
