@@ -176,9 +176,6 @@ impl Context {
             .map(|i| i.name.clone())
             .collect();
         self.net.plane.prepare(&early);
-        // Where that failed, the interface is down for the data plane from the start: the
-        // first Lease leaves its link out.
-        plane::mark_down(&mut self.net.ifaces, self.net.plane.down_names());
         tracing::info!(
             node = %self.args.node_name,
             heartbeat = %self.net.heartbeat_ip,
@@ -196,14 +193,11 @@ impl Context {
         self.net.plane.existing(&names)
     }
 
-    /// Re-reads the interfaces; those whose data plane is down count as down
-    /// ([`plane::mark_down`]).
     pub(super) fn refresh_interfaces(&mut self) {
         match iface::snapshot() {
             Ok(s) => self.net.ifaces = s,
             Err(e) => tracing::warn!(error = %e, "cannot list interfaces"),
         }
-        plane::mark_down(&mut self.net.ifaces, self.net.plane.down_names());
     }
 
     /// The interfaces whose data plane is down, for the Lease.
@@ -262,7 +256,8 @@ impl Context {
         changed
     }
 
-    /// What decides interface choice and link state, to notice changes.
+    /// What decides interface choice and link state, to notice changes (an interface whose
+    /// data plane is down counts as down).
     pub(super) fn iface_fingerprint(&self) -> Vec<IfaceFingerprint> {
         self.net
             .ifaces
@@ -270,7 +265,7 @@ impl Context {
             .map(|i| {
                 (
                     i.name.clone(),
-                    i.up,
+                    i.up && !self.net.plane.is_down(&i.name),
                     i.addrs.iter().map(|a| (a.ip, a.prefix)).collect(),
                 )
             })
@@ -278,26 +273,30 @@ impl Context {
     }
 
     /// The links to write in our Lease (`None` without a data plane: then every VIP is
-    /// "announced" nowhere, and peers need not know where).
+    /// "announced" nowhere, and peers need not know where); those whose data plane is down
+    /// marked so ([`plane::mark_links_down`]).
     pub(super) fn links(&self) -> Option<Vec<crate::election::Link>> {
-        self.net
-            .plane
-            .enabled()
-            .then(|| iface::links(&self.net.ifaces, &self.net.iface_cfg))
+        self.net.plane.enabled().then(|| {
+            let mut links = iface::links(&self.net.ifaces, &self.net.iface_cfg);
+            plane::mark_links_down(&mut links, self.net.plane.down_names());
+            links
+        })
     }
 
-    /// Link state of the interfaces VIPs were placed on. An interface that was deleted is
+    /// Link state of the interfaces VIPs were placed on (down too where the data plane is:
+    /// the core then withdraws the VIPs on it, and does not take them). An interface that was deleted is
     /// reported down this once and then forgotten: the core withdraws the VIPs on it (and
     /// only those), and forgets it too once no VIP is on it, so a deleted interface is not
     /// held against the node until the agent restarts.
     pub(super) fn link_states(&mut self) -> Vec<(IfaceName, bool)> {
         let ifaces = &self.net.ifaces;
+        let plane = &self.net.plane;
         let states = self
             .net
             .used_ifaces
             .iter()
             .map(|name| {
-                let up = ifaces.iter().any(|i| i.name == *name && i.up);
+                let up = ifaces.iter().any(|i| i.name == *name && i.up) && !plane.is_down(name);
                 (IfaceName::from(name.as_str()), up)
             })
             .collect();

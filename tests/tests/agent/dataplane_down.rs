@@ -7,17 +7,26 @@
 //! must not stall on it), and not be ranked for the VIP by any node, so that the VIP is
 //! answered by another node instead of going dark. Once the foreign program is removed, the
 //! agent's retry attaches and the node is a candidate again. Needs root; never skips.
+//!
+//! The last test takes the other path to the same failure: an interface the agent attaches to
+//! only when a VIP first lands on it (`eth1`, allowed by a glob), so the node has already won
+//! the VIP when its map write fails. It must give the VIP up to a node that can answer it, and
+//! never have said `Announced` for it.
 
 use std::{net::IpAddr, time::Duration};
 
-use announcer::dataplane::loader::OBJECT;
+use announcer::{
+    dataplane::loader::OBJECT,
+    state::announced::{self, CONDITION_TYPE},
+};
 use announcer_ebpf::maps::PROGRAM;
 use announcer_tests::env::{
     cluster::rendezvous_owner,
-    lan::{AGENT_HTTP_PORT, Testbed, TestbedConfig, metric_sum, vip4},
+    lan::{AGENT_HTTP_PORT, IFACE2, Testbed, TestbedConfig, metric_sum, nic2_vip4, vip4},
 };
 use aya::programs::{Xdp, XdpMode};
-use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::{core::v1::Service, events::v1::Event};
+use kube::Api;
 
 use crate::world::SHORT_LEASE;
 
@@ -26,15 +35,15 @@ const T: Duration = Duration::from_secs(30);
 /// How long "never the owner" must hold once the others have settled.
 const HOLD: Duration = Duration::from_secs(3);
 
-/// A foreign XDP program attached to `eth0` of a node, until dropped (which detaches it).
+/// A foreign XDP program attached to an interface of a node, until dropped (which detaches it).
 struct Foreign {
     _ebpf: aya::Ebpf,
     id: u32,
 }
 
-/// Loads the announcer's object un-pinned (its own, empty maps) and attaches it to `eth0` of
+/// Loads the announcer's object un-pinned (its own, empty maps) and attaches it to `iface` of
 /// `node` in generic mode, as another tool would.
-fn attach_foreign(tb: &Testbed, node: &str) -> Foreign {
+fn attach_foreign(tb: &Testbed, node: &str, iface: &str) -> Foreign {
     tb.node_ns(node).enter(|| {
         let mut ebpf = aya::EbpfLoader::new()
             .load(OBJECT)
@@ -46,7 +55,7 @@ fn attach_foreign(tb: &Testbed, node: &str) -> Foreign {
             .expect("XDP");
         prog.load().expect("verify");
         let id = prog.info().expect("program info").id();
-        prog.attach("eth0", XdpMode::Skb)
+        prog.attach(iface, XdpMode::Skb)
             .expect("attach the foreign program");
         Foreign { _ebpf: ebpf, id }
     })
@@ -99,7 +108,7 @@ async fn owner_with_foreign_program(tag: &str) -> (Testbed, IpAddr, String, Stri
     let top = rendezvous_owner(&vip.to_string(), &names);
     let rest: Vec<&str> = names.iter().copied().filter(|n| *n != top).collect();
     let next = rendezvous_owner(&vip.to_string(), &rest);
-    let foreign = attach_foreign(&tb, &top);
+    let foreign = attach_foreign(&tb, &top, "eth0");
     tb.add_service("web", &[vip], false, &names).await;
     tb.start_agents(&SHORT_LEASE);
     (tb, vip, top, next, foreign)
@@ -208,4 +217,73 @@ async fn a_node_becomes_a_candidate_again_once_the_other_xdp_program_is_removed(
         node_event(&top, "Normal", "DataplaneUp"),
     )
     .await;
+}
+
+/// The `Announced` condition of Service `web`: its entries as "ip node".
+async fn announced_entries(tb: &Testbed) -> Vec<String> {
+    let svc = Api::<Service>::namespaced(tb.kube(), "default")
+        .get("web")
+        .await
+        .expect("Service web");
+    svc.status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .filter(|c| c.type_ == CONDITION_TYPE)
+        .flat_map(|c| announced::parse(&c.message))
+        .map(|e| format!("{} {}", e.ip, e.node))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vip_whose_map_write_fails_moves_to_a_node_that_answers_it_and_is_never_announced_there()
+{
+    let mut tb = Testbed::start(TestbedConfig {
+        nodes: 3,
+        tag: "foreign-xdp-lazy".into(),
+        ..Default::default()
+    })
+    .await;
+    tb.add_second_nic();
+    let vip = IpAddr::V4(nic2_vip4(27));
+    let nodes = tb.nodes();
+    let names: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let top = rendezvous_owner(&vip.to_string(), &names);
+    let rest: Vec<&str> = names.iter().copied().filter(|n| *n != top).collect();
+    let next = rendezvous_owner(&vip.to_string(), &rest);
+    let _foreign = attach_foreign(&tb, &top, IFACE2);
+    tb.add_service("web", &[vip], false, &names).await;
+    // A glob: `eth1` is attached to only when a VIP lands on it, not at start.
+    let mut args = SHORT_LEASE.to_vec();
+    args.extend(["--interface", "eth*"]);
+    tb.start_agents(&args);
+    // Watched from the start: the condition must never name the node that cannot answer.
+    let want = vec![format!("{vip} {next}")];
+    let mut named_top = Vec::new();
+    let end = std::time::Instant::now() + T;
+    loop {
+        let got = announced_entries(&tb).await;
+        if got.iter().any(|e| e.ends_with(&format!(" {top}"))) {
+            named_top.push(got.clone());
+        }
+        if got == want && tb.owners(vip) == std::slice::from_ref(&next) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the Announced condition says {got:?} and /state says {:?} own {vip}; wanted {next}\n{}",
+            tb.owners(vip),
+            tb.log_tails()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        named_top.is_empty(),
+        "the Announced condition named {top}, whose map write failed: {named_top:?}"
+    );
+    tb.wait_for(
+        &format!("the client's traffic to {vip} reaching {next}"),
+        T,
+        |tb| tb.ask(vip, Duration::from_millis(800)).as_deref() == Some(next.as_str()),
+    );
 }

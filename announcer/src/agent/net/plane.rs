@@ -13,9 +13,10 @@
 //! is explained ([`xdp_query::explain_attach_failure`] names a foreign program and the ways
 //! out), nothing is replaced, and the attach is retried with [`Backoff`] (while a foreign
 //! program is still there a retry costs one netlink query, not a program load). The shell
-//! hears of every failure and recovery ([`Plane::take_changes`]): it marks the interface down
-//! ([`mark_down`]), so this node is not ranked for the VIPs there by itself nor by its peers
-//! (its Lease leaves the link out), and raises it (a Warning Event on the Node, the
+//! hears of every failure and recovery ([`Plane::take_changes`]): it reports the interface down
+//! to the election core (as a link that is down: the VIPs there are withdrawn and not taken)
+//! and marks its link down in the Lease ([`mark_links_down`]), so no peer ranks this node for
+//! a VIP that belongs there either (nor moves it to another of its links), and raises it (a Warning Event on the Node, the
 //! `announcer_dataplane_up` and `announcer_dataplane_attach_failures_total` metrics). The
 //! Pod stays ready: one such node must not stall a DaemonSet roll.
 
@@ -40,7 +41,7 @@ use crate::{
     election::IfaceName,
 };
 
-use super::iface::LocalIface;
+use crate::election::Link;
 
 /// When to try attaching again after a failure: [`Backoff::FIRST`] after the first, doubling
 /// up to a cap. With a foreign program on the interface the cap is [`Backoff::MAX`], short
@@ -131,13 +132,12 @@ pub enum PlaneChange {
     },
 }
 
-/// Marks the interfaces whose data plane is down as not up, so that interface choice and the
-/// links published in the Lease leave them out exactly as they leave out a link that is down:
-/// neither this node nor its peers rank it for a VIP there.
-pub fn mark_down<'a>(ifaces: &mut [LocalIface], down: impl IntoIterator<Item = &'a str>) {
+/// Marks the links (as published in the Lease) whose data plane is down ([`Link::down`]):
+/// peers then rank this node for no VIP that belongs on them.
+pub fn mark_links_down<'a>(links: &mut [Link], down: impl IntoIterator<Item = &'a str>) {
     for name in down {
-        for i in ifaces.iter_mut().filter(|i| i.name == name) {
-            i.up = false;
+        for l in links.iter_mut().filter(|l| l.name.as_deref() == Some(name)) {
+            l.down = true;
         }
     }
 }
@@ -206,6 +206,11 @@ impl Plane {
     /// Interfaces whose data plane is down, and why.
     pub fn down(&self) -> impl Iterator<Item = (&IfaceName, &Down)> {
         self.down.iter()
+    }
+
+    /// Whether the data plane is down on `name`.
+    pub fn is_down(&self, name: &str) -> bool {
+        self.down.contains_key(name)
     }
 
     /// Names of the interfaces whose data plane is down.
@@ -548,18 +553,17 @@ mod tests {
     }
 
     #[test]
-    fn an_interface_whose_data_plane_is_down_counts_as_down() {
-        let iface = |name: &str| LocalIface {
-            name: name.into(),
-            index: 1,
-            mac: Some(MacAddr([2, 0, 0, 0, 0, 1])),
-            up: true,
-            loopback: false,
-            addrs: Vec::new(),
+    fn the_link_of_an_interface_whose_data_plane_is_down_is_published_down() {
+        let link = |name: &str| Link {
+            name: Some(name.into()),
+            mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            subnets: Vec::new(),
+            fallback: false,
+            down: false,
         };
-        let mut ifaces = vec![iface("eth0"), iface("eth1")];
-        mark_down(&mut ifaces, ["eth1"]);
-        assert!(ifaces[0].up);
-        assert!(!ifaces[1].up);
+        let mut links = vec![link("eth0"), link("eth1")];
+        mark_links_down(&mut links, ["eth1"]);
+        assert!(!links[0].down);
+        assert!(links[1].down);
     }
 }
