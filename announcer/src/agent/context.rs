@@ -22,7 +22,7 @@ use super::{
     metrics::{Recorder, Sources},
     net::{
         iface::{self, IfaceConfig, LocalIface},
-        plane::Plane,
+        plane::{self, Plane, PlaneChange},
         probe::{self, Probes},
     },
     published::PublishedState,
@@ -200,7 +200,64 @@ impl Context {
         }
     }
 
-    /// What decides interface choice and link state, to notice changes.
+    /// The interfaces whose data plane is down, for the Lease.
+    pub(super) fn dataplane_down(&self) -> Vec<String> {
+        self.net.plane.down_names().map(str::to_owned).collect()
+    }
+
+    /// Reports what happened to the data plane since the last call (logs, metrics, a Warning
+    /// Event on the Node when an interface goes down, a Normal one when it is back). `true`
+    /// when an interface went down or came back: the links to publish and the interfaces
+    /// VIPs may go on changed.
+    pub(super) fn report_plane_changes(&mut self) -> bool {
+        let mut changed = false;
+        for c in self.net.plane.take_changes() {
+            match c {
+                PlaneChange::Failed {
+                    iface,
+                    reason,
+                    message,
+                    first,
+                } => {
+                    self.report.recorder.attach_failed(&iface, reason);
+                    self.report.recorder.dataplane_up(&iface, false);
+                    if first {
+                        changed = true;
+                        let note = format!(
+                            "data plane down on {iface}: this node announces no VIP there until the XDP program is attached (retrying): {message}"
+                        );
+                        tracing::error!(%iface, reason, "{note}");
+                        self.kube
+                            .events
+                            .record_on_node(EventType::Warning, "DataplaneDown", &note);
+                    } else {
+                        tracing::debug!(%iface, reason, "XDP attach retry failed: {message}");
+                    }
+                }
+                PlaneChange::Up {
+                    iface,
+                    program_id,
+                    recovered,
+                } => {
+                    self.report.recorder.dataplane_up(&iface, true);
+                    if recovered {
+                        changed = true;
+                        let note = format!(
+                            "data plane up on {iface} (XDP program {program_id} attached): this node announces VIPs there again"
+                        );
+                        tracing::info!(%iface, program_id, "{note}");
+                        self.kube
+                            .events
+                            .record_on_node(EventType::Normal, "DataplaneUp", &note);
+                    }
+                }
+            }
+        }
+        changed
+    }
+
+    /// What decides interface choice and link state, to notice changes (an interface whose
+    /// data plane is down counts as down).
     pub(super) fn iface_fingerprint(&self) -> Vec<IfaceFingerprint> {
         self.net
             .ifaces
@@ -208,7 +265,7 @@ impl Context {
             .map(|i| {
                 (
                     i.name.clone(),
-                    i.up,
+                    i.up && !self.net.plane.is_down(&i.name),
                     i.addrs.iter().map(|a| (a.ip, a.prefix)).collect(),
                 )
             })
@@ -216,26 +273,30 @@ impl Context {
     }
 
     /// The links to write in our Lease (`None` without a data plane: then every VIP is
-    /// "announced" nowhere, and peers need not know where).
+    /// "announced" nowhere, and peers need not know where); those whose data plane is down
+    /// marked so ([`plane::mark_links_down`]).
     pub(super) fn links(&self) -> Option<Vec<crate::election::Link>> {
-        self.net
-            .plane
-            .enabled()
-            .then(|| iface::links(&self.net.ifaces, &self.net.iface_cfg))
+        self.net.plane.enabled().then(|| {
+            let mut links = iface::links(&self.net.ifaces, &self.net.iface_cfg);
+            plane::mark_links_down(&mut links, self.net.plane.down_names());
+            links
+        })
     }
 
-    /// Link state of the interfaces VIPs were placed on. An interface that was deleted is
+    /// Link state of the interfaces VIPs were placed on (down too where the data plane is:
+    /// the core then withdraws the VIPs on it, and does not take them). An interface that was deleted is
     /// reported down this once and then forgotten: the core withdraws the VIPs on it (and
     /// only those), and forgets it too once no VIP is on it, so a deleted interface is not
     /// held against the node until the agent restarts.
     pub(super) fn link_states(&mut self) -> Vec<(IfaceName, bool)> {
         let ifaces = &self.net.ifaces;
+        let plane = &self.net.plane;
         let states = self
             .net
             .used_ifaces
             .iter()
             .map(|name| {
-                let up = ifaces.iter().any(|i| i.name == *name && i.up);
+                let up = ifaces.iter().any(|i| i.name == *name && i.up) && !plane.is_down(name);
                 (IfaceName::from(name.as_str()), up)
             })
             .collect();

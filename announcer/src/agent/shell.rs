@@ -131,6 +131,9 @@ struct Shell {
     write_tx: mpsc::Sender<LeaseWriteResult>,
     /// What the interfaces looked like at the last link check.
     last_plan_inputs: Option<Vec<IfaceFingerprint>>,
+    /// The data plane went down or came back on an interface: check the links before
+    /// anything else.
+    plane_changed: bool,
     last_publish: Instant,
     // What `next_input` waits on.
     term: Shutdown,
@@ -180,9 +183,13 @@ impl Shell {
         tracing::info!(key = %identity.public(), incarnation, "this node's heartbeat identity");
         let keyring = Arc::new(RwLock::new(Keyring::new(identity)));
         let public = keyring.read().unwrap_or_else(|e| e.into_inner()).public();
+        // The attach results of `Plane::prepare`: reported before the first Lease write, which
+        // leaves out the links whose data plane is down.
+        ctx.report_plane_changes();
         lease.set_contents(LeaseContents {
             key: Some(public.to_string()),
             links: ctx.links(),
+            dataplane_down: ctx.dataplane_down(),
         });
         let sealer = Sealer::new(node.clone(), incarnation)?;
         let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
@@ -253,6 +260,7 @@ impl Shell {
             pending_write: None,
             write_tx,
             last_plan_inputs: None,
+            plane_changed: false,
             last_publish: Instant::now(),
             term,
             shutdown_seen: false,
@@ -271,7 +279,16 @@ impl Shell {
     /// Unbiased (tokio picks a ready branch at random): no source, not even a flood of
     /// heartbeats or probe answers, can starve the others (Lease events above all).
     async fn next_input(&mut self) -> Vec<Input> {
+        if std::mem::take(&mut self.plane_changed) {
+            return self.link_check();
+        }
         let deadline = self.core.poll_timeout().map(tokio::time::Instant::from_std);
+        let retry = self
+            .ctx
+            .net
+            .plane
+            .next_retry()
+            .map(tokio::time::Instant::from_std);
         tokio::select! {
             () = self.term.recv(), if !self.shutdown_seen => {
                 self.shutdown_seen = true;
@@ -300,6 +317,16 @@ impl Shell {
                 self.vip_specs().map(Input::Vips).into_iter().collect()
             }
             () = self.links.changed() => self.link_check(),
+            () = sleep_until(retry), if retry.is_some() => {
+                // Attach where the data plane is down (see `Plane::retry_due`); an interface
+                // that came back is published and ranked again by the link check.
+                self.ctx.net.plane.retry_due(Instant::now());
+                if self.ctx.report_plane_changes() {
+                    self.link_check()
+                } else {
+                    Vec::new()
+                }
+            }
             () = sleep_until(deadline) => {
                 // Let the socket readers run first (tokio's yield resumes us after the I/O
                 // driver is polled): a heartbeat or probe answer the kernel already holds is
@@ -357,6 +384,7 @@ impl Shell {
             self.lease.set_contents(LeaseContents {
                 key: Some(self.public.to_string()),
                 links: self.ctx.links(),
+                dataplane_down: self.ctx.dataplane_down(),
             });
             for (iface, up) in self.ctx.link_states() {
                 inputs.push(Input::Link { iface, up });
@@ -377,6 +405,9 @@ impl Shell {
             acted |= !matches!(out, Output::SendHeartbeat(_));
             exit |= self.execute(out);
         }
+        // A map write that found the data plane down took its interface down: act on it
+        // before the next input.
+        self.plane_changed |= self.ctx.report_plane_changes();
         // The map writes and first announcement rounds of this batch are done: the failovers
         // among them end now.
         for f in self.core.take_failovers() {
@@ -448,6 +479,12 @@ impl Shell {
                 ctx.kube.announced.release(services, vip);
             }
             Output::Announce { vip, iface } => {
+                // `Announced` says the entry answers: only once it is written (a failed
+                // install takes the interface down, and the VIP goes to another node).
+                if !ctx.net.plane.is_installed(vip, &iface) {
+                    tracing::warn!(%vip, %iface, "not announcing: the entry is not installed");
+                    return false;
+                }
                 if let Err(e) = ctx.net.plane.announce(vip, &iface) {
                     tracing::error!(%vip, %iface, error = %e, "announcement failed");
                 }

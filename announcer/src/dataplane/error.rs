@@ -31,6 +31,19 @@ pub enum Error {
         /// What the kernel said.
         reason: String,
     },
+    /// Another XDP program is attached to the interface (the kernel runs one per interface, in
+    /// one mode); the announcer never replaces it.
+    #[error("another XDP program is attached to {iface}: id {id}, name {name:?}, {mode} mode")]
+    ForeignXdp {
+        /// Interface name.
+        iface: String,
+        /// Its kernel id.
+        id: u32,
+        /// Its name ("" if unknown).
+        name: String,
+        /// How it is attached.
+        mode: &'static str,
+    },
     /// bpffs is not mounted where the pins go.
     #[error("{0} is not on a BPF filesystem (bpffs)")]
     NoBpffs(PathBuf),
@@ -113,10 +126,10 @@ impl Error {
             | Error::BadMac(_)
             | Error::VlanMismatch(_) => 64, // EX_USAGE
             Error::NoSuchInterface(_) | Error::NoSuchVip { .. } => 66, // EX_NOINPUT
-            Error::XdpUnsupported { .. } | Error::NotLoaded(_) => 69,  // EX_UNAVAILABLE
-            Error::NoBpffs(_) | Error::EphemeralBpffs(_) => 72,        // EX_OSFILE
-            Error::MapFull { .. } => 73,                               // EX_CANTCREAT
-            Error::Privileges { .. } => 77,                            // EX_NOPERM
+            Error::XdpUnsupported { .. } | Error::NotLoaded(_) | Error::ForeignXdp { .. } => 69, // EX_UNAVAILABLE
+            Error::NoBpffs(_) | Error::EphemeralBpffs(_) => 72, // EX_OSFILE
+            Error::MapFull { .. } => 73,                        // EX_CANTCREAT
+            Error::Privileges { .. } => 77,                     // EX_NOPERM
             Error::Bpf { .. } | Error::Io { .. } => 1,
         }
     }
@@ -136,6 +149,9 @@ impl Error {
             Error::XdpUnsupported { .. } => {
                 "XDP needs Linux 4.8+ (5.9+ for bpf_link) with CONFIG_BPF_SYSCALL, and BTF-defined maps need 5.2+".into()
             }
+            Error::ForeignXdp { iface, id, .. } => format!(
+                "the announcer does not replace it. Remove it if nothing needs it (`ip link set dev {iface} xdp off`, `xdpgeneric off` for generic mode; `bpftool link` lists the owner of a link-attached one, `bpftool prog show id {id}` shows it), or turn off the XDP acceleration of the CNI that put it there (Calico: `xdpEnabled: false`; Cilium: `loadBalancer.acceleration: disabled`), or announce on another interface (`--interface`, or the AddressPool's `interfaces`). Switching between native and generic mode does not help: the kernel runs one XDP program per interface, in one mode"
+            ),
             Error::NoBpffs(p) => format!(
                 "mount it: `mount -t bpf bpf {}` (or pick another place with --pin-root)",
                 p.parent().unwrap_or(p).display()

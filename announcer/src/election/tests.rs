@@ -4,6 +4,7 @@
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
 mod adversary;
+mod dataplane_down;
 mod links_and_blackouts;
 
 use announcer_ebpf::wire::MacAddr;

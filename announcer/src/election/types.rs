@@ -129,6 +129,9 @@ pub struct Link {
     /// VIPs in no subnet of any link are announced here (the InternalIP's link, or the first
     /// allowed interface).
     pub fallback: bool,
+    /// The node's data plane is down on this link (its XDP program could not be attached):
+    /// the VIPs that belong here cannot be announced by the node, on this link or any other.
+    pub down: bool,
 }
 
 /// An IP network: an address and a prefix length.
@@ -186,7 +189,8 @@ impl std::str::FromStr for Subnet {
 impl Link {
     /// The MAC `node` answers `vip` with, by the same rule the agent picks interfaces: the
     /// link whose subnet contains it (longest prefix), else the fallback link. `None`: the node
-    /// cannot announce it.
+    /// cannot announce it, also when that link's data plane is down ([`Link::down`]: the VIP
+    /// does not move to another link of the node, where its clients would not ask).
     ///
     /// With `interfaces` (an `AddressPool`'s names or globs), only links whose name matches
     /// count, and the first of them is the fallback.
@@ -212,11 +216,13 @@ impl Link {
                     .filter(|s| s.contains(vip))
                     .map(|s| s.prefix)
                     .max()?;
-                Some((best, l.mac))
+                Some((best, *l))
             })
             .max_by_key(|(p, _)| *p)
-            .map(|(_, m)| m)
-            .or_else(|| fallback.map(|l| l.mac))
+            .map(|(_, l)| l)
+            .or_else(|| fallback.copied())
+            .filter(|l| !l.down)
+            .map(|l| l.mac)
     }
 }
 
@@ -625,7 +631,30 @@ mod tests {
             mac: mac.parse().unwrap(),
             subnets: subnets.iter().map(|s| s.parse().unwrap()).collect(),
             fallback,
+            down: false,
         }
+    }
+
+    #[test]
+    fn a_link_whose_data_plane_is_down_announces_nothing_and_hands_nothing_to_the_fallback() {
+        let mut eth1 = link(Some("eth1"), "02:00:00:00:01:01", &["10.1.0.0/16"], false);
+        eth1.down = true;
+        let mut links = vec![
+            link(Some("eth0"), "02:00:00:00:00:01", &["10.0.0.0/24"], true),
+            eth1,
+        ];
+        let on = |ip: &str, links: &[Link]| Link::mac_for(links, ip.parse().unwrap(), &[]);
+        assert_eq!(on("10.1.2.3", &links), None, "moved to the fallback link");
+        assert_eq!(
+            on("10.0.0.9", &links),
+            Some("02:00:00:00:00:01".parse().unwrap())
+        );
+        assert_eq!(
+            on("192.168.9.9", &links),
+            Some("02:00:00:00:00:01".parse().unwrap())
+        );
+        links[0].down = true;
+        assert_eq!(on("192.168.9.9", &links), None, "the fallback link is down");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 mod announced;
 mod apiserver;
 mod dataplane;
+mod dataplane_down;
 mod election;
 mod eligibility;
 mod heartbeat;

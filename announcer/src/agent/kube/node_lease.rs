@@ -48,6 +48,12 @@ pub const LINKS_ANNOTATION: &str = "announcer.dev/links";
 /// `AddressPool`'s `interfaces` are matched against them). Apart from the links annotation so
 /// that agents that predate it, during a roll, still parse the links.
 pub const LINK_NAMES_ANNOTATION: &str = "announcer.dev/link-names";
+/// Annotation: the interfaces where the node's data plane is down (the XDP program could not
+/// be attached: another program is there, or the kernel refused), space-separated. Their links
+/// stay in the links annotation (with their subnets, so that a VIP of theirs is not taken for
+/// one of the fallback link's), and peers read them as down ([`Link::down`]): they rank the
+/// node for no VIP that belongs on them. Agents that predate it rank it as before.
+pub const DATAPLANE_DOWN_ANNOTATION: &str = "announcer.dev/dataplane-down";
 
 /// The link-names annotation's value (`None` when some link has no name).
 pub fn format_link_names(links: &[Link]) -> Option<String> {
@@ -95,6 +101,7 @@ pub fn parse_links(value: &str) -> Result<Vec<Link>, String> {
                 mac,
                 subnets: Vec::new(),
                 fallback: false,
+                down: false,
             };
             for part in rest.split(',').filter(|p| !p.is_empty()) {
                 if part == "*" {
@@ -115,6 +122,8 @@ pub struct LeaseContents {
     pub key: Option<String>,
     /// Its links (`None`: none written).
     pub links: Option<Vec<Link>>,
+    /// Interfaces where its data plane is down ([`DATAPLANE_DOWN_ANNOTATION`]).
+    pub dataplane_down: Vec<String>,
 }
 
 /// What one write says.
@@ -304,6 +313,12 @@ pub fn view(lease: &Lease) -> Result<PeerLease, MalformedLease> {
     if let (Some(l), Some(names)) = (links.as_mut(), annotation(LINK_NAMES_ANNOTATION)) {
         apply_link_names(l, names);
     }
+    if let (Some(l), Some(down)) = (links.as_mut(), annotation(DATAPLANE_DOWN_ANNOTATION)) {
+        let down: Vec<&str> = down.split_whitespace().collect();
+        for link in l.iter_mut() {
+            link.down = link.name.as_deref().is_some_and(|n| down.contains(&n));
+        }
+    }
     let view = LeaseView {
         node,
         resource_version,
@@ -423,6 +438,12 @@ impl NodeLease {
                 if let Some(names) = format_link_names(l) {
                     annotations.insert(LINK_NAMES_ANNOTATION.to_owned(), names);
                 }
+            }
+            if !p.dataplane_down.is_empty() {
+                annotations.insert(
+                    DATAPLANE_DOWN_ANNOTATION.to_owned(),
+                    p.dataplane_down.join(" "),
+                );
             }
         }
         Lease {
@@ -784,17 +805,20 @@ mod tests {
                     "fd00::/64".parse().unwrap(),
                 ],
                 fallback: true,
+                down: false,
             },
             Link {
                 name: Some("eth1".into()),
                 mac: "02:00:00:00:01:01".parse().unwrap(),
                 subnets: vec!["10.1.0.0/16".parse().unwrap()],
                 fallback: false,
+                down: true,
             },
         ];
         assert!(nl.set_contents(LeaseContents {
             key: Some("a2V5".into()),
             links: Some(links.clone()),
+            dataplane_down: vec!["eth1".into()],
         }));
         let body = WriteBody {
             release: false,
@@ -812,6 +836,8 @@ mod tests {
         assert_eq!(p.view.connected, Some(2));
         assert_eq!(p.view.links, Some(links));
         assert_eq!(p.key.as_deref(), Some("a2V5"));
+        let annotations = l.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations[DATAPLANE_DOWN_ANNOTATION], "eth1");
     }
 
     #[test]

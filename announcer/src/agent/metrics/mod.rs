@@ -82,6 +82,25 @@ pub struct Recorder {
     refused: Family<ReasonLabel, Gauge>,
     refused_on_link: Counter,
     state_dir_problems: Family<ProblemLabel, Counter>,
+    dataplane_up: Family<IfaceLabel, Gauge>,
+    attach_failures: Family<AttachFailureLabel, Counter>,
+}
+
+/// An `iface` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IfaceLabel {
+    /// The interface.
+    pub iface: String,
+}
+
+/// An `iface` and `reason` label: an XDP attach that failed
+/// ([`crate::agent::net::plane::failure_reason`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AttachFailureLabel {
+    /// The interface.
+    pub iface: String,
+    /// `foreign_program`, `unsupported`, `privileges`, ...
+    pub reason: String,
 }
 
 /// A `reason` label: which rule refused an address.
@@ -121,7 +140,28 @@ impl Recorder {
             refused: Family::default(),
             refused_on_link: Counter::default(),
             state_dir_problems: Family::default(),
+            dataplane_up: Family::default(),
+            attach_failures: Family::default(),
         }
+    }
+
+    /// Whether the data plane is attached on `iface`.
+    pub fn dataplane_up(&self, iface: &str, up: bool) {
+        self.dataplane_up
+            .get_or_create(&IfaceLabel {
+                iface: iface.to_owned(),
+            })
+            .set(i64::from(up));
+    }
+
+    /// An XDP attach on `iface` failed for `reason`.
+    pub fn attach_failed(&self, iface: &str, reason: &str) {
+        self.attach_failures
+            .get_or_create(&AttachFailureLabel {
+                iface: iface.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// The addresses the last plan refuses, by rule (from its problems; every rule's series is
@@ -331,6 +371,16 @@ impl Metrics {
             "announcer_state_dir_problems",
             "State-directory faults worked around at start, by problem (identity_leaked, incarnation_corrupt, ...; see the StateDirectory Event)",
             recorder.state_dir_problems.clone(),
+        );
+        registry.register(
+            "announcer_dataplane_up",
+            "Whether the XDP program is attached on the interface (0: the attach failed, see the DataplaneDown Event on the Node; this node is then not ranked for VIPs there)",
+            recorder.dataplane_up.clone(),
+        );
+        registry.register(
+            "announcer_dataplane_attach_failures",
+            "Failed XDP attach attempts on the interface, by reason (foreign_program: another XDP program is attached there; unsupported, privileges, ...)",
+            recorder.attach_failures.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

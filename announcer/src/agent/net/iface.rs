@@ -278,6 +278,7 @@ pub fn links(ifaces: &[LocalIface], cfg: &IfaceConfig) -> Vec<Link> {
                 })
                 .collect(),
             fallback: fallback == Some(n),
+            down: false,
         })
         .collect()
 }

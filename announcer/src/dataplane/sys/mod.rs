@@ -7,6 +7,7 @@
 //! * [`bpfobj`]: pinned objects by path or id: program tags, map shapes and entries, detach.
 //! * [`xdpinfo`]: which XDP program runs on an interface, and in which mode (rtnetlink).
 //! * [`packet`]: binding `AF_PACKET` sockets, raw `setsockopt`.
+//! * [`xdp_query`]: which XDP program (id, name, mode) is attached to an interface.
 //! * [`clock`]: `CLOCK_MONOTONIC_COARSE`, the clock the program judges expiry on.
 
 pub mod bpfobj;
@@ -14,4 +15,5 @@ pub mod clock;
 pub mod linkinfo;
 pub mod netif;
 pub mod packet;
+pub mod xdp_query;
 pub mod xdpinfo;

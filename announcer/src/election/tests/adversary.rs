@@ -275,6 +275,7 @@ fn a_node_without_an_interface_for_the_vip_is_not_its_owner() {
         mac: w.nodes[x].core.config().mac,
         subnets: vec!["192.168.0.0/24".parse().unwrap()],
         fallback: false,
+        down: false,
     }]);
     let s = spec(&w, &[0, 1], None);
     w.input(x, Input::Vips(vec![s]));
@@ -300,12 +301,14 @@ fn a_vip_on_a_second_nic_is_probed_at_the_mac_that_answers_it() {
                 mac: hb,
                 subnets: vec!["192.168.0.0/24".parse().unwrap()],
                 fallback: true,
+                down: false,
             },
             Link {
                 name: None,
                 mac: MacAddr([2, 0, 0, 0, 1, i as u8 + 1]),
                 subnets: vec!["10.0.0.0/24".parse().unwrap()],
                 fallback: false,
+                down: false,
             },
         ]);
     }

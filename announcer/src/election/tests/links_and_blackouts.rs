@@ -173,6 +173,7 @@ fn a_peer_takes_only_the_vips_on_an_interface_that_went_down() {
         mac: w.nodes[x].core.config().mac,
         subnets: vec!["10.0.0.0/24".parse().unwrap()],
         fallback: false,
+        down: false,
     }]);
     w.input(
         x,

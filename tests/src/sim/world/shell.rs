@@ -63,6 +63,7 @@ impl<A: Agent> World<A> {
             mac: n.mac,
             subnets: parse(&SUBNET_A),
             fallback: !single,
+            down: false,
         }];
         if !single {
             links.push(Link {
@@ -70,6 +71,7 @@ impl<A: Agent> World<A> {
                 mac: n.mac_b,
                 subnets: parse(&SUBNET_B),
                 fallback: false,
+                down: false,
             });
         }
         links
