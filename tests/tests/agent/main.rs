@@ -18,6 +18,7 @@ mod lifecycle;
 mod metrics;
 mod outage;
 mod per_service;
+mod refresh;
 mod status;
 mod status_cluster;
 mod world;

@@ -82,6 +82,17 @@ pub struct Recorder {
     refused: Family<ReasonLabel, Gauge>,
     refused_on_link: Counter,
     state_dir_problems: Family<ProblemLabel, Counter>,
+    other_announcers: Family<OtherAnnouncerLabel, Gauge>,
+}
+
+/// An `announcer` and `classless` label: another announcer found at start, and whether this
+/// agent serves class-less Services anyway ([`crate::agent::other_announcers`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OtherAnnouncerLabel {
+    /// [`crate::agent::other_announcers::OtherAnnouncer::label`].
+    pub announcer: String,
+    /// `refused` (left to it) or `forced` (`forceClassless`).
+    pub classless: String,
 }
 
 /// A `reason` label: which rule refused an address.
@@ -121,6 +132,7 @@ impl Recorder {
             refused: Family::default(),
             refused_on_link: Counter::default(),
             state_dir_problems: Family::default(),
+            other_announcers: Family::default(),
         }
     }
 
@@ -165,6 +177,22 @@ impl Recorder {
             problem: problem.to_owned(),
         };
         self.state_dir_problems.get_or_create(&label).inc();
+    }
+
+    /// The class-less decision at start: one series per other announcer found, set to 1.
+    pub fn other_announcers(&self, decision: &crate::agent::other_announcers::Classless) {
+        let classless = if decision.served() {
+            "forced"
+        } else {
+            "refused"
+        };
+        for a in decision.others() {
+            let label = OtherAnnouncerLabel {
+                announcer: a.label().to_owned(),
+                classless: classless.to_owned(),
+            };
+            self.other_announcers.get_or_create(&label).set(1);
+        }
     }
 
     /// An authenticated heartbeat from `peer` was rejected for `reason`.
@@ -331,6 +359,11 @@ impl Metrics {
             "announcer_state_dir_problems",
             "State-directory faults worked around at start, by problem (identity_leaked, incarnation_corrupt, ...; see the StateDirectory Event)",
             recorder.state_dir_problems.clone(),
+        );
+        registry.register(
+            "announcer_other_announcer_detected",
+            "Another layer-2 announcer found through API discovery at start (1), by announcer (metallb, cilium-l2) and what this agent does with class-less Services (refused: left to it; forced: forceClassless)",
+            recorder.other_announcers.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

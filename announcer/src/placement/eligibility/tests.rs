@@ -421,6 +421,33 @@ fn node_must_be_ready_and_not_excluded() {
 }
 
 #[test]
+fn ignore_exclude_label_lets_labelled_control_plane_nodes_announce() {
+    // kubeadm / Talos control-plane-only cluster: every node carries the label.
+    let ns = [
+        node("cp1", "True", &[(EXCLUDE_LABEL, "")]),
+        node("cp2", "True", &[(EXCLUDE_LABEL, "true")]),
+        node("cp3", "False", &[(EXCLUDE_LABEL, "")]),
+    ];
+    assert!(eligible_nodes(&ns, &Selection::default()).is_empty());
+    let sel = Selection {
+        ignore_exclude_label: true,
+        ..Selection::default()
+    };
+    // Readiness still counts.
+    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+    // And so does the node selector.
+    let sel = Selection {
+        ignore_exclude_label: true,
+        ..Selection::with_selectors(
+            None,
+            Some(crate::placement::selector::parse("!cp-excluded").unwrap()),
+        )
+        .unwrap()
+    };
+    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+}
+
+#[test]
 fn node_selector_supports_labels_and_expressions() {
     let req = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
         key: key.into(),
