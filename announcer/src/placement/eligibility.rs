@@ -180,6 +180,8 @@ pub struct VipPlacement {
     /// The pool's `interfaces` (names or globs): only those may announce it. Empty: the
     /// agent's own rule.
     pub interfaces: Vec<String>,
+    /// The eligible nodes its pool prefers (`spec.preferredNodes`): ranked first.
+    pub preferred: BTreeSet<NodeName>,
 }
 
 impl VipPlacement {
@@ -191,6 +193,7 @@ impl VipPlacement {
             eligible: self.eligible.clone(),
             local,
             interfaces: self.interfaces.clone(),
+            preferred: self.preferred.clone(),
         }
     }
 }
@@ -375,6 +378,7 @@ struct PoolPlacement {
     name: String,
     nodes: BTreeSet<NodeName>,
     interfaces: Vec<String>,
+    preferred: BTreeSet<NodeName>,
 }
 
 /// The pools, oldest first (creationTimestamp, then name: the order that decides overlaps),
@@ -420,6 +424,12 @@ fn placements<P: Borrow<AddressPool>>(
                 name,
                 nodes: allowed,
                 interfaces: p.spec.interfaces.clone(),
+                preferred: p
+                    .spec
+                    .preferred_nodes
+                    .iter()
+                    .map(|n| NodeName::from(n.as_str()))
+                    .collect(),
             };
             (p.clone(), placement, error)
         })
@@ -639,9 +649,17 @@ where
                 interfaces: pool
                     .map(|(_, p, _)| p.interfaces.clone())
                     .unwrap_or_default(),
+                preferred: pool
+                    .map(|(_, p, _)| p.preferred.clone())
+                    .unwrap_or_default(),
             });
         }
         out.problems.extend(problems);
+    }
+    // A pool's preferred nodes count only while eligible (sharers included).
+    for v in &mut out.vips {
+        let eligible = &v.eligible;
+        v.preferred.retain(|n| eligible.contains(n));
     }
     // No eligible node, once every sharer has contributed its nodes.
     for v in &out.vips {

@@ -1049,3 +1049,41 @@ fn services_in_two_namespaces_share_an_address_when_both_opt_in() {
     assert_eq!(p.vips[0].shared_with.len(), 1);
     assert_eq!(p.vips[0].shared_with[0].to_string(), "two/web");
 }
+
+#[test]
+fn a_pools_preferred_nodes_rank_first_while_eligible() {
+    let ns = [
+        node("a", "True", &[]),
+        node("b", "True", &[]),
+        node("c", "False", &[]),
+    ];
+    // c is preferred but not Ready, d is no node at all: only b counts.
+    let pools = [pool("rack", &["10.0.0.0/24"], |p| {
+        p.spec.preferred_nodes = vec!["b".into(), "c".into(), "d".into()];
+    })];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &ns,
+        &pools,
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].eligible, set(&["a", "b"]));
+    assert_eq!(p.vips[0].preferred, set(&["b"]));
+    // The election ranks the preferred node first, whatever the rendezvous order says.
+    let spec = p.vips[0].spec(None);
+    for vip in ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"] {
+        let ranking = crate::election::rendezvous::ranking_preferring(
+            ip(vip),
+            &spec.eligible,
+            &spec.preferred,
+        );
+        assert_eq!(ranking[0].as_str(), "b", "{vip}");
+    }
+    // Without preferences, rendezvous order (a first for some of these addresses).
+    let plain: Vec<_> = ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"]
+        .iter()
+        .map(|v| crate::election::rendezvous::ranking(ip(v), &spec.eligible)[0].to_string())
+        .collect();
+    assert!(plain.iter().any(|n| n == "a"), "{plain:?}");
+}
