@@ -9,6 +9,7 @@
 mod announced;
 mod apiserver;
 mod dataplane;
+mod defaults;
 mod election;
 mod eligibility;
 mod heartbeat;
