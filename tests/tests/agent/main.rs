@@ -18,6 +18,7 @@ mod kube_faults;
 mod lifecycle;
 mod metrics;
 mod outage;
+mod pending;
 mod per_service;
 mod refresh;
 mod status;
