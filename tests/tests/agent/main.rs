@@ -20,6 +20,7 @@ mod metrics;
 mod outage;
 mod pending;
 mod per_service;
+mod preferred;
 mod refresh;
 mod status;
 mod status_cluster;
