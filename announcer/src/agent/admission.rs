@@ -30,6 +30,12 @@ use kube::{
 
 use super::shutdown::Shutdown;
 
+/// The oldest Kubernetes the announcer supports: ValidatingAdmissionPolicy v1 (1.30) with the
+/// node claim in Pod-bound ServiceAccount tokens GA (`ServiceAccountTokenPodNodeInfo`, 1.32, no
+/// longer a gate that can be off), and the CRD's CEL `ip()`/`cidr()` (1.31). docs/install.md
+/// (Support matrix), the manifests' comments and the schema tests say the same.
+pub const MIN_KUBERNETES: &str = "1.32";
+
 /// The Lease name the probe asks to create (never stored: a dry run the policy denies).
 pub const PROBE_LEASE: &str = "announcer-admission-probe";
 /// What the `announcer-agent-leases` policy's denial of the probe says.
@@ -42,8 +48,9 @@ pub enum PolicyError {
     #[error(
         "the admission policy announcer-agent-leases is not in force: a dry run of creating Lease \
          {PROBE_LEASE} in {namespace} was accepted. Apply deploy/admission-policy.yaml \
-         (Kubernetes 1.31 or newer: ValidatingAdmissionPolicy v1 and the node claim); without it one node's \
-         credentials could move any Service's address"
+         (Kubernetes {min} or newer: ValidatingAdmissionPolicy v1 and the node claim); without it \
+         one node's credentials could move any Service's address",
+        min = MIN_KUBERNETES
     )]
     Absent {
         /// The agent namespace.

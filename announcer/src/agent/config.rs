@@ -162,6 +162,12 @@ pub struct AgentFlags {
     /// of our class. Set it when another load balancer (MetalLB) serves class-less Services.
     #[arg(long)]
     pub class_only: bool,
+    /// Serve class-less Services (without `--class-only`) even when another announcer is
+    /// installed: by default, when API discovery finds MetalLB (`metallb.io`) or Cilium's
+    /// `CiliumL2AnnouncementPolicy`, class-less Services are left to it, since two announcers
+    /// answering for one address make clients flip between two MACs.
+    #[arg(long)]
+    pub force_classless: bool,
     /// Deprecated, ignored with a warning: the allocator left the agents (issue 25); it is the
     /// `announcer-allocator` Deployment. Set by `--no-allocator`, `--allocate-classless` or the
     /// file's `allocator:` section, all accepted so an old DaemonSet or ConfigMap still starts.
@@ -178,6 +184,11 @@ pub struct AgentFlags {
     /// Only nodes matching this label selector announce.
     #[arg(long)]
     pub node_selector: Option<String>,
+    /// Let nodes labelled `node.kubernetes.io/exclude-from-external-load-balancers` announce
+    /// too (like MetalLB's `--ignore-exclude-lb`): for clusters of control-plane nodes only,
+    /// which kubeadm and Talos label so (otherwise every VIP is `NoEligibleNode`).
+    #[arg(long)]
+    pub ignore_exclude_label: bool,
     /// Interfaces to announce on (names or globs like `eth*`; default: the one whose subnet
     /// contains the VIP, else the one with the node's InternalIP).
     #[arg(long = "interface", value_delimiter = ',')]
@@ -241,6 +252,12 @@ pub struct AgentFlags {
     /// Pause between announcement rounds.
     #[arg(long, value_parser = dur, default_value = human!(BurstConfig::default().interval))]
     pub burst_interval: Duration,
+    /// While owning, re-send one gratuitous ARP / unsolicited NA per VIP every this long,
+    /// spread over the interval (off unless set; at least 1s, 10s or more advised: RFC 5227
+    /// §2.4 defends an address at most every 10s). For switches and routers that age entries
+    /// or missed the takeover burst.
+    #[arg(long, value_parser = dur)]
+    pub announce_refresh_interval: Option<Duration>,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = XdpMode::Auto)]
     pub xdp_mode: XdpMode,
@@ -320,6 +337,15 @@ impl AgentFlags {
         }
         if self.burst_count == 0 {
             return bad("--burst-count (announcement.count) must be at least 1".into());
+        }
+        if let Some(every) = self.announce_refresh_interval
+            && every < crate::agent::refresh::MIN_INTERVAL
+        {
+            return bad(format!(
+                "--announce-refresh-interval (announcement.refreshInterval, {every:?}) must be at \
+                 least {:?} (RFC 4861 RetransTimer; 10s or more is advised)",
+                crate::agent::refresh::MIN_INTERVAL
+            ));
         }
         if self.no_ipv4 && self.no_ipv6 {
             return bad(

@@ -503,6 +503,7 @@ pub(crate) fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> 
         load_balancer_class: Some(args.load_balancer_class.clone()),
         class_only: args.class_only,
         announce_outside_pools: args.announce_outside_pools,
+        ignore_exclude_label: args.ignore_exclude_label,
         ..Selection::with_selectors(
             args.service_selector
                 .as_deref()

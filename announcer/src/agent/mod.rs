@@ -25,8 +25,10 @@ pub mod http;
 pub mod kube;
 pub mod metrics;
 pub mod net;
+pub mod other_announcers;
 pub mod persist;
 pub mod published;
+pub mod refresh;
 pub mod shutdown;
 
 mod context;
@@ -61,7 +63,7 @@ pub async fn run(
              allocator`, flags --classless/--class-only) does it (docs/install.md, upgrade notes)"
         );
     }
-    let selection = context::selection_from(&args)?;
+    let mut selection = context::selection_from(&args)?;
     let client = kube::client(args.kubeconfig.as_deref())
         .await
         .map_err(AgentError::KubeConfig)?;
@@ -105,10 +107,17 @@ pub async fn run(
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
+    other_announcers::settle(&client, &args, &mut selection, &events, &metrics.recorder()).await;
     let announced = Announced::spawn(
         client.clone(),
         args.node_name.as_str().into(),
         watches.services.clone(),
+        stop.clone(),
+    );
+    refresh::spawn(
+        pin_root.clone(),
+        args.announce_refresh_interval
+            .filter(|_| !args.no_dataplane),
         stop.clone(),
     );
     let mut ctx = Context {

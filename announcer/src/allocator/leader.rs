@@ -38,7 +38,7 @@ use super::{
     lease::{Elector, LeaseError, LeaseTimings},
 };
 use crate::{
-    agent::shutdown::Shutdown,
+    agent::{other_announcers::OtherAnnouncer, shutdown::Shutdown},
     ipam::{self, AddressPool, AddressPoolStatus, Allocation, Problem, ServiceKey},
 };
 
@@ -57,6 +57,38 @@ pub struct AllocatorConfig {
     pub scope: ipam::AllocationScope,
     /// How the Lease is held.
     pub lease: LeaseTimings,
+    /// Other announcers found at start: with one, a class-less Service we do not serve is
+    /// its to serve, so no [`NOT_ALLOCATED`] Event is sent.
+    pub other_announcers: Vec<OtherAnnouncer>,
+}
+
+/// The reason of the Event on a class-less Service that nothing will allocate.
+pub const NOT_ALLOCATED: &str = "ClasslessNotAllocated";
+
+/// Whether `s` is a class-less LoadBalancer Service still without an address that nobody will
+/// allocate: we do not serve class-less Services and no other announcer is installed.
+pub fn unserved_classless(
+    s: &Service,
+    scope: &ipam::AllocationScope,
+    others: &[OtherAnnouncer],
+) -> bool {
+    let Some(spec) = &s.spec else { return false };
+    spec.type_.as_deref() == Some("LoadBalancer")
+        && spec.load_balancer_class.is_none()
+        && !scope.classless
+        && others.is_empty()
+        && current_ips(s).is_empty()
+}
+
+/// The note of the [`NOT_ALLOCATED`] Event: why the Service is `<pending>`, and the two ways out.
+pub fn not_allocated_note(class: &str) -> String {
+    format!(
+        "this LoadBalancer Service has no spec.loadBalancerClass, and the announcer allocates \
+         addresses only to Services of class {class} (no other load balancer is installed), so \
+         its EXTERNAL-IP stays <pending>. Set spec.loadBalancerClass: {class} (a new Service: \
+         the field cannot be changed), or let the announcer serve class-less Services: \
+         --classless on the announcer-allocator Deployment and classOnly: false for the agents"
+    )
 }
 
 impl AllocatorConfig {
@@ -71,6 +103,7 @@ impl AllocatorConfig {
                 classless: args.classless && !args.class_only,
             },
             lease: LeaseTimings::default(),
+            other_announcers: Vec::new(),
         }
     }
 }
@@ -168,6 +201,8 @@ struct Leader {
     pool_backoff: Backoff<String>,
     /// The problems already reported per Service.
     reported: BTreeMap<ServiceKey, BTreeSet<Problem>>,
+    /// The UIDs of the class-less Services told [`NOT_ALLOCATED`] (once per Service).
+    told_unserved: BTreeSet<String>,
     reporter: Reporter,
 }
 
@@ -188,6 +223,7 @@ impl Leader {
             service_backoff: Backoff::default(),
             pool_backoff: Backoff::default(),
             reported: BTreeMap::new(),
+            told_unserved: BTreeSet::new(),
             reporter: Reporter {
                 controller: CONTROLLER.to_owned(),
                 instance: Some(cfg.identity.clone()),
@@ -449,10 +485,52 @@ impl Leader {
             }
         }
         self.reported = now;
+        // Class-less Services nothing will allocate: told once each (by UID, so a new Service
+        // of the same name is told again); forgotten once they are gone or have an address.
+        let mut still = BTreeSet::new();
+        for s in services {
+            let Some(uid) = s.uid() else { continue };
+            if !unserved_classless(s, &self.cfg.scope, &self.cfg.other_announcers) {
+                continue;
+            }
+            if !self.told_unserved.contains(&uid) {
+                let key = ServiceKey {
+                    namespace: s.namespace().unwrap_or_default(),
+                    name: s.name_any(),
+                };
+                let note = not_allocated_note(&self.cfg.scope.class);
+                self.record(
+                    &key,
+                    Some(uid.clone()),
+                    EventType::Warning,
+                    NOT_ALLOCATED,
+                    note,
+                );
+            }
+            still.insert(uid);
+        }
+        self.told_unserved = still;
     }
 
     fn record_problem(&self, key: &ServiceKey, uid: Option<String>, p: &Problem) {
-        tracing::warn!(service = %key, reason = p.reason.as_str(), "{}", p.message);
+        self.record(
+            key,
+            uid,
+            EventType::Warning,
+            p.reason.as_str(),
+            p.message.clone(),
+        );
+    }
+
+    fn record(
+        &self,
+        key: &ServiceKey,
+        uid: Option<String>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        tracing::warn!(service = %key, reason, "{note}");
         let reference = ObjectReference {
             api_version: Some("v1".to_owned()),
             kind: Some("Service".to_owned()),
@@ -462,9 +540,9 @@ impl Leader {
             ..ObjectReference::default()
         };
         let event = Event {
-            type_: EventType::Warning,
-            reason: p.reason.as_str().to_owned(),
-            note: Some(p.message.clone()),
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
             action: "Allocate".to_owned(),
             secondary: None,
         };
@@ -593,4 +671,64 @@ fn watch_namespaces(
         }
     });
     (reader, rx, listed, task)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ServiceSpec;
+
+    use super::*;
+
+    fn svc(class: Option<&str>, ip: Option<&str>) -> Service {
+        let mut s = Service {
+            spec: Some(ServiceSpec {
+                type_: Some("LoadBalancer".into()),
+                load_balancer_class: class.map(String::from),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        };
+        if let Some(ip) = ip {
+            set_ips(&mut s, &[ip.parse().expect("ip")]);
+        }
+        s
+    }
+
+    fn scope(classless: bool) -> ipam::AllocationScope {
+        ipam::AllocationScope {
+            class: "announcer.dev/l2".into(),
+            classless,
+        }
+    }
+
+    #[test]
+    fn a_pending_classless_service_nobody_serves_is_told_why() {
+        assert!(unserved_classless(&svc(None, None), &scope(false), &[]));
+        let note = not_allocated_note("announcer.dev/l2");
+        assert!(note.contains("<pending>") && note.contains("loadBalancerClass: announcer.dev/l2"));
+        assert!(note.contains("--classless") && note.contains("classOnly: false"));
+    }
+
+    #[test]
+    fn no_pending_event_when_someone_serves_the_classless_service() {
+        // We serve class-less Services.
+        assert!(!unserved_classless(&svc(None, None), &scope(true), &[]));
+        // Another announcer (its allocator) will.
+        assert!(!unserved_classless(
+            &svc(None, None),
+            &scope(false),
+            &[OtherAnnouncer::MetalLb]
+        ));
+        // It has an address already, or is of a class.
+        assert!(!unserved_classless(
+            &svc(None, Some("10.0.0.1")),
+            &scope(false),
+            &[]
+        ));
+        assert!(!unserved_classless(
+            &svc(Some("announcer.dev/l2"), None),
+            &scope(false),
+            &[]
+        ));
+    }
 }

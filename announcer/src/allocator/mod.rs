@@ -46,8 +46,14 @@ use kube::{
 };
 use tokio::sync::watch;
 
-pub use self::leader::{AllocatorConfig, CONTROLLER, WriteError, run as run_with};
-use crate::{agent::shutdown, ipam::AddressPool};
+pub use self::leader::{
+    AllocatorConfig, CONTROLLER, NOT_ALLOCATED, WriteError, not_allocated_note, run as run_with,
+    unserved_classless,
+};
+use crate::{
+    agent::{other_announcers, shutdown},
+    ipam::AddressPool,
+};
 
 /// `announcer allocator` flags.
 #[derive(Clone, Debug, clap::Args)]
@@ -72,6 +78,11 @@ pub struct AllocatorArgs {
     /// Only Services of our class (the agents' `classOnly`): overrides `--classless`.
     #[arg(long)]
     pub class_only: bool,
+    /// With `--classless`: assign class-less Services addresses even when another announcer
+    /// (MetalLB's `metallb.io` API, Cilium's `CiliumL2AnnouncementPolicy`) is installed; by
+    /// default they are left to it (docs/configure.md).
+    #[arg(long, requires = "classless")]
+    pub force_classless: bool,
 }
 
 /// Why the allocator could not start.
@@ -101,14 +112,21 @@ pub async fn run(
     let services = watch_into_store::<Service>(Api::all(client.clone()), changed_tx.clone());
     let pools = watch_into_store::<AddressPool>(Api::all(client.clone()), changed_tx);
     tracing::info!(identity = %args.identity, namespace = %args.namespace, "address allocator starting");
-    let task = tokio::spawn(run_with(
-        client,
-        AllocatorConfig::from_args(&args),
-        services.0,
-        pools.0,
-        changed,
-        stop,
-    ));
+    // Another announcer: class-less Services are its own (refused unless --force-classless),
+    // and none of them is told that nothing will allocate it.
+    let others = other_announcers::detect_retrying(&client).await;
+    let classless = other_announcers::decide(
+        !args.classless || args.class_only,
+        args.force_classless,
+        others.clone(),
+    );
+    if let Some((reason, note)) = classless.report() {
+        tracing::warn!(reason, "{note}");
+    }
+    let mut cfg = AllocatorConfig::from_args(&args);
+    cfg.scope.classless = classless.served();
+    cfg.other_announcers = others;
+    let task = tokio::spawn(run_with(client, cfg, services.0, pools.0, changed, stop));
     shutdown.await;
     trigger.fire();
     // Let it release its Lease, so another replica takes over without waiting for it to

@@ -505,6 +505,7 @@ fn pool_spec(
         namespace_selector,
         node_selector,
         interfaces,
+        preferred_nodes: Vec::new(),
     };
     (spec, w)
 }

@@ -727,7 +727,7 @@ impl Core {
     fn set_vips(&mut self, now: Instant, specs: Vec<VipSpec>) {
         let mut next = BTreeMap::new();
         for spec in specs {
-            let ranking = rendezvous::ranking(spec.vip, &spec.eligible)
+            let ranking = rendezvous::ranking_preferring(spec.vip, &spec.eligible, &spec.preferred)
                 .into_iter()
                 .cloned()
                 .collect();
@@ -737,6 +737,7 @@ impl Core {
                     if v.spec.eligible != spec.eligible
                         || v.spec.local != spec.local
                         || v.spec.interfaces != spec.interfaces
+                        || v.spec.preferred != spec.preferred
                     {
                         v.reported = None;
                     }
@@ -2069,6 +2070,7 @@ impl Vip {
                 eligible: BTreeSet::new(),
                 local: None,
                 interfaces: Vec::new(),
+                preferred: BTreeSet::new(),
             },
             ranking: Vec::new(),
             installed: None,

@@ -65,6 +65,22 @@ pub fn ranking<'a>(
     v.into_iter().map(|(_, n)| n).collect()
 }
 
+/// [`ranking`], with the `preferred` candidates first (each group in rendezvous order): an
+/// `AddressPool`'s `preferredNodes`. A preferred node that comes back ranks first again and
+/// takes the VIP back the way any returning top node does, make-before-break.
+pub fn ranking_preferring<'a>(
+    vip: IpAddr,
+    candidates: impl IntoIterator<Item = &'a NodeName>,
+    preferred: &std::collections::BTreeSet<NodeName>,
+) -> Vec<&'a NodeName> {
+    let mut v: Vec<_> = candidates
+        .into_iter()
+        .map(|n| (preferred.contains(n), score(n, vip), n))
+        .collect();
+    v.sort_by(|a, b| b.cmp(a));
+    v.into_iter().map(|(_, _, n)| n).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use std::{collections::BTreeMap, net::Ipv4Addr};

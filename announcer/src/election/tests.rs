@@ -6,6 +6,7 @@ use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 mod adversary;
 mod dataplane_down;
 mod links_and_blackouts;
+mod preferred;
 
 use announcer_ebpf::wire::MacAddr;
 
@@ -83,6 +84,7 @@ impl World {
                 eligible: eligible.clone(),
                 local: Some("eth0".into()),
                 interfaces: Vec::new(),
+                preferred: Default::default(),
             };
             w.input(i, Input::WatchHealth(true));
             w.input(i, Input::Vips(vec![spec]));
@@ -379,6 +381,7 @@ fn restart_with_entry(w: &mut World, node: usize) -> usize {
         eligible: [World::name(0), World::name(1)].into_iter().collect(),
         local: Some("eth0".into()),
         interfaces: Vec::new(),
+        preferred: Default::default(),
     };
     w.input(node, Input::Vips(vec![spec]));
     before

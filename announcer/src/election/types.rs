@@ -85,6 +85,11 @@ pub struct VipSpec {
     /// `interfaces`): a peer is ranked only if it publishes a link so named. Empty: any link
     /// by the usual rule ([`Link::mac_for`]).
     pub interfaces: Vec<String>,
+    /// Eligible nodes ranked before the others (its `AddressPool`'s `preferredNodes`, from
+    /// [`crate::placement`]); among themselves and behind them, rendezvous order
+    /// ([`rendezvous::ranking_preferring`](super::rendezvous::ranking_preferring)). Empty: plain
+    /// rendezvous.
+    pub preferred: BTreeSet<NodeName>,
 }
 
 /// What the agent knows of one node's Lease (`coordination.k8s.io/v1`), as last listed or

@@ -65,6 +65,12 @@ pub struct AddressPoolSpec {
     /// the InternalIP's link).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<String>,
+    /// Nodes (by name) that rank first for its addresses while they are eligible; the others
+    /// keep their rendezvous order behind them. A preferred node that returns takes an address
+    /// back only make-before-break (the interim owner lets go once it answers). Empty: plain
+    /// rendezvous ranking.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_nodes: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -144,6 +150,7 @@ mod tests {
             namespace_selector: Some(LabelSelector::default()),
             node_selector: Some(LabelSelector::default()),
             interfaces: vec!["eth0".into()],
+            preferred_nodes: vec!["node-a".into()],
         };
         let json = serde_json::to_value(&spec).expect("serialises");
         assert_eq!(keys(json.clone()), crd_properties(&["spec"]));

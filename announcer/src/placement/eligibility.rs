@@ -35,7 +35,8 @@
 //!   that says nothing keeps the agent's flags. A VIP in no pool (assigned by another IPAM)
 //!   is placed as before pools existed, if announced at all (see Refusals).
 //! * Nodes: condition `Ready` is `True`, no `node.kubernetes.io/exclude-from-external-load-balancers`
-//!   label (any value: Kubernetes checks presence), matching the configured node selector.
+//!   label (any value: Kubernetes checks presence; `ignoreExcludeLabel` lifts this), matching the
+//!   configured node selector.
 //! * Endpoints: the EndpointSlices labelled `kubernetes.io/service-name=<service>` in the
 //!   Service's namespace. An endpoint is ready when `conditions.ready` is `true` or unset ("a
 //!   nil value should be interpreted as true", EndpointConditions API reference). A Service with
@@ -98,6 +99,10 @@ pub struct Selection {
     /// Once an `AddressPool` exists, announce addresses outside every pool too
     /// (`announceOutsidePools`; without any pool they always are).
     pub announce_outside_pools: bool,
+    /// Nodes labelled [`EXCLUDE_LABEL`] may announce too (`ignoreExcludeLabel`, like MetalLB's
+    /// `--ignore-exclude-lb`): for clusters whose only nodes are control-plane nodes, which
+    /// kubeadm and Talos label so.
+    pub ignore_exclude_label: bool,
 }
 
 impl Default for Selection {
@@ -110,6 +115,7 @@ impl Default for Selection {
             ipv4: true,
             ipv6: true,
             announce_outside_pools: false,
+            ignore_exclude_label: false,
         }
     }
 }
@@ -174,6 +180,8 @@ pub struct VipPlacement {
     /// The pool's `interfaces` (names or globs): only those may announce it. Empty: the
     /// agent's own rule.
     pub interfaces: Vec<String>,
+    /// The eligible nodes its pool prefers (`spec.preferredNodes`): ranked first.
+    pub preferred: BTreeSet<NodeName>,
 }
 
 impl VipPlacement {
@@ -185,6 +193,7 @@ impl VipPlacement {
             eligible: self.eligible.clone(),
             local,
             interfaces: self.interfaces.clone(),
+            preferred: self.preferred.clone(),
         }
     }
 }
@@ -278,7 +287,8 @@ pub fn node_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The nodes that may announce anything: Ready, not excluded, selected.
+/// The nodes that may announce anything: Ready, not excluded (unless
+/// [`Selection::ignore_exclude_label`]), selected.
 pub fn eligible_nodes<N: Borrow<Node>>(nodes: &[N], sel: &Selection) -> BTreeSet<NodeName> {
     let empty = BTreeMap::new();
     nodes
@@ -287,7 +297,7 @@ pub fn eligible_nodes<N: Borrow<Node>>(nodes: &[N], sel: &Selection) -> BTreeSet
         .filter(|n| node_ready(n))
         .filter(|n| {
             let labels = n.metadata.labels.as_ref().unwrap_or(&empty);
-            !labels.contains_key(EXCLUDE_LABEL)
+            (sel.ignore_exclude_label || !labels.contains_key(EXCLUDE_LABEL))
                 && sel.node_selector.as_ref().is_none_or(|s| s.matches(labels))
         })
         .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
@@ -368,6 +378,7 @@ struct PoolPlacement {
     name: String,
     nodes: BTreeSet<NodeName>,
     interfaces: Vec<String>,
+    preferred: BTreeSet<NodeName>,
 }
 
 /// The pools, oldest first (creationTimestamp, then name: the order that decides overlaps),
@@ -413,6 +424,12 @@ fn placements<P: Borrow<AddressPool>>(
                 name,
                 nodes: allowed,
                 interfaces: p.spec.interfaces.clone(),
+                preferred: p
+                    .spec
+                    .preferred_nodes
+                    .iter()
+                    .map(|n| NodeName::from(n.as_str()))
+                    .collect(),
             };
             (p.clone(), placement, error)
         })
@@ -632,9 +649,17 @@ where
                 interfaces: pool
                     .map(|(_, p, _)| p.interfaces.clone())
                     .unwrap_or_default(),
+                preferred: pool
+                    .map(|(_, p, _)| p.preferred.clone())
+                    .unwrap_or_default(),
             });
         }
         out.problems.extend(problems);
+    }
+    // A pool's preferred nodes count only while eligible (sharers included).
+    for v in &mut out.vips {
+        let eligible = &v.eligible;
+        v.preferred.retain(|n| eligible.contains(n));
     }
     // No eligible node, once every sharer has contributed its nodes.
     for v in &out.vips {

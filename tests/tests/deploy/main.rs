@@ -45,9 +45,10 @@ use announcer_tests::programs::kube_program;
 use clap::Parser;
 use serde_json::Value;
 
-/// The Kubernetes versions the manifests must validate against (oldest supported, newest the
-/// validator knows).
-const KUBE_VERSIONS: [&str; 2] = ["1.31.0", "1.37.0"];
+/// The Kubernetes versions the manifests must validate against: the oldest supported (the one
+/// minimum, docs/install.md#support-matrix and [`announcer::agent::admission::MIN_KUBERNETES`]),
+/// and the newest the validator knows.
+const KUBE_VERSIONS: [&str; 2] = ["1.32.0", "1.37.0"];
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -238,6 +239,76 @@ fn every_manifest_validates_against_the_kubernetes_schemas() {
         !ok && out.contains("hostNetwrok"),
         "typo not caught:\n{out}"
     );
+}
+
+/// One minimum Kubernetes version: the schemas the manifests are validated against start at the
+/// agent's [`MIN_KUBERNETES`](announcer::agent::admission::MIN_KUBERNETES), and every page and
+/// manifest that names a minimum names that one (an operator reading any of them reaches the
+/// same answer).
+#[test]
+fn every_manifest_doc_and_test_names_the_same_minimum_kubernetes() {
+    let min = announcer::agent::admission::MIN_KUBERNETES;
+    assert_eq!(
+        KUBE_VERSIONS[0],
+        format!("{min}.0"),
+        "the oldest schema validated is not the minimum"
+    );
+    let root = deploy_dir().join("..");
+    let phrase = regex_lite_minimums();
+    let mut named = Vec::new();
+    for file in [
+        "README.md",
+        "docs/install.md",
+        "docs/operate.md",
+        "docs/migrate-from-metallb.md",
+        "docs/testing.md",
+        "deploy/admission-policy.yaml",
+        "deploy/crds/addresspool.yaml",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).expect(file);
+        for (line_no, line) in text.lines().enumerate() {
+            for v in phrase(line) {
+                named.push((file, line_no + 1, v));
+            }
+        }
+    }
+    let install = std::fs::read_to_string(root.join("docs/install.md")).expect("install.md");
+    assert!(
+        install.contains("## Support matrix")
+            && install.contains(&format!("Kubernetes {min} or newer")),
+        "docs/install.md states the minimum ({min}) in its Requirements and Support matrix"
+    );
+    let wrong: Vec<_> = named.iter().filter(|(_, _, v)| v != min).collect();
+    assert!(
+        wrong.is_empty() && !named.is_empty(),
+        "minimums other than {min}: {wrong:?}"
+    );
+}
+
+/// The versions a line claims as the minimum: `Kubernetes 1.N or newer`, `Kubernetes 1.N+`,
+/// `(before 1.N) is unsupported`.
+fn regex_lite_minimums() -> impl Fn(&str) -> Vec<String> {
+    |line: &str| {
+        let mut out = Vec::new();
+        for (prefix, suffixes) in [
+            ("Kubernetes ", &[" or newer", "+"][..]),
+            ("(before ", &[") is unsupported"][..]),
+        ] {
+            let mut rest = line;
+            while let Some(i) = rest.find(prefix) {
+                rest = &rest[i + prefix.len()..];
+                let v: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == '.')
+                    .collect();
+                let after = &rest[v.len()..];
+                if v.starts_with("1.") && suffixes.iter().any(|s| after.starts_with(s)) {
+                    out.push(v.trim_end_matches('.').to_owned());
+                }
+            }
+        }
+        out
+    }
 }
 
 /// `kubectl kustomize deploy/`, by the kubectl that `cargo xtask setup` builds: the kustomize

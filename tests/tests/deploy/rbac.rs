@@ -123,11 +123,14 @@ fn used_by(c: &Cluster, account: Account, clients: &[String]) -> BTreeSet<Use> {
             .collect();
     };
     let user = account.user();
+    // Non-resource requests (API discovery, `/apis`: how agents and the allocator find another
+    // announcer's CRDs) have no resource: every authenticated user may make them through
+    // kube-apiserver's own `system:discovery` role, not a grant of deploy/.
     let records: Vec<_> = cp
         .audit()
         .expect("the audit log")
         .into_iter()
-        .filter(|r| r.user == user)
+        .filter(|r| r.user == user && !r.resource.is_empty())
         .collect();
     // The one expected denial: the agent's start-up check that the admission policy is in force
     // (a dry-run create RBAC allows and the policy must refuse).

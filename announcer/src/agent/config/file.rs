@@ -56,6 +56,8 @@ pub struct ConfigFile {
     pub load_balancer_class: Option<String>,
     /// `--class-only`: ignore class-less Services.
     pub class_only: Option<bool>,
+    /// `--force-classless`: serve class-less Services even when another announcer is found.
+    pub force_classless: Option<bool>,
     /// Deprecated and ignored with a warning: the allocator is the `announcer-allocator`
     /// Deployment now (issue 25). Still parsed, so an old ConfigMap does not stop the agents.
     pub allocator: Option<AllocatorSection>,
@@ -63,6 +65,8 @@ pub struct ConfigFile {
     pub service_selector: Option<Selector>,
     /// `--node-selector`.
     pub node_selector: Option<Selector>,
+    /// `--ignore-exclude-label`: nodes labelled exclude-from-external-load-balancers announce.
+    pub ignore_exclude_label: Option<bool>,
     /// `--interface`: names or globs (`eth*`).
     pub interfaces: Option<Vec<InterfacePattern>>,
     /// Announce IPv4 VIPs (`false` = `--no-ipv4`).
@@ -147,6 +151,8 @@ pub struct AnnouncementSection {
     pub count: Option<u32>,
     /// `--burst-interval`.
     pub interval: Option<Dur>,
+    /// `--announce-refresh-interval`: re-announce each owned VIP this often (off if unset).
+    pub refresh_interval: Option<Dur>,
 }
 
 /// A duration written the humantime way (`100ms`, `3s`, `1m30s`); a bare number is rejected
@@ -341,6 +347,18 @@ impl ConfigFile {
             &mut flags.interfaces,
         );
         set(&keep, "class_only", self.class_only, &mut flags.class_only);
+        set(
+            &keep,
+            "ignore_exclude_label",
+            self.ignore_exclude_label,
+            &mut flags.ignore_exclude_label,
+        );
+        set(
+            &keep,
+            "force_classless",
+            self.force_classless,
+            &mut flags.force_classless,
+        );
         // Deprecated: the agent warns and ignores it (the allocator is a Deployment now).
         if self.allocator.is_some() {
             flags.allocator_settings = true;
@@ -405,6 +423,12 @@ impl ConfigFile {
                 "burst_interval",
                 d(&a.interval),
                 &mut flags.burst_interval,
+            );
+            set(
+                &keep,
+                "announce_refresh_interval",
+                a.refresh_interval.map(|d| Some(d.0)),
+                &mut flags.announce_refresh_interval,
             );
         }
         set(&keep, "grace", d(&self.grace), &mut flags.grace);

@@ -84,6 +84,7 @@ pub struct Recorder {
     state_dir_problems: Family<ProblemLabel, Counter>,
     dataplane_up: Family<IfaceLabel, Gauge>,
     attach_failures: Family<AttachFailureLabel, Counter>,
+    other_announcers: Family<OtherAnnouncerLabel, Gauge>,
 }
 
 /// An `iface` label.
@@ -101,6 +102,16 @@ pub struct AttachFailureLabel {
     pub iface: String,
     /// `foreign_program`, `unsupported`, `privileges`, ...
     pub reason: String,
+}
+
+/// An `announcer` and `classless` label: another announcer found at start, and whether this
+/// agent serves class-less Services anyway ([`crate::agent::other_announcers`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OtherAnnouncerLabel {
+    /// [`crate::agent::other_announcers::OtherAnnouncer::label`].
+    pub announcer: String,
+    /// `refused` (left to it) or `forced` (`forceClassless`).
+    pub classless: String,
 }
 
 /// A `reason` label: which rule refused an address.
@@ -142,6 +153,7 @@ impl Recorder {
             state_dir_problems: Family::default(),
             dataplane_up: Family::default(),
             attach_failures: Family::default(),
+            other_announcers: Family::default(),
         }
     }
 
@@ -205,6 +217,22 @@ impl Recorder {
             problem: problem.to_owned(),
         };
         self.state_dir_problems.get_or_create(&label).inc();
+    }
+
+    /// The class-less decision at start: one series per other announcer found, set to 1.
+    pub fn other_announcers(&self, decision: &crate::agent::other_announcers::Classless) {
+        let classless = if decision.served() {
+            "forced"
+        } else {
+            "refused"
+        };
+        for a in decision.others() {
+            let label = OtherAnnouncerLabel {
+                announcer: a.label().to_owned(),
+                classless: classless.to_owned(),
+            };
+            self.other_announcers.get_or_create(&label).set(1);
+        }
     }
 
     /// An authenticated heartbeat from `peer` was rejected for `reason`.
@@ -381,6 +409,11 @@ impl Metrics {
             "announcer_dataplane_attach_failures",
             "Failed XDP attach attempts on the interface, by reason (foreign_program: another XDP program is attached there; unsupported, privileges, ...)",
             recorder.attach_failures.clone(),
+        );
+        registry.register(
+            "announcer_other_announcer_detected",
+            "Another layer-2 announcer found through API discovery at start (1), by announcer (metallb, cilium-l2) and what this agent does with class-less Services (refused: left to it; forced: forceClassless)",
+            recorder.other_announcers.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

@@ -17,6 +17,7 @@ fn spec(w: &World, eligible: &[usize], local: Option<&str>) -> VipSpec {
         eligible: eligible.iter().map(|i| World::name(*i)).collect(),
         local: local.map(Into::into),
         interfaces: Vec::new(),
+        preferred: Default::default(),
     }
 }
 

@@ -20,6 +20,7 @@ fn spec_on(vip: IpAddr, eligible: &[usize], local: Option<&str>) -> VipSpec {
         eligible: eligible.iter().map(|i| World::name(*i)).collect(),
         local: local.map(Into::into),
         interfaces: Vec::new(),
+        preferred: Default::default(),
     }
 }
 

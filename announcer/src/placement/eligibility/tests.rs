@@ -421,6 +421,33 @@ fn node_must_be_ready_and_not_excluded() {
 }
 
 #[test]
+fn ignore_exclude_label_lets_labelled_control_plane_nodes_announce() {
+    // kubeadm / Talos control-plane-only cluster: every node carries the label.
+    let ns = [
+        node("cp1", "True", &[(EXCLUDE_LABEL, "")]),
+        node("cp2", "True", &[(EXCLUDE_LABEL, "true")]),
+        node("cp3", "False", &[(EXCLUDE_LABEL, "")]),
+    ];
+    assert!(eligible_nodes(&ns, &Selection::default()).is_empty());
+    let sel = Selection {
+        ignore_exclude_label: true,
+        ..Selection::default()
+    };
+    // Readiness still counts.
+    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+    // And so does the node selector.
+    let sel = Selection {
+        ignore_exclude_label: true,
+        ..Selection::with_selectors(
+            None,
+            Some(crate::placement::selector::parse("!cp-excluded").unwrap()),
+        )
+        .unwrap()
+    };
+    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+}
+
+#[test]
 fn node_selector_supports_labels_and_expressions() {
     let req = |key: &str, op: &str, values: &[&str]| LabelSelectorRequirement {
         key: key.into(),
@@ -1021,4 +1048,42 @@ fn services_in_two_namespaces_share_an_address_when_both_opt_in() {
     assert_eq!(p.vips.len(), 1);
     assert_eq!(p.vips[0].shared_with.len(), 1);
     assert_eq!(p.vips[0].shared_with[0].to_string(), "two/web");
+}
+
+#[test]
+fn a_pools_preferred_nodes_rank_first_while_eligible() {
+    let ns = [
+        node("a", "True", &[]),
+        node("b", "True", &[]),
+        node("c", "False", &[]),
+    ];
+    // c is preferred but not Ready, d is no node at all: only b counts.
+    let pools = [pool("rack", &["10.0.0.0/24"], |p| {
+        p.spec.preferred_nodes = vec!["b".into(), "c".into(), "d".into()];
+    })];
+    let p = plan_placed(
+        &[svc("default", "web", &["10.0.0.5"])],
+        &[slice("default", "web", &[("a", None)])],
+        &ns,
+        &pools,
+        &Selection::default(),
+    );
+    assert_eq!(p.vips[0].eligible, set(&["a", "b"]));
+    assert_eq!(p.vips[0].preferred, set(&["b"]));
+    // The election ranks the preferred node first, whatever the rendezvous order says.
+    let spec = p.vips[0].spec(None);
+    for vip in ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"] {
+        let ranking = crate::election::rendezvous::ranking_preferring(
+            ip(vip),
+            &spec.eligible,
+            &spec.preferred,
+        );
+        assert_eq!(ranking[0].as_str(), "b", "{vip}");
+    }
+    // Without preferences, rendezvous order (a first for some of these addresses).
+    let plain: Vec<_> = ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"]
+        .iter()
+        .map(|v| crate::election::rendezvous::ranking(ip(v), &spec.eligible)[0].to_string())
+        .collect();
+    assert!(plain.iter().any(|n| n == "a"), "{plain:?}");
 }

@@ -319,6 +319,7 @@ impl<A: Agent> World<A> {
                     .collect(),
                 local: self.iface_for(node, i).map(IfaceName::from),
                 interfaces: Vec::new(),
+                preferred: Default::default(),
             })
             .collect()
     }

@@ -61,10 +61,13 @@ fn shipped_file_is_valid_and_states_the_defaults() {
 }
 
 /// A file that sets every key but `classOnly` and `allocator` (also a golden fixture).
+/// (`forceClassless` without `classOnly` is allowed: it matters only with `classOnly: false`.)
 pub(super) const EVERY_KEY: &str = r#"
 loadBalancerClass: example.com/l2
 serviceSelector: "l2=true,tier in (web)"
 nodeSelector: "!node-role.kubernetes.io/control-plane"
+ignoreExcludeLabel: true
+forceClassless: true
 interfaces: [eth1, "bond*", eth0.100]
 ipv4: true
 ipv6: false
@@ -72,7 +75,7 @@ election: lease-per-service
 heartbeat: {interval: 50ms, misses: 4, port: 7000}
 lease: {duration: 20s, renew: 5s}
 serviceLease: {duration: 10s, renewDeadline: 4s, retry: 1s}
-announcement: {count: 2, interval: 1500ms}
+announcement: {count: 2, interval: 1500ms, refreshInterval: 30s}
 grace: 8s
 probeTimeout: 150ms
 warmup: 1s
@@ -106,6 +109,9 @@ fn every_key_is_applied() {
     assert_eq!(a.service_lease_retry, Duration::from_secs(1));
     assert_eq!(a.burst_count, 2);
     assert_eq!(a.burst_interval, Duration::from_millis(1500));
+    assert_eq!(a.announce_refresh_interval, Some(Duration::from_secs(30)));
+    assert!(a.ignore_exclude_label);
+    assert!(a.force_classless);
     assert_eq!(a.grace, Duration::from_secs(8));
     assert_eq!(a.probe_timeout, Duration::from_millis(150));
     assert_eq!(a.warmup, Duration::from_secs(1));
@@ -261,5 +267,18 @@ fn missing_or_bad_file_is_a_usage_error_naming_it() {
     assert!(
         e.to_string().contains(&path) && e.to_string().contains("heartbeat"),
         "{e}"
+    );
+}
+
+#[test]
+fn a_refresh_interval_below_a_second_is_refused_naming_the_key() {
+    let f = TempFile::new("announcement: {refreshInterval: 200ms}\n");
+    let a = parse(&["--config", f.0.to_str().expect("utf-8")]).expect("parses");
+    let e = a.validate().expect_err("too short").to_string();
+    assert!(e.contains("announcement.refreshInterval"), "{e}");
+    // Off unless set.
+    assert_eq!(
+        parse(&[]).expect("defaults").announce_refresh_interval,
+        None
     );
 }

@@ -273,6 +273,7 @@ async fn run_contends_only_where_eligible_and_returns_on_shutdown() {
             shared_with: Vec::new(),
             pool: None,
             interfaces: Vec::new(),
+            preferred: Default::default(),
         }],
         problems: vec![],
     };
@@ -371,6 +372,7 @@ fn plan_for(nodes: &[&str]) -> Placement {
             shared_with: Vec::new(),
             pool: None,
             interfaces: Vec::new(),
+            preferred: Default::default(),
         }],
         problems: vec![],
     }
