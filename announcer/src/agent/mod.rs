@@ -25,7 +25,6 @@ pub mod http;
 pub mod kube;
 pub mod metrics;
 pub mod net;
-pub mod other_announcers;
 pub mod persist;
 pub mod published;
 pub mod refresh;
@@ -40,13 +39,15 @@ use std::{future::Future, path::PathBuf, sync::Arc};
 
 pub use self::error::AgentError;
 use self::{
-    config::{AgentArgs, Election},
+    config::{AgentArgs, AgentFlags, Election},
     context::{Context, KubeSide, NodeNet, Reporting},
-    kube::{announced::Announced, events::Events, node_lease, watch::Watches},
-    metrics::Metrics,
+    kube::{announced::Announced, events::Events, node_lease, other_announcers, watch::Watches},
+    metrics::{Metrics, Recorder},
     net::{iface::IfaceConfig, plane::Plane},
     published::PublishedState,
 };
+use crate::placement::eligibility::Selection;
+use ::kube::{Client, runtime::events::EventType};
 
 /// Runs the agent until `shutdown` completes (SIGTERM) and the handover is done.
 pub async fn run(
@@ -107,7 +108,7 @@ pub async fn run(
     let events = Events::new(client.clone(), &args.node_name.as_str().into())
         .with_services(watches.services.clone());
     metrics.sources().set_events(events.clone());
-    other_announcers::settle(&client, &args, &mut selection, &events, &metrics.recorder()).await;
+    settle_classless(&client, &args, &mut selection, &events, &metrics.recorder()).await;
     let announced = Announced::spawn(
         client.clone(),
         args.node_name.as_str().into(),
@@ -170,4 +171,22 @@ pub async fn run(
     };
     stop_trigger.fire();
     result
+}
+
+/// The agent's start: decides ([`other_announcers::classless`]) and narrows `selection` to our class when
+/// class-less Services are refused; a Warning Event on the Node and the
+/// `announcer_other_announcer_detected` metric say so.
+async fn settle_classless(
+    client: &Client,
+    args: &AgentFlags,
+    selection: &mut Selection,
+    events: &Events,
+    recorder: &Recorder,
+) {
+    let decision = other_announcers::classless(client, args.class_only, args.force_classless).await;
+    selection.class_only = !decision.served();
+    recorder.other_announcers(&decision);
+    if let Some((reason, note)) = decision.report() {
+        events.record_on_node(EventType::Warning, reason, &note);
+    }
 }

@@ -38,7 +38,7 @@ use super::{
     lease::{Elector, LeaseError, LeaseTimings},
 };
 use crate::{
-    agent::{other_announcers::OtherAnnouncer, shutdown::Shutdown},
+    agent::{kube::other_announcers::OtherAnnouncer, shutdown::Shutdown},
     ipam::{self, AddressPool, AddressPoolStatus, Allocation, Problem, ServiceKey},
 };
 

@@ -51,7 +51,7 @@ pub use self::leader::{
     unserved_classless,
 };
 use crate::{
-    agent::{other_announcers, shutdown},
+    agent::{kube::other_announcers, shutdown},
     ipam::AddressPool,
 };
 

@@ -16,6 +16,7 @@ pub mod announced;
 pub mod events;
 pub mod lease_per_service;
 pub mod node_lease;
+pub mod other_announcers;
 pub mod watch;
 
 use kube::Client;

@@ -105,10 +105,10 @@ pub struct AttachFailureLabel {
 }
 
 /// An `announcer` and `classless` label: another announcer found at start, and whether this
-/// agent serves class-less Services anyway ([`crate::agent::other_announcers`]).
+/// agent serves class-less Services anyway ([`crate::agent::kube::other_announcers`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OtherAnnouncerLabel {
-    /// [`crate::agent::other_announcers::OtherAnnouncer::label`].
+    /// [`crate::agent::kube::other_announcers::OtherAnnouncer::label`].
     pub announcer: String,
     /// `refused` (left to it) or `forced` (`forceClassless`).
     pub classless: String,
@@ -220,7 +220,7 @@ impl Recorder {
     }
 
     /// The class-less decision at start: one series per other announcer found, set to 1.
-    pub fn other_announcers(&self, decision: &crate::agent::other_announcers::Classless) {
+    pub fn other_announcers(&self, decision: &crate::agent::kube::other_announcers::Classless) {
         let classless = if decision.served() {
             "forced"
         } else {

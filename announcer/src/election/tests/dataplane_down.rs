@@ -2,20 +2,15 @@
 //! program is there) is ranked for the VIPs there by no node, itself included, while it keeps
 //! the VIPs of its other interfaces, and becomes a candidate again once the attach succeeds.
 //!
-//! The shell's translation is exercised as the agent runs it: interface choice gives the
-//! core's [`VipSpec::local`] (the interface whose data plane is down is still the VIP's: the
-//! VIP must not move to another link of the node, where its clients do not ask), the core
-//! hears that interface is down ([`Input::Link`]), and [`iface::links`] with
-//! [`plane::mark_links_down`] gives the links published in the Lease, which is all the peers
-//! rank by.
+//! The shell's translation is given as the agent gives it: [`VipSpec::local`] stays the
+//! interface whose subnet holds the VIP (the one whose data plane is down is still the VIP's:
+//! the VIP must not move to another link of the node, where its clients do not ask), the core
+//! hears that interface is down ([`Input::Link`]), and the links published in the Lease, which
+//! are all the peers rank by, mark it [`Link::down`].
 
 use std::net::Ipv4Addr;
 
 use super::*;
-use crate::agent::net::{
-    iface::{self, IfAddr, IfaceConfig, LocalIface},
-    plane,
-};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -24,47 +19,42 @@ fn eth1_vip() -> IpAddr {
     "10.0.1.5".parse().unwrap()
 }
 
-/// Node `i`'s two interfaces: eth0 in 10.0.0.0/24 (its InternalIP), eth1 in 10.0.1.0/24.
-fn ifaces(w: &World, i: usize) -> Vec<LocalIface> {
+/// Node `i`'s two links as its Lease publishes them: eth0 in 10.0.0.0/24 (its InternalIP's,
+/// the fallback), eth1 in 10.0.1.0/24; `down` marks those whose data plane is down (what the
+/// agent's `plane::mark_links_down` does to them).
+fn links(w: &World, i: usize, down: &[&str]) -> Vec<Link> {
     let mac = w.nodes[i].core.config().mac;
-    let iface = |name: &str, index, net: u8| LocalIface {
-        name: name.into(),
-        index,
-        mac: Some(MacAddr([
-            mac.0[0], mac.0[1], mac.0[2], mac.0[3], net, mac.0[5],
-        ])),
-        up: true,
-        loopback: false,
-        addrs: vec![IfAddr {
-            ip: IpAddr::V4(Ipv4Addr::new(10, 0, net, i as u8 + 1)),
+    let link = |name: &str, net: u8| Link {
+        name: Some(name.into()),
+        mac: MacAddr([mac.0[0], mac.0[1], mac.0[2], mac.0[3], net, mac.0[5]]),
+        subnets: vec![Subnet {
+            addr: IpAddr::V4(Ipv4Addr::new(10, 0, net, 0)),
             prefix: 24,
         }],
+        fallback: net == 0,
+        down: down.contains(&name),
     };
-    vec![iface("eth0", 2, 0), iface("eth1", 3, 1)]
+    vec![link("eth0", 0), link("eth1", 1)]
 }
 
-/// Gives node `i` what its shell gives its core and its Lease, its data plane down on `down`.
+/// Gives node `i` what its shell gives its core and its Lease, its data plane down on `down`:
+/// each VIP stays on the interface whose subnet holds it (the one whose data plane is down is
+/// still the VIP's), and the core hears that interface as a down link.
 fn apply(w: &mut World, i: usize, down: &[&str]) {
-    let ifaces = ifaces(w, i);
-    let cfg = IfaceConfig {
-        allow: Vec::new(),
-        internal_ips: vec![IpAddr::V4(Ipv4Addr::new(10, 0, 0, i as u8 + 1))],
-    };
-    let mut links = iface::links(&ifaces, &cfg);
-    plane::mark_links_down(&mut links, down.iter().copied());
-    w.nodes[i].links = Some(links);
+    w.nodes[i].links = Some(links(w, i, down));
     let eligible: BTreeSet<NodeName> = (0..w.nodes.len()).map(World::name).collect();
-    let specs = [w.vip, eth1_vip()]
+    let specs = [(w.vip, "eth0"), (eth1_vip(), "eth1")]
         .into_iter()
-        .map(|vip| VipSpec {
+        .map(|(vip, iface)| VipSpec {
             vip,
             service: ServiceRef {
                 namespace: "default".into(),
                 name: format!("web-{vip}"),
             },
             eligible: eligible.clone(),
-            local: iface::choose(vip, &ifaces, &cfg).ok().map(|c| c.iface),
+            local: Some(iface.into()),
             interfaces: Vec::new(),
+            preferred: Default::default(),
         })
         .collect();
     w.input(i, Input::Vips(specs));

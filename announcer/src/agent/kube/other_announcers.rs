@@ -18,12 +18,7 @@
 
 use std::fmt;
 
-use kube::{Client, runtime::events::EventType};
-
-use crate::{
-    agent::{config::AgentFlags, kube::events::Events, metrics::Recorder},
-    placement::eligibility::Selection,
-};
+use kube::Client;
 
 /// Another announcer, as its API shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -203,24 +198,6 @@ pub async fn classless(client: &Client, class_only: bool, force: bool) -> Classl
         tracing::warn!(reason, "{note}");
     }
     decision
-}
-
-/// The agent's start: decides ([`classless`]) and narrows `selection` to our class when
-/// class-less Services are refused; a Warning Event on the Node and the
-/// `announcer_other_announcer_detected` metric say so.
-pub async fn settle(
-    client: &Client,
-    args: &AgentFlags,
-    selection: &mut Selection,
-    events: &Events,
-    recorder: &Recorder,
-) {
-    let decision = classless(client, args.class_only, args.force_classless).await;
-    selection.class_only = !decision.served();
-    recorder.other_announcers(&decision);
-    if let Some((reason, note)) = decision.report() {
-        events.record_on_node(EventType::Warning, reason, &note);
-    }
 }
 
 #[cfg(test)]
