@@ -24,11 +24,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end -}}
 {{- end }}
 
-{{/* config.yaml of the agents, from .Values.config (stateDir only when set). */}}
+{{/* config.yaml of the agents, from .Values.config (stateDir and
+announcement.refreshInterval only when set: empty means the agent's default). */}}
 {{- define "announcer.config" -}}
-{{- $config := omit .Values.config "stateDir" -}}
+{{- $config := omit .Values.config "stateDir" "announcement" -}}
 {{- if .Values.config.stateDir -}}
 {{- $_ := set $config "stateDir" .Values.config.stateDir -}}
 {{- end -}}
+{{- $announcement := omit .Values.config.announcement "refreshInterval" -}}
+{{- if .Values.config.announcement.refreshInterval -}}
+{{- $_ := set $announcement "refreshInterval" .Values.config.announcement.refreshInterval -}}
+{{- end -}}
+{{- $_ := set $config "announcement" $announcement -}}
 {{ toYaml $config }}
 {{- end }}

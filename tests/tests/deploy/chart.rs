@@ -545,6 +545,8 @@ fn exported_families() -> BTreeMap<String, String> {
     r.peer_key_changed(&peer);
     r.heartbeat_rejected_from(&peer, "clock_skew");
     r.state_dir_problem("identity_corrupt");
+    r.dataplane_up("eth0", false);
+    r.attach_failed("eth0", "foreign_program");
     m.sources().set_state(PublishedState::default());
     m.sources()
         .set_heartbeat(Arc::new(HeartbeatStats::default()));
