@@ -11,6 +11,9 @@ mod btf_fixup;
 
 fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=ANNOUNCER_BPF_TOOLCHAIN");
+    // announcer-ebpf reads it with `option_env!` (a build whose program differs: version.rs);
+    // the inner cargo tracks it, but only if this script runs again when it changes.
+    println!("cargo:rerun-if-env-changed=ANNOUNCER_XDP_VERSION");
     let toolchain =
         std::env::var("ANNOUNCER_BPF_TOOLCHAIN").unwrap_or_else(|_| "debian-bpf".to_owned());
     // SAFETY: build scripts are single-threaded; aya-build reads this to enable build-std.

@@ -61,12 +61,21 @@ pub struct Image {
 }
 
 /// Builds the release binary and writes the image's archive.
-pub fn build(root: &Path) -> Result<Image> {
+///
+/// `xdp_version` builds instead a binary whose XDP program carries that version constant
+/// (`ANNOUNCER_XDP_VERSION`, see announcer-ebpf's `version.rs`), tagged `<version>-xdp<n>`:
+/// "a newer build whose program differs", for upgrade drills and the end-to-end upgrade test.
+/// Both builds share target/release, so switching between them recompiles the agent crate
+/// (not its dependencies).
+pub fn build(root: &Path, xdp_version: Option<u32>) -> Result<Image> {
     let started = Instant::now();
-    println!("xtask image: building the release binary");
-    crate::cargo(
-        root,
-        &[
+    println!(
+        "xtask image: building the release binary{}",
+        xdp_version.map_or(String::new(), |v| format!(" (XDP program version {v})"))
+    );
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .args([
             "build",
             "--release",
             "--quiet",
@@ -74,8 +83,13 @@ pub fn build(root: &Path) -> Result<Image> {
             "announcer",
             "--bin",
             "announcer",
-        ],
-    )?;
+        ])
+        .current_dir(root);
+    match xdp_version {
+        Some(v) => cargo.env("ANNOUNCER_XDP_VERSION", v.to_string()),
+        None => cargo.env_remove("ANNOUNCER_XDP_VERSION"),
+    };
+    crate::run(&mut cargo)?;
     let out = root.join("target/image");
     fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     let binary = out.join("announcer.stripped");
@@ -85,7 +99,10 @@ pub fn build(root: &Path) -> Result<Image> {
             .arg(root.join("target/release/announcer"))
             .arg(&binary),
     )?;
-    let version = binary_version(&binary)?;
+    let version = match xdp_version {
+        Some(v) => format!("{}-xdp{v}", binary_version(&binary)?),
+        None => binary_version(&binary)?,
+    };
     let source = Source::of(root)?;
     println!(
         "xtask image: announcer {version}, commit {}, {}",

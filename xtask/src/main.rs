@@ -29,6 +29,9 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// The XDP program version of the "newer build" the upgrade test rolls to (this tree's is 1).
+const NEXT_XDP_VERSION: u32 = 2;
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Install the eBPF toolchain and test tools (idempotent; every other command runs it).
@@ -38,7 +41,12 @@ enum Cmd {
     /// Build the image: an OCI archive in target/image/ (the release binary and the Debian
     /// files it needs; no Docker daemon, registry or base image), for `skopeo copy
     /// oci-archive:...`, `podman load` or `ctr images import`.
-    Image,
+    Image {
+        /// Build a binary whose XDP program carries this version constant instead (tagged
+        /// `<version>-xdp<N>`): a newer build whose program differs, for upgrade drills.
+        #[arg(long, value_name = "N")]
+        xdp_version: Option<u32>,
+    },
     /// Build everything and load the responder on an interface with the given VIPs.
     BuildAndLoad {
         /// Interface to attach to.
@@ -113,9 +121,9 @@ fn main() -> Result<()> {
             setup::ensure(Need::Build)?;
             cargo(&root, &["build", "--release", "-p", "announcer"])
         }
-        Cmd::Image => {
+        Cmd::Image { xdp_version } => {
             setup::ensure(Need::Build)?;
-            image::build(&root).map(|_| ())
+            image::build(&root, xdp_version).map(|_| ())
         }
         Cmd::BuildAndLoad { iface, vips, mode } => {
             setup::ensure(Need::Build)?;
@@ -144,10 +152,17 @@ fn main() -> Result<()> {
             let old = upgrade_from::ensure(&root)?;
             // SAFETY: single-threaded here; the test run inherits it.
             unsafe { std::env::set_var("ANNOUNCER_OLD_BIN", &old) };
+            // The upgrade test (tests/tests/testbed/install.rs) rolls from the image to one
+            // whose XDP program differs; built first, so that the agent crate's last build
+            // (the image's) is the one the benches reuse.
+            let next = image::build(&root, Some(NEXT_XDP_VERSION))?;
             // The image test (tests/tests/deploy/image.rs) unpacks and runs this archive.
-            let image = image::build(&root)?;
+            let image = image::build(&root, None)?;
             // SAFETY: as above.
-            unsafe { std::env::set_var("ANNOUNCER_IMAGE", &image.archive) };
+            unsafe {
+                std::env::set_var("ANNOUNCER_IMAGE", &image.archive);
+                std::env::set_var("ANNOUNCER_IMAGE_NEXT", &next.archive);
+            }
             test(&root, &args, !no_smoke)
         }
         Cmd::Bench {

@@ -110,7 +110,7 @@ fn try_load(
             "re-attached to {} (ifindex {}) in {m} mode (was {}), program id {}, tag {}; {:.1} ms without XDP",
             r.iface,
             r.ifindex,
-            c.from.name(),
+            c.from.as_str(),
             r.program_id,
             r.tag,
             c.gap.as_secs_f64() * 1e3

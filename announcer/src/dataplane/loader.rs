@@ -59,7 +59,7 @@ use super::{
     pins::{DATA_MAPS, PINNED_MAPS, PinLayout, expected_shape},
     sys::{
         bpfobj, linkinfo, netif,
-        xdpinfo::{self, Attached},
+        xdp_query::{self, AttachMode},
     },
     table::Dataplane,
 };
@@ -201,7 +201,7 @@ pub struct Swap {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ModeChange {
     /// The mode it ran in.
-    pub from: Attached,
+    pub from: AttachMode,
     /// From the detach to the end of the attach: no XDP program ran meanwhile.
     pub gap: Duration,
 }
@@ -451,17 +451,17 @@ pub fn load_with(root: &Path, iface: &str, mode: Mode, opts: &LoadOptions) -> Re
         Some(old_id) => {
             let old = bpfobj::program_info(old_id)
                 .map_err(|e| Error::io(format!("reading program {old_id}"), e))?;
-            let now = xdpinfo::state(ifindex)
-                .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?
-                .attached;
-            let wrong_mode = matches!(
-                (mode, now),
-                (Mode::Native, Attached::Generic) | (Mode::Generic, Attached::Driver)
-            );
-            if wrong_mode {
-                report.mode_change = Some(reattach(program, iface, mode, now, &pins)?);
+            let now = xdp_query::mode(ifindex)
+                .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?;
+            let wrong_mode = match (mode, now) {
+                (Mode::Native, Some(from @ AttachMode::Generic))
+                | (Mode::Generic, Some(from @ AttachMode::Native)) => Some(from),
+                _ => None,
+            };
+            if let Some(from) = wrong_mode {
+                report.mode_change = Some(reattach(program, iface, mode, from, &pins)?);
                 report.attached = Some(mode);
-                tracing::info!(%iface, from = now.name(), to = %mode, gap = ?report.mode_change.map(|m| m.gap), program_id, "XDP responder re-attached in the requested mode");
+                tracing::info!(%iface, from = from.as_str(), to = %mode, gap = ?report.mode_change.map(|m| m.gap), program_id, "XDP responder re-attached in the requested mode");
             } else if old.tag == tag && report.migrated.is_empty() && !opts.force_swap {
                 // Same instructions, same maps: keep what runs; the verified copy is dropped.
                 report.program_id = old_id;
@@ -612,7 +612,7 @@ fn reattach(
     program: &mut Xdp,
     iface: &str,
     mode: Mode,
-    from: Attached,
+    from: AttachMode,
     pins: &PinLayout,
 ) -> Result<ModeChange> {
     let old = bpfobj::obj_get(&pins.link())
@@ -628,7 +628,7 @@ fn reattach(
     let link_id = match attached {
         Ok(id) => id,
         Err(e) => {
-            let back = if from == Attached::Driver {
+            let back = if from == AttachMode::Native {
                 Mode::Native
             } else {
                 Mode::Generic
@@ -643,10 +643,18 @@ fn reattach(
     Ok(ModeChange { from, gap })
 }
 
+/// Attaches `program` to `iface` in `mode`. A failure because another program is attached
+/// there comes back as [`Error::ForeignXdp`] naming it ([`xdp_query::explain_attach_failure`]):
+/// this is only reached when no program of ours is attached there (a pinned one is swapped or
+/// detached first), so whatever is attached is foreign.
 fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::xdp::XdpLinkId> {
     let (flags, name) = match mode {
         Mode::Native => (XdpMode::Driver, "native"),
         Mode::Generic | Mode::Auto => (XdpMode::Skb, "generic"),
+    };
+    let explain = |e: Error| match netif::ifindex(iface) {
+        Ok(ix) => xdp_query::explain_attach_failure(iface, ix, None, e),
+        Err(_) => e,
     };
     program
         .attach(iface, flags)
@@ -659,13 +667,13 @@ fn attach(program: &mut Xdp, iface: &str, mode: Mode) -> Result<aya::programs::x
                     reason = format!("{reason}: {s}");
                     cur = s.source();
                 }
-                Error::XdpUnsupported {
+                explain(Error::XdpUnsupported {
                     iface: iface.to_owned(),
                     mode: name,
                     reason,
-                }
+                })
             }
-            other => other,
+            other => explain(other),
         })
 }
 
@@ -706,8 +714,8 @@ pub struct Running {
     pub program_id: u32,
     /// Tag.
     pub tag: ProgramTag,
-    /// How it is attached (read from the interface; [`Attached::None`] if the link is stale).
-    pub mode: Attached,
+    /// How it is attached (read from the interface; `None` if the link is stale).
+    pub mode: Option<AttachMode>,
 }
 
 /// What runs on `iface` through the pins under `root`.
@@ -722,12 +730,9 @@ pub fn running(root: &Path, iface: &str) -> Result<Running> {
         .tag;
     let ifindex = link_ifindex(&pins)?;
     let mode = match ifindex {
-        0 => Attached::None,
-        i => {
-            xdpinfo::state(i)
-                .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?
-                .attached
-        }
+        0 => None,
+        i => xdp_query::mode(i)
+            .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?,
     };
     Ok(Running {
         program_id,

@@ -1,7 +1,7 @@
 //! Kernel tests: the XDP program under `BPF_PROG_TEST_RUN` (rules, fuzz), the loaded responder
 //! between two network namespaces, the reachability probe, the agent's link watch, and the
 //! namespace harness itself; the program following the binary (swap, mode, map layouts) and
-//! `announcer cleanup`.
+//! `announcer cleanup`; `announcer load` beside another XDP program.
 //! Needs root; never skips.
 //!
 //! One binary so that kube, axum and aya are linked once, not once per file.
@@ -10,6 +10,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod cleanup;
 mod e2e_responder;
+mod foreign;
 mod link_watch;
 mod mld;
 mod netns_harness;

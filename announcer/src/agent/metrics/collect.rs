@@ -465,7 +465,7 @@ fn dataplane(enc: &mut DescriptorEncoder, root: &std::path::Path) -> fmt::Result
             Ok(r) => info.push((
                 [
                     ("iface", iface.clone()),
-                    ("mode", r.mode.name().to_owned()),
+                    ("mode", r.mode.map_or("none", |m| m.as_str()).to_owned()),
                     ("tag", r.tag.to_string()),
                 ],
                 1i64,

@@ -5,9 +5,8 @@
 //! * [`netif`]: an interface's index and MAC, and whether its NIC strips VLAN tags.
 //! * [`linkinfo`]: which interface a pinned XDP link is attached to.
 //! * [`bpfobj`]: pinned objects by path or id: program tags, map shapes and entries, detach.
-//! * [`xdpinfo`]: which XDP program runs on an interface, and in which mode (rtnetlink).
 //! * [`packet`]: binding `AF_PACKET` sockets, raw `setsockopt`.
-//! * [`xdp_query`]: which XDP program (id, name, mode) is attached to an interface.
+//! * [`xdp_query`]: which XDP program (id, name, mode) is attached to an interface (rtnetlink).
 //! * [`clock`]: `CLOCK_MONOTONIC_COARSE`, the clock the program judges expiry on.
 
 pub mod bpfobj;
@@ -16,4 +15,3 @@ pub mod linkinfo;
 pub mod netif;
 pub mod packet;
 pub mod xdp_query;
-pub mod xdpinfo;

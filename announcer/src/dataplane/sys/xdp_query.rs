@@ -1,4 +1,10 @@
-//! Which XDP program, if any, is attached to an interface, and what it is called.
+//! Which XDP program, if any, is attached to an interface, in which mode, and what it is
+//! called: one `RTM_GETLINK` on rtnetlink, as `ip link` shows it. Like every call here it
+//! honours the caller's network namespace.
+//!
+//! Two users: the loader, which compares the mode with the configured `xdpMode` (a bpf_link's
+//! info carries the interface but not the mode) and reports it in `announcer_dataplane_info`;
+//! and the attach-failure path below.
 //!
 //! Why: the kernel runs one XDP program per interface, in one mode (native and generic cannot
 //! be active at the same time), and the announcer never replaces a program it did not attach
@@ -47,7 +53,7 @@ impl AttachMode {
             AttachMode::Native => "native",
             AttachMode::Generic => "generic",
             AttachMode::Offload => "offload",
-            AttachMode::Multi => "multiple",
+            AttachMode::Multi => "multi",
         }
     }
 }
@@ -73,6 +79,11 @@ pub fn attached(ifindex: u32) -> io::Result<Option<AttachedProgram>> {
         name: program_name(id).unwrap_or_default(),
         mode,
     }))
+}
+
+/// How the program attached to interface `ifindex` runs; `None` when there is none.
+pub fn mode(ifindex: u32) -> io::Result<Option<AttachMode>> {
+    Ok(query_link(ifindex)?.map(|(mode, _)| mode))
 }
 
 /// An attach failure on `iface` explained: when another program is attached there, the
