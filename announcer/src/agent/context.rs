@@ -480,7 +480,7 @@ impl Context {
 /// noticed (a `ConfigMismatch` Event on the Node).
 pub(crate) fn config_fingerprint(args: &AgentArgs) -> u64 {
     let relevant = format!(
-        "{:?}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}",
+        "{:?}|{:?}|{:?}|{}|{}|{}|{:?}|{:?}|{}|{:?}|{}|{}|{}",
         args.service_selector,
         args.node_selector,
         args.load_balancer_class,
@@ -491,6 +491,10 @@ pub(crate) fn config_fingerprint(args: &AgentArgs) -> u64 {
         args.heartbeat_interval,
         args.heartbeat_misses,
         args.grace,
+        // Which Services and nodes count: nodes disagreeing rank different sets.
+        args.force_classless,
+        args.ignore_exclude_label,
+        args.announce_outside_pools,
     );
     xxhash_rust::xxh3::xxh3_64(relevant.as_bytes())
 }
