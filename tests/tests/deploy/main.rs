@@ -164,6 +164,29 @@ impl Drop for Scratch {
 }
 
 #[test]
+fn the_uninstall_manifests_validate_against_the_kubernetes_schemas() {
+    let dir = deploy_dir().join("uninstall");
+    let k: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(dir.join("kustomization.yaml")).expect("kustomization"),
+    )
+    .expect("YAML");
+    let files: Vec<PathBuf> = k["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .map(|r| dir.join(s(r)))
+        .collect();
+    assert!(files.len() >= 2, "{files:?}");
+    for version in KUBE_VERSIONS {
+        let (ok, out) = validate(&files, version);
+        assert!(
+            ok,
+            "deploy/uninstall/ does not validate against Kubernetes {version}:\n{out}"
+        );
+    }
+}
+
+#[test]
 fn every_manifest_validates_against_the_kubernetes_schemas() {
     let dir = deploy_dir();
     let listed = resource_files();
