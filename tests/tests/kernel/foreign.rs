@@ -38,7 +38,9 @@ fn load_onto_another_xdp_program_names_it_and_replaces_nothing() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(69), "--mode {mode}: {out:?}");
         assert!(
-            stderr.contains(&format!("another XDP program is attached to {NODE_IF}: id {id}")),
+            stderr.contains(&format!(
+                "another XDP program is attached to {NODE_IF}: id {id}"
+            )),
             "--mode {mode}: {stderr}"
         );
         assert!(stderr.contains("does not replace it"), "{stderr}");
