@@ -82,6 +82,21 @@ impl<'a> Cli<'a> {
         self.ok(&["load", "--iface", iface, "--mode", mode])
     }
 
+    /// `load` of this build's object stamped with another program version (hidden
+    /// `--program-version`): what an older or newer build would have left running.
+    pub fn load_version(&self, iface: &str, mode: &str, version: u32) -> String {
+        let version = version.to_string();
+        self.ok(&[
+            "load",
+            "--iface",
+            iface,
+            "--mode",
+            mode,
+            "--program-version",
+            &version,
+        ])
+    }
+
     /// `vip add VIP --iface IFACE EXTRA...`.
     pub fn add_vip(&self, vip: impl std::fmt::Display, iface: &str, extra: &[&str]) -> String {
         let vip = vip.to_string();
@@ -113,5 +128,35 @@ impl Drop for Cli<'_> {
     fn drop(&mut self) {
         // Pins hold the links; removing them (and the namespace going away) detaches the program.
         let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// Another tool's XDP program attached to an interface (a CNI's acceleration, say), until
+/// dropped, which detaches it: this build's object loaded un-pinned, with maps of its own.
+pub struct ForeignXdp {
+    _ebpf: aya::Ebpf,
+    /// Its kernel id.
+    pub id: u32,
+}
+
+impl ForeignXdp {
+    /// Attaches one to `iface` of `ns` in generic mode.
+    pub fn attach(ns: &crate::netns::Netns, iface: &str) -> ForeignXdp {
+        use aya::programs::{Xdp, XdpMode};
+        ns.enter(|| {
+            let mut ebpf = aya::EbpfLoader::new()
+                .load(announcer::dataplane::loader::OBJECT)
+                .expect("load the object");
+            let prog: &mut Xdp = ebpf
+                .program_mut(announcer_ebpf::maps::PROGRAM)
+                .expect("the program")
+                .try_into()
+                .expect("XDP");
+            prog.load().expect("verify");
+            let id = prog.info().expect("program info").id();
+            prog.attach(iface, XdpMode::Skb)
+                .expect("attach the foreign program");
+            ForeignXdp { _ebpf: ebpf, id }
+        })
     }
 }

@@ -73,23 +73,7 @@ pub fn build(root: &Path, xdp_version: Option<u32>) -> Result<Image> {
         "xtask image: building the release binary{}",
         xdp_version.map_or(String::new(), |v| format!(" (XDP program version {v})"))
     );
-    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cargo
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "announcer",
-            "--bin",
-            "announcer",
-        ])
-        .current_dir(root);
-    match xdp_version {
-        Some(v) => cargo.env("ANNOUNCER_XDP_VERSION", v.to_string()),
-        None => cargo.env_remove("ANNOUNCER_XDP_VERSION"),
-    };
-    crate::run(&mut cargo)?;
+    crate::release_agent(root, xdp_version)?;
     let out = root.join("target/image");
     fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
     let binary = out.join("announcer.stripped");

@@ -193,18 +193,7 @@ fn main() -> Result<()> {
             };
             if bin != "bench-xdp" {
                 // The benchmark starts agents from the release binary.
-                cargo(
-                    &root,
-                    &[
-                        "build",
-                        "--release",
-                        "--quiet",
-                        "-p",
-                        "announcer",
-                        "--bin",
-                        "announcer",
-                    ],
-                )?;
+                release_agent(&root, None)?;
             }
             run_tests_bin(&root, bin, json, &args)
         }
@@ -365,6 +354,29 @@ fn require_root(why: &str) -> Result<()> {
 unsafe extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
+}
+
+/// Builds the release `announcer` binary (target/release/announcer). `xdp_version` sets the
+/// embedded XDP program's version constant (`ANNOUNCER_XDP_VERSION`); `None` builds this
+/// tree's, whatever the environment says.
+fn release_agent(root: &Path, xdp_version: Option<u32>) -> Result<()> {
+    let mut cargo = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cargo
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "announcer",
+            "--bin",
+            "announcer",
+        ])
+        .current_dir(root);
+    match xdp_version {
+        Some(v) => cargo.env("ANNOUNCER_XDP_VERSION", v.to_string()),
+        None => cargo.env_remove("ANNOUNCER_XDP_VERSION"),
+    };
+    run(&mut cargo)
 }
 
 fn cargo(root: &Path, args: &[&str]) -> Result<()> {

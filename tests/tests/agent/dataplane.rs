@@ -52,6 +52,11 @@ fn state(ns: &Netns) -> Option<Value> {
 /// (generic XDP) pinned under `cli`'s root, `/state` on 127.0.0.1:[`HTTP`], its kubeconfig
 /// `dir/kubeconfig.node-a` (from [`start_node_api`]), its log `dir/agent.log`.
 pub(crate) fn start_node_agent(ns: &Netns, cli: &Cli, dir: &Path) -> Proc {
+    start_node_agent_with(ns, cli, dir, &[])
+}
+
+/// [`start_node_agent`] with `extra` flags.
+pub(crate) fn start_node_agent_with(ns: &Netns, cli: &Cli, dir: &Path, extra: &[&str]) -> Proc {
     let log = dir.join("agent.log");
     let cmd = AgentCommand::new(
         "node-a",
@@ -60,7 +65,8 @@ pub(crate) fn start_node_agent(ns: &Netns, cli: &Cli, dir: &Path) -> Proc {
     )
     .pin_root(cli.root())
     .xdp_mode("generic")
-    .http_address(format!("127.0.0.1:{HTTP}"));
+    .http_address(format!("127.0.0.1:{HTTP}"))
+    .extra(extra);
     Proc {
         child: cmd.spawn(Some(ns), &log),
         log,

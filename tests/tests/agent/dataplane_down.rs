@@ -15,16 +15,15 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use announcer::{
-    dataplane::loader::OBJECT,
-    state::announced::{self, CONDITION_TYPE},
-};
+use announcer::state::announced::{self, CONDITION_TYPE};
 use announcer_ebpf::maps::PROGRAM;
-use announcer_tests::env::{
-    cluster::rendezvous_owner,
-    lan::{AGENT_HTTP_PORT, IFACE2, Testbed, TestbedConfig, metric_sum, nic2_vip4, vip4},
+use announcer_tests::{
+    cli::ForeignXdp,
+    env::{
+        cluster::rendezvous_owner,
+        lan::{AGENT_HTTP_PORT, IFACE2, Testbed, TestbedConfig, metric_sum, nic2_vip4, vip4},
+    },
 };
-use aya::programs::{Xdp, XdpMode};
 use k8s_openapi::api::{core::v1::Service, events::v1::Event};
 use kube::Api;
 
@@ -34,32 +33,6 @@ use crate::world::SHORT_LEASE;
 const T: Duration = Duration::from_secs(30);
 /// How long "never the owner" must hold once the others have settled.
 const HOLD: Duration = Duration::from_secs(3);
-
-/// A foreign XDP program attached to an interface of a node, until dropped (which detaches it).
-struct Foreign {
-    _ebpf: aya::Ebpf,
-    id: u32,
-}
-
-/// Loads the announcer's object un-pinned (its own, empty maps) and attaches it to `iface` of
-/// `node` in generic mode, as another tool would.
-fn attach_foreign(tb: &Testbed, node: &str, iface: &str) -> Foreign {
-    tb.node_ns(node).enter(|| {
-        let mut ebpf = aya::EbpfLoader::new()
-            .load(OBJECT)
-            .expect("load the object");
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .expect("the program")
-            .try_into()
-            .expect("XDP");
-        prog.load().expect("verify");
-        let id = prog.info().expect("program info").id();
-        prog.attach(iface, XdpMode::Skb)
-            .expect("attach the foreign program");
-        Foreign { _ebpf: ebpf, id }
-    })
-}
 
 /// `GET path` on `node`'s agent: its status code (`None` if it does not answer).
 fn http_status(tb: &Testbed, node: &str, path: &str) -> Option<u16> {
@@ -95,7 +68,7 @@ fn node_event(node: &str, type_: &'static str, reason: &'static str) -> impl Fn(
 /// Three nodes, Service `web` with one VIP; a foreign XDP program on `eth0` of the VIP's
 /// rendezvous owner, then the agents. Returns the testbed, the VIP, that node, the node that
 /// must answer instead, and the foreign program.
-async fn owner_with_foreign_program(tag: &str) -> (Testbed, IpAddr, String, String, Foreign) {
+async fn owner_with_foreign_program(tag: &str) -> (Testbed, IpAddr, String, String, ForeignXdp) {
     let mut tb = Testbed::start(TestbedConfig {
         nodes: 3,
         tag: tag.into(),
@@ -108,7 +81,7 @@ async fn owner_with_foreign_program(tag: &str) -> (Testbed, IpAddr, String, Stri
     let top = rendezvous_owner(&vip.to_string(), &names);
     let rest: Vec<&str> = names.iter().copied().filter(|n| *n != top).collect();
     let next = rendezvous_owner(&vip.to_string(), &rest);
-    let foreign = attach_foreign(&tb, &top, "eth0");
+    let foreign = ForeignXdp::attach(tb.node_ns(&top), "eth0");
     tb.add_service("web", &[vip], false, &names).await;
     tb.start_agents(&SHORT_LEASE);
     (tb, vip, top, next, foreign)
@@ -251,7 +224,7 @@ async fn a_vip_whose_map_write_fails_moves_to_a_node_that_answers_it_and_is_neve
     let top = rendezvous_owner(&vip.to_string(), &names);
     let rest: Vec<&str> = names.iter().copied().filter(|n| *n != top).collect();
     let next = rendezvous_owner(&vip.to_string(), &rest);
-    let _foreign = attach_foreign(&tb, &top, IFACE2);
+    let _foreign = ForeignXdp::attach(tb.node_ns(&top), IFACE2);
     tb.add_service("web", &[vip], false, &names).await;
     // A glob: `eth1` is attached to only when a VIP lands on it, not at start.
     let mut args = SHORT_LEASE.to_vec();

@@ -14,7 +14,6 @@ use announcer_tests::{
     cli::Cli,
     env::{
         ApiKind,
-        agent_cmd::AgentCommand,
         cluster::{owned_vips, state_at},
         node::{Proc, wait},
         packet::PacketSocket,
@@ -22,7 +21,7 @@ use announcer_tests::{
     netns::{CLIENT_IF, NODE_MAC, Netns, Pair, require_root},
 };
 
-use crate::dataplane::{HTTP, NodeApi, start_node_api};
+use crate::dataplane::{HTTP, NodeApi, start_node_agent_with, start_node_api};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x100);
@@ -43,22 +42,10 @@ async fn owner<'a>(pair: &'a Pair, tag: &str, vip: IpAddr, extra: &[&str]) -> Ow
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
     let api = start_node_api(ApiKind::InRepo, tag, &pair.node, &dir, &[vip]).await;
-    let log = dir.join("agent.log");
     let mut args = vec!["--burst-count", "1"];
     args.extend_from_slice(extra);
-    let cmd = AgentCommand::new(
-        "node-a",
-        &dir.join("kubeconfig.node-a"),
-        &dir.join("state-node-a"),
-    )
-    .pin_root(cli.root())
-    .xdp_mode("generic")
-    .http_address(format!("127.0.0.1:{HTTP}"))
-    .extra(&args);
-    let agent = Proc {
-        child: cmd.spawn(Some(&pair.node), &log),
-        log: log.clone(),
-    };
+    let agent = start_node_agent_with(&pair.node, &cli, &dir, &args);
+    let log = agent.log.clone();
     wait(
         "the agent to own the VIP",
         Duration::from_secs(20),

@@ -54,15 +54,7 @@ async fn an_agent_started_over_another_programs_pin_swaps_it_and_reports_the_new
     std::fs::create_dir_all(&dir).expect("dir");
     let cli = Cli::new(&pair.node);
     // What an older build left running: another version, so another tag.
-    cli.ok(&[
-        "load",
-        "--iface",
-        NODE_IF,
-        "--mode",
-        "generic",
-        "--program-version",
-        "9",
-    ]);
+    cli.load_version(NODE_IF, "generic", 9);
     let (old_id, old_tag) = running(&pair.node);
     assert_ne!(old_id, 0);
 

@@ -34,15 +34,20 @@ async fn applied(tag: &str, nodes: &[&str]) -> KubeControlPlane {
 async fn kubectl_apply_k_deploy_gets_an_agent_pod_bound_to_every_node() {
     let cp = applied("apply", &["node-a", "node-b", "node-c"]).await;
     for n in ["node-a", "node-b", "node-c"] {
-        let pod = cp
-            .agent_pod(n, Duration::from_secs(60))
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", cp.log_tails()));
-        let spec = pod.spec.expect("spec");
-        assert_eq!(spec.node_name.as_deref(), Some(n));
-        assert_eq!(spec.service_account_name.as_deref(), Some("announcer"));
-        assert_eq!(spec.host_network, Some(true));
+        assert_agent_pod_bound(&cp, n).await;
     }
+}
+
+/// The agent's Pod is bound to `node`, under the `announcer` account, on the host network.
+pub(crate) async fn assert_agent_pod_bound(cp: &KubeControlPlane, n: &str) {
+    let pod = cp
+        .agent_pod(n, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", cp.log_tails()));
+    let spec = pod.spec.expect("spec");
+    assert_eq!(spec.node_name.as_deref(), Some(n));
+    assert_eq!(spec.service_account_name.as_deref(), Some("announcer"));
+    assert_eq!(spec.host_network, Some(true));
 }
 
 /// A Lease as the agent of `node` writes it.

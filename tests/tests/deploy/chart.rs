@@ -689,14 +689,7 @@ async fn helm_install_gets_an_agent_pod_bound_to_every_node_and_the_allocator() 
     let nodes = ["node-a", "node-b", "node-c"];
     let (cp, helm, kubeconfig) = installed("helm-install", &nodes, &[]).await;
     for n in nodes {
-        let pod = cp
-            .agent_pod(n, Duration::from_secs(60))
-            .await
-            .unwrap_or_else(|e| panic!("{e}\n{}", cp.log_tails()));
-        let spec = pod.spec.expect("spec");
-        assert_eq!(spec.node_name.as_deref(), Some(n));
-        assert_eq!(spec.service_account_name.as_deref(), Some("announcer"));
-        assert_eq!(spec.host_network, Some(true));
+        crate::applied::assert_agent_pod_bound(&cp, n).await;
     }
     let replicas = allocator_pods(cp.client(), 2, Duration::from_secs(60))
         .await

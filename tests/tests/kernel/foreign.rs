@@ -2,13 +2,10 @@
 //! acceleration): it names that program (id, name, mode) and the ways out, exits with
 //! EX_UNAVAILABLE, and leaves the other program attached and answering for its owner.
 
-use announcer::dataplane::loader::OBJECT;
-use announcer_ebpf::maps::PROGRAM;
 use announcer_tests::{
-    cli::Cli,
+    cli::{Cli, ForeignXdp},
     netns::{NODE_IF, Pair},
 };
-use aya::programs::{Xdp, XdpMode};
 
 use crate::upgrade::xdp_on;
 
@@ -16,22 +13,8 @@ use crate::upgrade::xdp_on;
 fn load_onto_another_xdp_program_names_it_and_replaces_nothing() {
     let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("foreign");
-    // Another tool's program: the announcer's object, un-pinned, with maps of its own.
-    let (_ebpf, id) = pair.node.enter(|| {
-        let mut ebpf = aya::EbpfLoader::new()
-            .load(OBJECT)
-            .expect("load the object");
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .expect("the program")
-            .try_into()
-            .expect("XDP");
-        prog.load().expect("verify");
-        let id = prog.info().expect("program info").id();
-        prog.attach(NODE_IF, XdpMode::Skb)
-            .expect("attach the foreign program");
-        (ebpf, id)
-    });
+    let foreign = ForeignXdp::attach(&pair.node, NODE_IF);
+    let id = foreign.id;
     let cli = Cli::new(&pair.node);
     for mode in ["generic", "native", "auto"] {
         let out = cli.output(&["load", "--iface", NODE_IF, "--mode", mode]);

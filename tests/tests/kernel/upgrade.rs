@@ -67,15 +67,7 @@ fn a_differing_program_is_swapped_in_place_keeping_the_entries_and_every_answer(
     let _ns = crate::shared(); // see main.rs
     let pair = Pair::new("swap");
     let cli = Cli::new(&pair.node);
-    cli.ok(&[
-        "load",
-        "--iface",
-        NODE_IF,
-        "--mode",
-        "generic",
-        "--program-version",
-        "7",
-    ]);
+    cli.load_version(NODE_IF, "generic", 7);
     let (_, old_id, old_tag) = xdp_on(&pair.node, NODE_IF);
     cli.add_vip(VIP4, NODE_IF, &["--permanent"]);
 
