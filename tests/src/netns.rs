@@ -394,6 +394,33 @@ impl Netns {
         run_checked(Command::new("ip").args(["-n", &self.name]).args(args))
     }
 
+    /// What `ip -d link show IFACE` says about XDP on `iface`: mode (`generic`, `native` or
+    /// `none`), program id (0 when none) and tag.
+    pub fn xdp_on(&self, iface: &str) -> (String, u32, String) {
+        let out = self.ip(&["-d", "link", "show", iface]);
+        let first = out.lines().next().unwrap_or_default();
+        let mode = if first.contains("xdpgeneric") {
+            "generic"
+        } else if first.contains(" xdp ") {
+            "native"
+        } else {
+            "none"
+        };
+        let words: Vec<&str> = out.split_whitespace().collect();
+        let after = |w: &str| {
+            words
+                .windows(2)
+                .find(|p| p[0] == w)
+                .map(|p| p[1].to_owned())
+        };
+        let id = if mode == "none" {
+            0
+        } else {
+            after("id").and_then(|i| i.parse().ok()).unwrap_or(0)
+        };
+        (mode.into(), id, after("tag").unwrap_or_default())
+    }
+
     /// A `Command` running `nsenter --net=/run/netns/NAME -- program`: only the
     /// network namespace changes, the host mount namespace (and /sys/fs/bpf
     /// pins) stays. Add arguments with `.arg()/.args()`.

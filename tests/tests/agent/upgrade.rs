@@ -22,18 +22,8 @@ const T: Duration = Duration::from_secs(20);
 
 /// Program id and tag of the XDP program on the node's interface (`ip -d link`).
 fn running(ns: &Netns) -> (u32, String) {
-    let out = ns.ip(&["-d", "link", "show", NODE_IF]);
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let after = |w: &str| {
-        words
-            .windows(2)
-            .find(|p| p[0] == w)
-            .map(|p| p[1].to_owned())
-    };
-    (
-        after("id").and_then(|i| i.parse().ok()).unwrap_or(0),
-        after("tag").unwrap_or_default(),
-    )
+    let (_, id, tag) = ns.xdp_on(NODE_IF);
+    (id, tag)
 }
 
 fn metrics(ns: &Netns) -> Option<String> {

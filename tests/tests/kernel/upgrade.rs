@@ -20,31 +20,9 @@ use announcer_tests::{
 const VIP4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 100);
 const T: Duration = Duration::from_millis(600);
 
-/// What `ip -d link show` says about XDP on `iface`: mode (`generic`, `native` or `none`),
-/// program id and tag.
+/// What `ip -d link show` says about XDP on `iface` ([`Netns::xdp_on`]).
 pub(crate) fn xdp_on(ns: &Netns, iface: &str) -> (String, u32, String) {
-    let out = ns.ip(&["-d", "link", "show", iface]);
-    let first = out.lines().next().unwrap_or_default();
-    let mode = if first.contains("xdpgeneric") {
-        "generic"
-    } else if first.contains(" xdp ") {
-        "native"
-    } else {
-        "none"
-    };
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let after = |w: &str| {
-        words
-            .windows(2)
-            .find(|p| p[0] == w)
-            .map(|p| p[1].to_owned())
-    };
-    let id = if mode == "none" {
-        0
-    } else {
-        after("id").and_then(|i| i.parse().ok()).unwrap_or(0)
-    };
-    (mode.into(), id, after("tag").unwrap_or_default())
+    ns.xdp_on(iface)
 }
 
 /// `count` ARP requests for [`VIP4`] from the client over `over`, while `during` runs.
