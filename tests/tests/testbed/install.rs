@@ -272,7 +272,11 @@ fn agents_run_the_image(tb: &Testbed) {
             "{node}: the agent's root is its Pod's root {}",
             c.root.display()
         );
-        assert_ne!(id_of(&c.root), id_of(Path::new("/")), "{node}: a root of its own");
+        assert_ne!(
+            id_of(&c.root),
+            id_of(Path::new("/")),
+            "{node}: a root of its own"
+        );
         let exe = id_of(&proc_.join("exe"));
         assert_eq!(
             exe,
@@ -392,7 +396,11 @@ async fn helm_install_runs_the_image_on_every_node_and_a_service_is_answered() {
             .lines()
             .find_map(|l| l.strip_prefix("CapEff:"))
             .expect("CapEff line");
-        assert_eq!(caps.trim(), "0000000000000000", "the allocator has no capability");
+        assert_eq!(
+            caps.trim(),
+            "0000000000000000",
+            "the allocator has no capability"
+        );
     }
 }
 
@@ -414,7 +422,10 @@ async fn the_documented_uninstall_leaves_no_xdp_and_no_pin_on_any_node() {
     // What the uninstall must remove is there: the program, its pins, the state.
     for node in tb.nodes() {
         assert!(xdp_attached(tb.node_ns(&node)).is_some(), "{node} runs XDP");
-        assert!(tb.pod_bpffs_dir(&node).join("announcer").is_dir(), "{node}'s pins");
+        assert!(
+            tb.pod_bpffs_dir(&node).join("announcer").is_dir(),
+            "{node}'s pins"
+        );
         assert!(
             tb.pod_host_dir(&node).join("var/lib/announcer").is_dir(),
             "{node}'s state directory"
@@ -448,10 +459,10 @@ async fn the_documented_uninstall_leaves_no_xdp_and_no_pin_on_any_node() {
             "--- {} ({}):\n{}",
             c.pod,
             c.node,
-            std::fs::read_to_string(c.log.with_file_name(format!(
-                "announcer-uninstall_{}_cleanup.log",
-                c.pod
-            )))
+            std::fs::read_to_string(
+                c.log
+                    .with_file_name(format!("announcer-uninstall_{}_cleanup.log", c.pod))
+            )
             .unwrap_or_default()
         );
     }
@@ -484,7 +495,10 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
     let helm = helm_install(&tb);
     let vips = service_answered(&tb).await;
     let before = program_ids(&tb);
-    assert!(before.values().all(Option::is_some), "XDP on every node: {before:?}");
+    assert!(
+        before.values().all(Option::is_some),
+        "XDP on every node: {before:?}"
+    );
 
     let prober = tb.start_prober(&vips, Duration::from_millis(20));
     // docs/install.md, "Install with Helm" → "Upgrade".
@@ -506,7 +520,10 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
     let timeline = prober.stop();
     for vip in &vips {
         for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
-            assert!(timeline.answered(*vip, kind) > 0, "no {kind:?} answer for {vip}");
+            assert!(
+                timeline.answered(*vip, kind) > 0,
+                "no {kind:?} answer for {vip}"
+            );
             assert_eq!(
                 timeline.lost(*vip, kind),
                 0,
@@ -518,7 +535,8 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
     for (node, id) in &after {
         assert!(id.is_some(), "{node} runs XDP after the roll");
         assert_ne!(
-            *id, before[node],
+            *id,
+            before[node],
             "{node} still runs the old program {id:?}\n{}",
             tb.log_tails()
         );
@@ -533,7 +551,10 @@ async fn an_upgrade_with_an_identical_program_swaps_nothing() {
     service_answered(&tb).await;
     let pods_before = wait_agents_on(&tb, IMAGE_REF);
     let before = program_ids(&tb);
-    assert!(before.values().all(Option::is_some), "XDP on every node: {before:?}");
+    assert!(
+        before.values().all(Option::is_some),
+        "XDP on every node: {before:?}"
+    );
 
     // Only the Pod template changes: the DaemonSet rolls every agent.
     helm.run(

@@ -698,13 +698,12 @@ impl Runner {
                 c.ready = false;
                 c.probe = None;
                 c.last_exit = Some((code, started_at.clone(), finished_at.clone()));
-                if c.init && code == 0 {
-                    c.proc = Proc::Exited {
-                        code,
-                        started_at,
-                        finished_at,
-                    };
-                } else if policy == "Never" || (policy == "OnFailure" && code == 0) {
+                // A succeeded init container is done; so is any under Never, and a succeeded
+                // one under OnFailure.
+                if (c.init && code == 0)
+                    || policy == "Never"
+                    || (policy == "OnFailure" && code == 0)
+                {
                     c.proc = Proc::Exited {
                         code,
                         started_at,

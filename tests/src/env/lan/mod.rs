@@ -300,7 +300,11 @@ impl Testbed {
         cfg: TestbedConfig,
         images: crate::env::kube::pods::ImageRegistry,
     ) -> Testbed {
-        assert_eq!(cfg.api, ApiKind::Kube, "Pods run on the real control plane only");
+        assert_eq!(
+            cfg.api,
+            ApiKind::Kube,
+            "Pods run on the real control plane only"
+        );
         let mut tb = Self::start_with(cfg, false).await;
         tb.from_pods = true;
         let cp = tb.kube.as_ref().expect("a real control plane");
