@@ -6,6 +6,7 @@
 //!   by default).
 //! * [`lan`]: a multi-node L2 segment on a bridge, with the real XDP data plane on every node
 //!   (the `Testbed`).
+//! * [`image`]: an OCI image archive unpacked (the image tests, the stand-in kubelets).
 //! * [`kube`]: a real control plane (etcd, kube-apiserver, kube-controller-manager,
 //!   kube-scheduler) built from the Go module proxy, with stand-in kubelets.
 //! * [`agent_cmd`]: the one way every world and test starts an agent.
@@ -16,6 +17,7 @@
 pub mod agent_cmd;
 pub mod allocator_cmd;
 pub mod cluster;
+pub mod image;
 pub mod kube;
 pub mod lan;
 pub mod node;

@@ -10,13 +10,12 @@
 //! as the rest of this suite does.
 
 use std::{
-    io::Write,
     path::{Path, PathBuf},
-    process::{Command, Output, Stdio},
+    process::{Command, Output},
 };
 
+use announcer_tests::env::image::UnpackedImage;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::{Scratch, object, s};
 
@@ -46,28 +45,8 @@ fn archive() -> PathBuf {
     path
 }
 
-fn sha256(data: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(data))
-}
-
-/// Runs `cmd` with `input` on its stdin; its output, whatever the status.
-fn piped(cmd: &mut Command, input: Vec<u8>) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    let mut stdin = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&input);
-    });
-    let out = child.wait_with_output().expect("wait");
-    writer.join().expect("writer");
-    out
-}
-
-/// The image, taken apart into `scratch`.
+/// The image, taken apart into `scratch` (by [`UnpackedImage::unpack`], which checks every
+/// digest, size and diff_id).
 struct Unpacked {
     scratch: Scratch,
     /// The layers, applied in order.
@@ -82,98 +61,15 @@ struct Unpacked {
 impl Unpacked {
     fn new(name: &str) -> Unpacked {
         let scratch = Scratch::new(&format!("image-{name}"));
-        let layout = scratch.0.join("layout");
-        let rootfs = scratch.0.join("rootfs");
-        std::fs::create_dir_all(&layout).expect("layout dir");
-        std::fs::create_dir_all(&rootfs).expect("rootfs dir");
-        let out = Command::new("tar")
-            .arg("-xf")
-            .arg(archive())
-            .arg("-C")
-            .arg(&layout)
-            .output()
-            .expect("run tar");
-        assert!(out.status.success(), "tar -xf: {out:?}");
-
-        let read = |path: &Path| std::fs::read(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-        let json = |bytes: &[u8]| -> Value { serde_json::from_slice(bytes).expect("JSON") };
-        assert_eq!(
-            json(&read(&layout.join("oci-layout")))["imageLayoutVersion"],
-            "1.0.0"
-        );
-        let mut named_blobs = Vec::new();
-        // A descriptor's blob, checked against its digest and size.
-        let mut blob = |d: &Value| -> Vec<u8> {
-            let digest = s(&d["digest"]);
-            let hex = digest
-                .strip_prefix("sha256:")
-                .unwrap_or_else(|| panic!("{digest}: not sha256"));
-            let bytes = read(&layout.join("blobs/sha256").join(hex));
-            assert_eq!(
-                sha256(&bytes),
-                digest,
-                "blob {digest} does not match its digest"
-            );
-            assert_eq!(
-                Some(bytes.len() as u64),
-                d["size"].as_u64(),
-                "blob {digest}'s size"
-            );
-            named_blobs.push(hex.to_owned());
-            bytes
-        };
-        let index = json(&read(&layout.join("index.json")));
-        assert_eq!(index["schemaVersion"], 2);
-        let manifests = index["manifests"].as_array().expect("manifests");
-        assert_eq!(manifests.len(), 1, "one image in the archive");
-        assert_eq!(
-            manifests[0]["mediaType"],
-            "application/vnd.oci.image.manifest.v1+json"
-        );
-        let manifest = json(&blob(&manifests[0]));
-        assert_eq!(manifest["schemaVersion"], 2);
-        assert_eq!(
-            manifest["config"]["mediaType"],
-            "application/vnd.oci.image.config.v1+json"
-        );
-        let config = json(&blob(&manifest["config"]));
-        let layers = manifest["layers"].as_array().expect("layers");
-        let diff_ids = config["rootfs"]["diff_ids"].as_array().expect("diff_ids");
-        assert_eq!(layers.len(), diff_ids.len(), "a diff_id per layer");
-        assert!(!layers.is_empty());
-        for (layer, diff_id) in layers.iter().zip(diff_ids) {
-            assert_eq!(
-                layer["mediaType"],
-                "application/vnd.oci.image.layer.v1.tar+gzip"
-            );
-            let gz = blob(layer);
-            let tar = piped(Command::new("gzip").arg("-dc"), gz);
-            assert!(
-                tar.status.success(),
-                "gzip -dc {}: {tar:?}",
-                layer["digest"]
-            );
-            assert_eq!(
-                sha256(&tar.stdout),
-                s(diff_id),
-                "layer {} unpacks to another tar than its diff_id",
-                layer["digest"]
-            );
-            let x = piped(
-                Command::new("tar")
-                    .args(["-x", "--numeric-owner", "-C"])
-                    .arg(&rootfs),
-                tar.stdout,
-            );
-            assert!(x.status.success(), "tar -x {}: {x:?}", layer["digest"]);
-        }
+        let image = UnpackedImage::unpack(&archive(), &scratch.0)
+            .unwrap_or_else(|e| panic!("unpacking {}: {e}", archive().display()));
         Unpacked {
             scratch,
-            rootfs,
-            index,
-            manifest,
-            config,
-            named_blobs,
+            rootfs: image.rootfs,
+            index: image.index,
+            manifest: image.manifest,
+            config: image.config,
+            named_blobs: image.named_blobs,
         }
     }
 

@@ -5,6 +5,7 @@
 mod adversary;
 mod e2e;
 mod e2e_http;
+mod install;
 mod node_lifecycle;
 mod peers;
 mod placement;

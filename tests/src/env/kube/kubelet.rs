@@ -5,6 +5,9 @@
 //! node lifecycle controller: after its grace period the Node goes `Ready=Unknown`, is tainted,
 //! and its Pods are marked not ready (so their endpoints are too).
 //!
+//! With [`Kubelets::run_pods`], they also run the Pods bound to their nodes from the images'
+//! root file systems ([`super::pods`]); without it, the Pods are bound and nobody runs them.
+//!
 //! The renewals run on a runtime thread of their own with a client of its own (a `kube::Client`
 //! is bound to the runtime it was built on), so they continue while a test blocks its own.
 
@@ -26,7 +29,10 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{KubeError, api_err};
+use super::{
+    KubeError, api_err,
+    pods::{PodError, PodNode, PodRunner, PodRunnerConfig},
+};
 
 /// How often a kubelet renews its node Lease (the kubelet's default: a quarter of its 40 s
 /// duration).
@@ -52,6 +58,8 @@ pub struct Kubelets {
     nodes: Nodes,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    /// The container runtime ([`Self::run_pods`]).
+    pods: Mutex<Option<PodRunner>>,
 }
 
 fn now_rfc3339() -> String {
@@ -65,7 +73,21 @@ impl Kubelets {
             nodes: Nodes::default(),
             stop: Arc::new(AtomicBool::new(false)),
             thread: None,
+            pods: Mutex::new(None),
         }
+    }
+
+    /// Runs the Pods bound to `nodes` (registered first) from the images of `cfg`, until the
+    /// control plane stops ([`super::pods`]).
+    pub fn run_pods(&self, cfg: PodRunnerConfig, nodes: Vec<PodNode>) -> Result<(), PodError> {
+        let runner = PodRunner::start(cfg, nodes)?;
+        *self.pods.lock().expect("kubelets") = Some(runner);
+        Ok(())
+    }
+
+    /// `f` of the Pod runner, if [`Self::run_pods`] started one.
+    pub fn with_pods<R>(&self, f: impl FnOnce(&PodRunner) -> R) -> Option<R> {
+        self.pods.lock().expect("kubelets").as_ref().map(f)
     }
 
     /// Starts the renewal thread, with its own client from `kubeconfig`.
@@ -86,6 +108,10 @@ impl Kubelets {
     }
 
     pub(super) fn stop(&mut self) {
+        // The containers first, while the API server still answers.
+        if let Some(mut runner) = self.pods.lock().expect("kubelets").take() {
+            runner.stop();
+        }
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();

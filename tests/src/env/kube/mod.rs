@@ -16,7 +16,8 @@
 //!   serviceaccount and its tokens, namespace, garbage collector, daemonset, deployment and
 //!   replicaset (the allocator's Deployment), and node lifecycle
 //!   (grace period [`NODE_MONITOR_GRACE`], so a node whose [`kubelet`] stops goes NotReady);
-//! * kube-scheduler, which binds the DaemonSet's Pods to the Nodes (no kubelet runs them).
+//! * kube-scheduler, which binds the DaemonSet's Pods to the Nodes (nothing runs them unless
+//!   [`Kubelets::run_pods`] runs them from their image: [`pods`]).
 //!
 //! [`KubeControlPlane::serve_in`] makes the API server reachable from a network namespace (the
 //! testbed's bridge) through a TCP relay, so agents inside the node namespaces reach it as
@@ -30,6 +31,7 @@
 pub mod certs;
 pub mod kubelet;
 pub mod metallb;
+pub mod pods;
 pub(crate) mod relay;
 pub mod workloads;
 

@@ -43,6 +43,14 @@
 //! VIP it does not own. IPv6 needs no equivalent: the kernel answers Neighbor Solicitations only
 //! for configured addresses (RFC 4861 §7.2.3), never for a local route.
 //!
+//! **Agents from Pods.** [`Testbed::start_from_pods`] starts the real control plane without
+//! `deploy/` and without harness agents: the test installs the manifests (helm, `kubectl apply
+//! -k`) and the stand-in kubelets run the DaemonSet's and Deployment's Pods from the image
+//! archives the test names (`crate::env::kube::pods`), each node's Pods in its namespace, with
+//! its `/sys/fs/bpf` a directory of its own on bpffs ([`Testbed::pod_bpffs_dir`]). The
+//! accessors that read the agents (`state`, `ownership`, `wait_owner`, `metrics`) read every
+//! node's then.
+//!
 //! Cleanup: dropping a [`Testbed`] (also while a test panics) kills the agents and every
 //! process spawned in a node, stops the echo threads and the API server, removes the pin
 //! directories and deletes the namespaces. Agent processes also get `PR_SET_PDEATHSIG(SIGKILL)`,
@@ -266,6 +274,8 @@ pub struct Testbed {
     rt: Option<tokio::runtime::Runtime>,
     /// The hostile host ([`Self::add_hostile_host`]).
     hostile: Option<Netns>,
+    /// The agents are the Pods of the installed manifests ([`Self::start_from_pods`]).
+    from_pods: bool,
     nodes: Vec<Node>,
     client: Netns,
     bridge: Netns,
@@ -278,6 +288,50 @@ impl Testbed {
     /// Ready, InternalIP — and the heartbeat Secret). No agents yet: see
     /// [`Self::start_agents`].
     pub async fn start(cfg: TestbedConfig) -> Testbed {
+        Self::start_with(cfg, true).await
+    }
+
+    /// Like [`Self::start`] on the real control plane (`cfg.api` must be [`ApiKind::Kube`]),
+    /// but `deploy/` is not applied and the harness starts no agent: the stand-in kubelets run
+    /// the Pods of whatever the test installs (helm, `kubectl apply -k`) from `images` (see the
+    /// module docs). The nodes' native-mode XDP needs [`TestbedConfig::native_xdp`] (the
+    /// agents' `xdpMode: auto` picks native on a veth).
+    pub async fn start_from_pods(
+        cfg: TestbedConfig,
+        images: crate::env::kube::pods::ImageRegistry,
+    ) -> Testbed {
+        assert_eq!(
+            cfg.api,
+            ApiKind::Kube,
+            "Pods run on the real control plane only"
+        );
+        let mut tb = Self::start_with(cfg, false).await;
+        tb.from_pods = true;
+        let cp = tb.kube.as_ref().expect("a real control plane");
+        let nodes = tb
+            .nodes
+            .iter()
+            .map(|n| crate::env::kube::pods::PodNode {
+                name: n.name.clone(),
+                netns: n.ns.path(),
+                ip: n.v4.into(),
+            })
+            .collect();
+        let runner = crate::env::kube::pods::PodRunnerConfig {
+            images,
+            dir: tb.dir.join("kubelet"),
+            bpffs: tb.pin_root.join("pods"),
+            api: std::net::SocketAddr::from((BRIDGE_V4, API_PORT)),
+            ca_cert: cp.ca_cert().to_owned(),
+            kubeconfig: cp.kubeconfig().to_owned(),
+        };
+        cp.kubelets()
+            .run_pods(runner, nodes)
+            .unwrap_or_else(|e| panic!("the stand-in kubelets run Pods: {e}"));
+        tb
+    }
+
+    async fn start_with(cfg: TestbedConfig, apply_deploy: bool) -> Testbed {
         crate::netns::require_root();
         assert!(
             (1..=MAX_NODES).contains(&cfg.nodes),
@@ -306,7 +360,8 @@ impl Testbed {
             }
             ApiKind::Kube => {
                 let (cp, url) =
-                    services::start_kube(&rt, &topo.bridge, &topo.nodes, &cfg.tag).await;
+                    services::start_kube(&rt, &topo.bridge, &topo.nodes, &cfg.tag, apply_deploy)
+                        .await;
                 let admin = cp.client();
                 (None, Some(cp), admin, url)
             }
@@ -327,6 +382,7 @@ impl Testbed {
             agent_url,
             rt: Some(rt),
             hostile: None,
+            from_pods: false,
             nodes: topo.nodes,
             client: topo.client,
             bridge: topo.bridge,
@@ -467,14 +523,56 @@ impl Testbed {
 
     /// For every node whose agent answers `/state`: the VIPs it owns.
     pub fn ownership(&self) -> BTreeMap<String, Vec<IpAddr>> {
-        self.agents
-            .keys()
+        self.agent_nodes()
+            .iter()
             .filter_map(|n| Some((n.clone(), crate::env::cluster::owned_vips(&self.state(n)?))))
             .collect()
     }
 
+    /// The nodes with an agent: those the harness started one on, or (agents from Pods)
+    /// every node.
+    fn agent_nodes(&self) -> Vec<String> {
+        if self.from_pods {
+            self.nodes()
+        } else {
+            self.agents.keys().cloned().collect()
+        }
+    }
+
+    /// Every container the stand-in kubelets run now ([`Self::start_from_pods`]; empty
+    /// otherwise).
+    pub fn pod_containers(&self) -> Vec<crate::env::kube::pods::ContainerInfo> {
+        self.kube
+            .as_ref()
+            .and_then(|cp| cp.kubelets().with_pods(|p| p.containers()))
+            .unwrap_or_default()
+    }
+
+    /// `node`'s `/sys/fs/bpf` as its Pods see it: a directory on the real bpffs
+    /// ([`Self::start_from_pods`]).
+    pub fn pod_bpffs_dir(&self, node: &str) -> PathBuf {
+        self.kube
+            .as_ref()
+            .and_then(|cp| cp.kubelets().with_pods(|p| p.bpffs_dir(node)))
+            .expect("agents from Pods (Testbed::start_from_pods)")
+    }
+
+    /// `node`'s host root for its Pods' `hostPath` volumes ([`Self::start_from_pods`]).
+    pub fn pod_host_dir(&self, node: &str) -> PathBuf {
+        self.kube
+            .as_ref()
+            .and_then(|cp| cp.kubelets().with_pods(|p| p.host_dir(node)))
+            .expect("agents from Pods (Testbed::start_from_pods)")
+    }
+
     /// Whether every running agent answers `/state` with `ready: true` (warm-up over).
     pub fn all_ready(&self) -> bool {
+        if self.from_pods {
+            return self
+                .nodes()
+                .iter()
+                .all(|n| self.state(n).is_some_and(|s| s["ready"] == true));
+        }
         self.agents
             .iter()
             .filter(|(_, a)| a.running())
@@ -527,10 +625,17 @@ impl Testbed {
 
     /// The last lines of every agent's log.
     pub fn log_tails(&self) -> String {
-        self.agents
+        let pods = self
+            .kube
+            .as_ref()
+            .and_then(|cp| cp.kubelets().with_pods(|p| p.log_tails()))
+            .unwrap_or_default();
+        let agents: String = self
+            .agents
             .keys()
             .map(|n| format!("--- {n}\n{}\n", self.agent_log_tail(n)))
-            .collect()
+            .collect();
+        agents + &pods
     }
 
     /// Makes the API server refuse (connection reset) every request of the agents, or ends

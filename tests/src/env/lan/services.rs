@@ -67,13 +67,14 @@ pub(super) async fn start_api(
 }
 
 /// Starts a real control plane on `rt` (its certificate also naming [`BRIDGE_V4`]), applies
-/// `deploy/`, registers the nodes with their InternalIPs (stand-in kubelets), and relays
+/// `deploy/` if `apply_deploy`, registers the nodes with their InternalIPs (stand-in kubelets), and relays
 /// [`BRIDGE_V4`]:[`API_PORT`] in the bridge namespace to it. Returns it and the agents' URL.
 pub(super) async fn start_kube(
     rt: &tokio::runtime::Runtime,
     bridge: &Netns,
     nodes: &[Node],
     tag: &str,
+    apply_deploy: bool,
 ) -> (KubeControlPlane, String) {
     let names: Vec<(String, IpAddr)> = nodes
         .iter()
@@ -85,7 +86,7 @@ pub(super) async fn start_kube(
             let cp = KubeControlPlane::start(KubeOptions {
                 tag,
                 extra_server_ips: vec![BRIDGE_V4.into()],
-                apply_deploy: true,
+                apply_deploy,
             })
             .await?;
             for (name, ip) in &names {
