@@ -45,8 +45,8 @@ const Q: Duration = Duration::from_millis(800);
 /// The image the chart and the kustomization name by default (repository `announcer`, tag
 /// the chart's appVersion / the kustomization's `newTag`).
 const IMAGE_REF: &str = "announcer:0.1.0";
-/// The tag the next build is served under.
-const NEXT_TAG: &str = "0.1.0-next";
+/// The tag of the next build (`cargo xtask image --xdp-version 2` names it so).
+const NEXT_TAG: &str = "0.1.0-xdp2";
 /// The VIP pool: inside the testbed's VIP ranges.
 const POOL: &str = "apiVersion: announcer.dev/v1alpha1
 kind: AddressPool
@@ -88,8 +88,9 @@ fn next_archive() -> PathBuf {
         Some(p) => panic!("ANNOUNCER_IMAGE_NEXT={} is not a file", p.display()),
         None => panic!(
             "ANNOUNCER_IMAGE_NEXT is not set: it names an image archive of the same binary whose \
-             XDP program differs by its version constant (`cargo xtask image --next`, which \
-             `cargo xtask test` builds and sets)"
+             XDP program differs by its version constant (`cargo xtask image --xdp-version 2` \
+             writes target/image/announcer-0.1.0-xdp2.tar; `cargo xtask test` builds it and sets \
+             the variable)"
         ),
     }
 }
