@@ -530,6 +530,11 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
                 0,
                 "{kind:?} probes of {vip} lost during the roll"
             );
+            let (longest, answers) = timeline.longest_silence(*vip, kind);
+            eprintln!(
+                "upgrade roll: {vip} {kind:?}: {answers} answers, longest wait between two {:.0} ms (a probe every 20 ms)",
+                longest.as_secs_f64() * 1e3
+            );
         }
     }
     let after = program_ids(&tb);

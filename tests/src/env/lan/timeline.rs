@@ -83,6 +83,22 @@ impl Timeline {
             .filter(move |s| s.target == target && s.kind == kind)
     }
 
+    /// The longest wait between two consecutive answers for `target` (by arrival time), and
+    /// the number of answers: a roll's gap as a client sending every probe interval feels it.
+    pub fn longest_silence(&self, target: IpAddr, kind: ProbeKind) -> (Duration, usize) {
+        let mut arrivals: Vec<Duration> = self
+            .of(target, kind)
+            .filter_map(|s| s.rtt.map(|rtt| s.sent + rtt))
+            .collect();
+        arrivals.sort();
+        let longest = arrivals
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or_default();
+        (longest, arrivals.len())
+    }
+
     /// The mark with this label, if recorded.
     pub fn mark(&self, label: &str) -> Option<Duration> {
         self.marks.iter().find(|m| m.label == label).map(|m| m.at)
