@@ -394,6 +394,14 @@ impl Netns {
         run_checked(Command::new("ip").args(["-n", &self.name]).args(args))
     }
 
+    /// The first line of `ip -d link show` that shows an XDP program on any interface here.
+    pub fn xdp_anywhere(&self) -> Option<String> {
+        let out = self.ip(&["-d", "link", "show"]);
+        out.lines()
+            .find(|l| l.contains("xdpgeneric") || l.contains(" xdp ") || l.contains("prog/xdp"))
+            .map(str::to_owned)
+    }
+
     /// What `ip -d link show IFACE` says about XDP on `iface`: mode (`generic`, `native` or
     /// `none`), program id (0 when none) and tag.
     pub fn xdp_on(&self, iface: &str) -> (String, u32, String) {

@@ -128,7 +128,12 @@ fn try_load(
         ),
         (_, None, Some(s)) => println!(
             "replaced the program on {} in place: program id {} (tag {}) was {} (tag {}); link, pins and VIPs kept",
-            r.iface, r.program_id, r.tag, s.from_id, s.from_tag
+            r.iface,
+            r.program_id,
+            r.tag,
+            s.from_id,
+            s.from_tag
+                .map_or("unreadable".to_owned(), |t| t.to_string())
         ),
         (_, None, None) => println!(
             "already attached to {} (program id {}, tag {}): same program, pins reused, nothing changed",

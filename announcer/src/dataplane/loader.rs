@@ -56,7 +56,7 @@ use aya::{
 
 use super::{
     error::{Error, Result},
-    pins::{DATA_MAPS, PINNED_MAPS, PinLayout, expected_shape},
+    pins::{DATA_MAPS, PINNED_MAPS, PROGRAM_PIN, PinLayout, expected_shape},
     sys::{
         bpfobj, linkinfo, netif,
         xdp_query::{self, AttachMode},
@@ -193,8 +193,8 @@ impl LoadReport {
 pub struct Swap {
     /// Its kernel id.
     pub from_id: u32,
-    /// Its tag.
-    pub from_tag: ProgramTag,
+    /// Its tag (`None`: unreadable, see [`running_program`]).
+    pub from_tag: Option<ProgramTag>,
 }
 
 /// A re-attachment in another mode.
@@ -444,13 +444,22 @@ pub fn load_with(root: &Path, iface: &str, mode: Mode, opts: &LoadOptions) -> Re
         None => {
             let (link_id, used, fallback) = attach_in(program, iface, mode)?;
             pin_link(program, link_id, &pins)?;
+            pin_program(program, &pins)?;
             report.attached = Some(used);
             report.fallback_reason = fallback;
             tracing::info!(%iface, mode = %used, program_id, %tag, "XDP responder attached");
         }
         Some(old_id) => {
-            let old = bpfobj::program_info(old_id)
-                .map_err(|e| Error::io(format!("reading program {old_id}"), e))?;
+            let old_tag = match running_program(&pins, old_id) {
+                Ok(old) => Some(old.tag),
+                // Neither pinned by an older build nor readable by id without CAP_SYS_ADMIN:
+                // swap (atomic, and harmless if the programs were the same), which pins it.
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                    tracing::warn!(%iface, program_id = old_id, "cannot read the running program's tag (no program pin, and reading it by id needs CAP_SYS_ADMIN): swapping");
+                    None
+                }
+                Err(e) => return Err(Error::io(format!("reading program {old_id}"), e)),
+            };
             let now = xdp_query::mode(ifindex)
                 .map_err(|e| Error::io(format!("reading the XDP state of {iface}"), e))?;
             let wrong_mode = match (mode, now) {
@@ -460,19 +469,21 @@ pub fn load_with(root: &Path, iface: &str, mode: Mode, opts: &LoadOptions) -> Re
             };
             if let Some(from) = wrong_mode {
                 report.mode_change = Some(reattach(program, iface, mode, from, &pins)?);
+                pin_program(program, &pins)?;
                 report.attached = Some(mode);
                 tracing::info!(%iface, from = from.as_str(), to = %mode, gap = ?report.mode_change.map(|m| m.gap), program_id, "XDP responder re-attached in the requested mode");
-            } else if old.tag == tag && report.migrated.is_empty() && !opts.force_swap {
+            } else if old_tag == Some(tag) && report.migrated.is_empty() && !opts.force_swap {
                 // Same instructions, same maps: keep what runs; the verified copy is dropped.
                 report.program_id = old_id;
                 tracing::info!(%iface, program_id = old_id, %tag, "XDP responder already running this build's program");
             } else {
                 swap(program, &pins)?;
+                pin_program(program, &pins)?;
                 report.swapped = Some(Swap {
                     from_id: old_id,
-                    from_tag: old.tag,
+                    from_tag: old_tag,
                 });
-                tracing::info!(%iface, from_id = old_id, from_tag = %old.tag, program_id, %tag, "XDP responder swapped in place (bpf_link_update)");
+                tracing::info!(%iface, from_id = old_id, from_tag = ?old_tag.map(|t| t.to_string()), program_id, %tag, "XDP responder swapped in place (bpf_link_update)");
             }
         }
     }
@@ -593,6 +604,36 @@ fn pin_link(
     Ok(())
 }
 
+/// Pins `program` (the one the link now runs) at [`PinLayout::program`], replacing what was
+/// pinned there: pinned under a temporary name first, then renamed over, so the pin always
+/// names a program.
+fn pin_program(program: &mut Xdp, pins: &PinLayout) -> Result<()> {
+    let (tmp, pin) = (pins.dir().join(".prog.new"), pins.program());
+    let _ = std::fs::remove_file(&tmp);
+    program
+        .pin(&tmp)
+        .map_err(|e| Error::bpf(format!("pinning {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, &pin).map_err(|e| {
+        Error::io(
+            format!("renaming {} to {}", tmp.display(), pin.display()),
+            e,
+        )
+    })
+}
+
+/// The program the pinned link runs (kernel id `id`): through the program pin when it is that
+/// program, else by id. Only the second needs `CAP_SYS_ADMIN` (EPERM without it): pins made
+/// by a build before the program pin, or a pin left stale by a crash between a swap and its
+/// pin.
+pub fn running_program(pins: &PinLayout, id: u32) -> io::Result<bpfobj::ProgramInfo> {
+    match bpfobj::obj_get(&pins.program())
+        .and_then(|fd| bpfobj::program_info_by_fd(bpfobj::fd_of(&fd)))
+    {
+        Ok(info) if info.id == id => Ok(info),
+        _ => bpfobj::program_info(id),
+    }
+}
+
 /// Swaps the program on the pinned link (`bpf_link_update`).
 fn swap(program: &mut Xdp, pins: &PinLayout) -> Result<()> {
     let link = PinnedLink::from_pin(pins.link())
@@ -691,7 +732,7 @@ pub fn unload(root: &Path, iface: &str) -> Result<UnloadReport> {
         return Err(Error::NotLoaded(iface.to_owned()));
     }
     let mut report = UnloadReport::default();
-    let names = std::iter::once("link").chain(PINNED_MAPS);
+    let names = ["link", PROGRAM_PIN].into_iter().chain(PINNED_MAPS);
     for name in names {
         let path = pins.dir().join(name);
         match std::fs::remove_file(&path) {
@@ -725,7 +766,7 @@ pub fn running(root: &Path, iface: &str) -> Result<Running> {
         return Err(Error::NotLoaded(iface.to_owned()));
     }
     let program_id = pins.program_id()?;
-    let tag = bpfobj::program_info(program_id)
+    let tag = running_program(&pins, program_id)
         .map_err(|e| Error::io(format!("reading program {program_id}"), e))?
         .tag;
     let ifindex = link_ifindex(&pins)?;

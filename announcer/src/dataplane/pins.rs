@@ -42,6 +42,9 @@ pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/announcer";
 pub const DATA_MAPS: [&str; 5] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS];
 
 /// The maps the loader pins, by name: the data maps and [`LAYOUT`].
+/// The program's pin name in an interface's directory ([`PinLayout::program`]).
+pub const PROGRAM_PIN: &str = "prog";
+
 pub const PINNED_MAPS: [&str; 6] = [VIPS_V4, VIPS_V6, STATS_V4, STATS_V6, COUNTERS, LAYOUT];
 
 /// The shape this build's program expects of pinned map `name` (one of [`PINNED_MAPS`]).
@@ -103,6 +106,13 @@ impl PinLayout {
     /// The pinned link.
     pub fn link(&self) -> PathBuf {
         self.dir.join("link")
+    }
+
+    /// The pinned program: the one the link runs, pinned so that its tag can be read through
+    /// the pin. Reading it by id (`BPF_PROG_GET_FD_BY_ID`) needs `CAP_SYS_ADMIN`, which the
+    /// DaemonSet does not grant (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW, CAP_PERFMON).
+    pub fn program(&self) -> PathBuf {
+        self.dir.join(PROGRAM_PIN)
     }
 
     /// A pinned map.

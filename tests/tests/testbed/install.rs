@@ -28,9 +28,8 @@ use announcer_tests::{
     env::{
         ApiKind, NAMESPACE,
         kube::pods::ImageRegistry,
-        lan::{ProbeKind, Testbed, TestbedConfig},
+        lan::{ProbeKind, Testbed, TestbedConfig, metric_sum},
     },
-    netns::Netns,
     programs::kube_program,
 };
 use serde_json::Value;
@@ -40,6 +39,9 @@ const T: Duration = Duration::from_secs(90);
 /// How long a roll of three nodes may take (each: SIGTERM handover, a new Pod, its warm-up,
 /// `minReadySeconds: 5`).
 const ROLL: &str = "--timeout=300s";
+/// Longer than the agents' `grace` (the chart's 5 s) and a refresh: what the old agents'
+/// entries could still answer for after they exited.
+const GRACE_AND_MORE: Duration = Duration::from_secs(7);
 /// How long one ARP/NDP question may take.
 const Q: Duration = Duration::from_millis(800);
 /// The image the chart and the kustomization name by default (repository `announcer`, tag
@@ -295,27 +297,36 @@ fn agents_run_the_image(tb: &Testbed) {
 }
 
 /// The XDP program id attached to each node's `eth0`, if any.
-fn program_ids(tb: &Testbed) -> BTreeMap<String, Option<u64>> {
+fn program_ids(tb: &Testbed) -> BTreeMap<String, Option<u32>> {
     tb.nodes()
         .into_iter()
         .map(|n| {
-            let out = tb.node_ns(&n).ip(&["-d", "-j", "link", "show", "eth0"]);
-            let v: Value = serde_json::from_str(&out).expect("ip -j");
-            let xdp = &v[0]["xdp"];
-            let id = xdp["prog"]["id"]
-                .as_u64()
-                .or_else(|| xdp["attached"][0]["prog"]["id"].as_u64());
-            (n, id)
+            let id = tb.node_ns(&n).xdp_on("eth0").1;
+            (n, (id != 0).then_some(id))
         })
         .collect()
 }
 
-/// Whether `ip link` shows an XDP program on any interface of `ns`.
-fn xdp_attached(ns: &Netns) -> Option<String> {
-    let out = ns.ip(&["-d", "link", "show"]);
-    out.lines()
-        .find(|l| l.contains("xdpgeneric") || l.contains(" xdp ") || l.contains("prog/xdp"))
-        .map(str::to_owned)
+/// Every node's agent has its data plane up (`announcer_dataplane_up` is 1): the program it
+/// embeds is attached, or the one running was verified to be it.
+fn dataplanes_up(tb: &Testbed) {
+    let end = Instant::now() + T;
+    for node in tb.nodes() {
+        loop {
+            let up = tb
+                .metrics(&node)
+                .and_then(|m| metric_sum(&m, "announcer_dataplane_up"));
+            if up == Some(1.0) {
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "{node}: announcer_dataplane_up is {up:?}\n{}",
+                tb.log_tails()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
 }
 
 /// The agent Pods' (name, image) as the API has them, once every one runs `image` and the
@@ -376,6 +387,7 @@ async fn helm_install_runs_the_image_on_every_node_and_a_service_is_answered() {
     helm_install(&tb);
     service_answered(&tb).await;
     agents_run_the_image(&tb);
+    dataplanes_up(&tb);
     // The allocator's replicas too, as the image's non-root user.
     let allocators: Vec<_> = tb
         .pod_containers()
@@ -422,7 +434,10 @@ async fn the_documented_uninstall_leaves_no_xdp_and_no_pin_on_any_node() {
     let vips = service_answered(&tb).await;
     // What the uninstall must remove is there: the program, its pins, the state.
     for node in tb.nodes() {
-        assert!(xdp_attached(tb.node_ns(&node)).is_some(), "{node} runs XDP");
+        assert!(
+            tb.node_ns(&node).xdp_anywhere().is_some(),
+            "{node} runs XDP"
+        );
         assert!(
             tb.pod_bpffs_dir(&node).join("announcer").is_dir(),
             "{node}'s pins"
@@ -471,7 +486,7 @@ async fn the_documented_uninstall_leaves_no_xdp_and_no_pin_on_any_node() {
 
     for node in tb.nodes() {
         assert_eq!(
-            xdp_attached(tb.node_ns(&node)),
+            tb.node_ns(&node).xdp_anywhere(),
             None,
             "XDP still attached on {node}"
         );
@@ -517,7 +532,10 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
         ],
     );
     wait_agents_on(&tb, &format!("announcer:{NEXT_TAG}"));
-    std::thread::sleep(Duration::from_secs(1));
+    dataplanes_up(&tb);
+    // Past the grace (5 s): entries the old agents wrote have expired unless the new ones
+    // refresh them, so the VIPs are answered by the new agents' data planes.
+    std::thread::sleep(GRACE_AND_MORE);
     let timeline = prober.stop();
     for vip in &vips {
         for kind in [ProbeKind::Udp, ProbeKind::Tcp] {
@@ -586,6 +604,7 @@ async fn an_upgrade_with_an_identical_program_swaps_nothing() {
         std::thread::sleep(Duration::from_millis(500));
     };
     eprintln!("rolled {pods_before:?} -> {pods_after:?}");
+    dataplanes_up(&tb);
     assert_eq!(
         program_ids(&tb),
         before,

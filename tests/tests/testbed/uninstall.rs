@@ -11,7 +11,6 @@ use announcer_tests::{
     cli::announcer_bin,
     env::ApiKind,
     env::lan::{Testbed, TestbedConfig, vip4, vip6},
-    netns::Netns,
 };
 
 /// Generous bound for anything the agents have to do.
@@ -33,14 +32,6 @@ fn flag_of(pid: u32, flag: &str) -> PathBuf {
                 .find_map(|a| a.strip_prefix(&format!("{flag}=")).map(PathBuf::from))
         })
         .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
-}
-
-/// Whether `ip link` shows an XDP program on any interface of `ns`.
-fn xdp_attached(ns: &Netns) -> Option<String> {
-    let out = ns.ip(&["-d", "link", "show"]);
-    out.lines()
-        .find(|l| l.contains("xdpgeneric") || l.contains(" xdp ") || l.contains("prog/xdp"))
-        .map(str::to_owned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,7 +57,7 @@ async fn after_the_documented_uninstall_no_node_has_xdp_attached_or_pins() {
         let pid = tb.agent_pid(node).expect("agent running");
         let (root, state) = (flag_of(pid, "--pin-root"), flag_of(pid, "--state-dir"));
         assert!(
-            xdp_attached(tb.node_ns(node)).is_some(),
+            tb.node_ns(node).xdp_anywhere().is_some(),
             "{node} runs XDP before"
         );
         assert!(
@@ -102,7 +93,7 @@ async fn after_the_documented_uninstall_no_node_has_xdp_attached_or_pins() {
 
     for (node, root, state) in &places {
         let ns = tb.node_ns(node);
-        assert_eq!(xdp_attached(ns), None, "XDP still attached on {node}");
+        assert_eq!(ns.xdp_anywhere(), None, "XDP still attached on {node}");
         assert!(
             !root.exists(),
             "pins left on {node} under {}",
