@@ -64,6 +64,23 @@ impl<'a> Cli<'a> {
         cmd.output().expect("spawn announcer")
     }
 
+    /// Runs `announcer --pin-root ROOT args...` in the namespace with only the capabilities
+    /// `deploy/daemonset.yaml` grants the agent (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW,
+    /// CAP_PERFMON; no CAP_SYS_ADMIN), through `setpriv --bounding-set`.
+    pub fn output_as_daemonset(&self, args: &[&str]) -> Output {
+        let mut cmd = self.ns.nsenter_cmd("setpriv");
+        cmd.args([
+            "--bounding-set",
+            "-all,+bpf,+net_admin,+net_raw,+perfmon",
+            "--",
+        ])
+        .arg(announcer_bin())
+        .arg("--pin-root")
+        .arg(&self.root)
+        .args(args);
+        cmd.output().expect("spawn setpriv announcer")
+    }
+
     /// Runs and panics, with the output, unless it succeeds; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let o = self.output(args);

@@ -608,7 +608,7 @@ fn pin_link(
 /// pinned there: pinned under a temporary name first, then renamed over, so the pin always
 /// names a program.
 fn pin_program(program: &mut Xdp, pins: &PinLayout) -> Result<()> {
-    let (tmp, pin) = (pins.dir().join(".prog.new"), pins.program());
+    let (tmp, pin) = (temporary_pin(pins, PROGRAM_PIN), pins.program());
     let _ = std::fs::remove_file(&tmp);
     program
         .pin(&tmp)

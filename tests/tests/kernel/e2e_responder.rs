@@ -197,12 +197,12 @@ fn unload_detaches_and_removes_exactly_its_pins() {
     assert_eq!(
         pins,
         [
-            "COUNTERS", "LAYOUT", "STATS_V4", "STATS_V6", "VIPS_V4", "VIPS_V6", "link"
+            "COUNTERS", "LAYOUT", "STATS_V4", "STATS_V6", "VIPS_V4", "VIPS_V6", "link", "prog"
         ]
     );
 
     let out = cli.ok(&["unload", "--iface", NODE_IF]);
-    assert!(out.contains("removed 7 pins"), "{out}");
+    assert!(out.contains("removed 8 pins"), "{out}");
     assert!(!dir.exists());
     assert_eq!(xdp_mode(&pair), "none");
     assert_eq!(arping(&pair.client, CLIENT_IF, VIP4, 1, T).replies, 0);

@@ -205,3 +205,50 @@ fn a_map_of_an_older_layout_is_migrated_with_its_entries_while_answering() {
         "no temporary pin left"
     );
 }
+
+/// What the agent's container may do (deploy/daemonset.yaml: no CAP_SYS_ADMIN, so no program
+/// read by id): swap a differing program, through the program pin.
+#[test]
+fn a_differing_program_is_swapped_with_only_the_daemonsets_capabilities() {
+    let _ns = crate::shared(); // see main.rs
+    let pair = Pair::new("swapcaps");
+    let cli = Cli::new(&pair.node);
+    cli.load_version(NODE_IF, "generic", 7);
+    let (_, old_id, old_tag) = xdp_on(&pair.node, NODE_IF);
+
+    let out = cli.output_as_daemonset(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    assert!(out.status.success(), "{out:?}");
+    let (mode, new_id, new_tag) = xdp_on(&pair.node, NODE_IF);
+    assert_eq!(mode, "generic");
+    assert_ne!(new_id, old_id, "{out:?}");
+    assert_ne!(new_tag, old_tag);
+    // And the next start, as the same container, finds this build's program running.
+    let again = cli.output_as_daemonset(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    assert!(again.status.success(), "{again:?}");
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("same program"),
+        "{again:?}"
+    );
+    assert_eq!(xdp_on(&pair.node, NODE_IF).1, new_id);
+}
+
+/// Pins left by a build that did not pin the program: its tag cannot be read without
+/// CAP_SYS_ADMIN, so the program is swapped (atomic), and pinned from then on.
+#[test]
+fn pins_without_the_program_pin_are_swapped_without_cap_sys_admin() {
+    let _ns = crate::shared(); // see main.rs
+    let pair = Pair::new("swapnopin");
+    let cli = Cli::new(&pair.node);
+    cli.load(NODE_IF, "generic");
+    let (_, old_id, _) = xdp_on(&pair.node, NODE_IF);
+    let prog = cli.root().join(NODE_IF).join("prog");
+    std::fs::remove_file(&prog).expect("the program pin");
+
+    let out = cli.output_as_daemonset(&["load", "--iface", NODE_IF, "--mode", "generic"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("was") && prog.exists(),
+        "{out:?}"
+    );
+    assert_ne!(xdp_on(&pair.node, NODE_IF).1, old_id);
+}
