@@ -393,23 +393,6 @@ mod tests {
     }
 
     #[test]
-    fn each_flag_that_changes_what_is_ranked_changes_the_config_fingerprint() {
-        use crate::agent::context::config_fingerprint;
-        let base = config_fingerprint(&defaults());
-        for flag in [
-            "--force-classless",
-            "--ignore-exclude-label",
-            "--announce-outside-pools",
-            "--class-only",
-        ] {
-            let a = Cli::try_parse_from(["agent", "--node-name", "n1", flag])
-                .unwrap_or_else(|e| panic!("{flag}: {e}"))
-                .agent;
-            assert_ne!(config_fingerprint(&a), base, "{flag}");
-        }
-    }
-
-    #[test]
     fn burst_flags_default_to_the_default_burst() {
         assert_eq!(defaults().burst(), BurstConfig::default());
     }
