@@ -362,23 +362,28 @@ impl AgentFlags {
 #[error("invalid agent configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// `announcer agent --node-name n1 EXTRA...` as main.rs parses it, for tests.
 #[cfg(test)]
-mod tests {
+pub(crate) fn parse_for_test(extra: &[&str]) -> AgentArgs {
     use clap::Parser;
-
-    use super::*;
-
     /// `announcer agent` as main.rs embeds it.
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         agent: AgentArgs,
     }
+    let args = ["agent", "--node-name", "n1"].iter().chain(extra);
+    Cli::try_parse_from(args)
+        .unwrap_or_else(|e| panic!("{extra:?}: {e}"))
+        .agent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn defaults() -> AgentArgs {
-        Cli::try_parse_from(["agent", "--node-name", "n1"])
-            .expect("the minimal command line parses")
-            .agent
+        parse_for_test(&[])
     }
 
     #[test]

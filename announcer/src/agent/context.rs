@@ -523,36 +523,19 @@ pub(crate) fn selection_from(args: &AgentArgs) -> Result<Selection, AgentError> 
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    /// `announcer agent` as main.rs embeds it.
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        agent: AgentArgs,
-    }
-
-    fn defaults() -> AgentArgs {
-        Cli::try_parse_from(["agent", "--node-name", "n1"])
-            .expect("the minimal command line parses")
-            .agent
-    }
+    use crate::agent::config::parse_for_test;
 
     #[test]
     fn each_flag_that_changes_what_is_ranked_changes_the_config_fingerprint() {
-        let base = config_fingerprint(&defaults());
+        let base = config_fingerprint(&parse_for_test(&[]));
         for flag in [
             "--force-classless",
             "--ignore-exclude-label",
             "--announce-outside-pools",
             "--class-only",
         ] {
-            let a = Cli::try_parse_from(["agent", "--node-name", "n1", flag])
-                .unwrap_or_else(|e| panic!("{flag}: {e}"))
-                .agent;
-            assert_ne!(config_fingerprint(&a), base, "{flag}");
+            assert_ne!(config_fingerprint(&parse_for_test(&[flag])), base, "{flag}");
         }
     }
 }

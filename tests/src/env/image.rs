@@ -48,6 +48,28 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ImageError {
     move |source| ImageError::Io { what, source }
 }
 
+/// The image archive under test: `ANNOUNCER_IMAGE` (`cargo xtask test` builds it and sets it),
+/// else `target/image/announcer-<version>.tar` (`cargo xtask image`). Panics naming the
+/// command when it is missing: the tests that need it never skip.
+pub fn archive_under_test() -> std::path::PathBuf {
+    let path = std::env::var_os("ANNOUNCER_IMAGE").map_or_else(
+        || {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+                "../target/image/announcer-{}.tar",
+                env!("CARGO_PKG_VERSION")
+            ))
+        },
+        std::path::PathBuf::from,
+    );
+    assert!(
+        path.is_file(),
+        "no image at {}: run `cargo xtask image` (`cargo xtask test` builds it and sets \
+         ANNOUNCER_IMAGE)",
+        path.display()
+    );
+    path
+}
+
 /// `sha256:<hex>` of `data`.
 pub fn sha256(data: &[u8]) -> String {
     format!("sha256:{:x}", Sha256::digest(data))

@@ -26,25 +26,6 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn archive() -> PathBuf {
-    let path = std::env::var_os("ANNOUNCER_IMAGE").map_or_else(
-        || {
-            workspace().join(format!(
-                "target/image/announcer-{}.tar",
-                env!("CARGO_PKG_VERSION")
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.is_file(),
-        "no image at {}: run `cargo xtask image` (`cargo xtask test` builds it and sets \
-         ANNOUNCER_IMAGE)",
-        path.display()
-    );
-    path
-}
-
 /// The image, taken apart into `scratch` (by [`UnpackedImage::unpack`], which checks every
 /// digest, size and diff_id).
 struct Unpacked {
@@ -61,8 +42,16 @@ struct Unpacked {
 impl Unpacked {
     fn new(name: &str) -> Unpacked {
         let scratch = Scratch::new(&format!("image-{name}"));
-        let image = UnpackedImage::unpack(&archive(), &scratch.0)
-            .unwrap_or_else(|e| panic!("unpacking {}: {e}", archive().display()));
+        let image = UnpackedImage::unpack(
+            &announcer_tests::env::image::archive_under_test(),
+            &scratch.0,
+        )
+        .unwrap_or_else(|e| {
+            panic!(
+                "unpacking {}: {e}",
+                announcer_tests::env::image::archive_under_test().display()
+            )
+        });
         Unpacked {
             scratch,
             rootfs: image.rootfs,
@@ -144,7 +133,9 @@ fn the_archive_is_an_oci_layout_whose_blobs_match_their_digests() {
 
 #[test]
 fn the_image_weighs_at_most_30_mb() {
-    let bytes = std::fs::metadata(archive()).expect("archive").len();
+    let bytes = std::fs::metadata(announcer_tests::env::image::archive_under_test())
+        .expect("archive")
+        .len();
     let image = Unpacked::new("size");
     let layers: Vec<u64> = image.manifest["layers"]
         .as_array()

@@ -62,26 +62,6 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The image archive under test.
-fn image_archive() -> PathBuf {
-    let path = std::env::var_os("ANNOUNCER_IMAGE").map_or_else(
-        || {
-            workspace().join(format!(
-                "target/image/announcer-{}.tar",
-                env!("CARGO_PKG_VERSION")
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.is_file(),
-        "no image at {}: run `cargo xtask image` (`cargo xtask test` builds it and sets \
-         ANNOUNCER_IMAGE)",
-        path.display()
-    );
-    path
-}
-
 /// The next build's archive (`ANNOUNCER_IMAGE_NEXT`).
 fn next_archive() -> PathBuf {
     let path = std::env::var_os("ANNOUNCER_IMAGE_NEXT").map(PathBuf::from);
@@ -99,7 +79,10 @@ fn next_archive() -> PathBuf {
 
 /// A 3-node testbed whose agents come from the Pods of what the test installs.
 async fn testbed(tag: &str, next: Option<PathBuf>) -> Testbed {
-    let mut images = ImageRegistry::new().with(IMAGE_REF, &image_archive());
+    let mut images = ImageRegistry::new().with(
+        IMAGE_REF,
+        &announcer_tests::env::image::archive_under_test(),
+    );
     if let Some(next) = next {
         images = images.with(&format!("announcer:{NEXT_TAG}"), &next);
     }
