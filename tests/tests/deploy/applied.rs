@@ -235,6 +235,53 @@ async fn the_agent_of_node_a_cannot_change_a_service_s_addresses() {
     assert_eq!(ingress_of(&now), ["10.0.77.1"], "the address is unchanged");
 }
 
+/// A write to services/status also carries the Service's metadata, which the API server keeps
+/// (kubernetes/kubernetes#92022): the agents' account must not relabel a Service (moving it in
+/// or out of a selector, another announcer's class annotations) or add or drop a finalizer
+/// through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_of_node_a_cannot_change_a_service_s_metadata_through_its_status() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Patch, PatchParams};
+    let cp = applied("status-metadata", &["node-a"]).await;
+    service_with_address(&cp, "victim", "10.0.77.3").await;
+    let a = agent_client(&cp, "node-a").await;
+    let services: Api<Service> = Api::namespaced(a, "apps");
+    for (what, patch) in [
+        (
+            "add a label",
+            json!({"metadata": {"labels": {"l2": "off"}}}),
+        ),
+        (
+            "add an annotation",
+            json!({"metadata": {"annotations": {"metallb.io/address-pool": "x"}}}),
+        ),
+        (
+            "add a finalizer",
+            json!({"metadata": {"finalizers": ["example.com/hold"]}}),
+        ),
+    ] {
+        let r = services
+            .patch_status("victim", &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        match r {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 403, "{what}: refused as Forbidden: {e:?}");
+                assert!(
+                    e.message.contains("metadata"),
+                    "{what}: denied by the policy, not something else: {}",
+                    e.message
+                );
+            }
+            Ok(s) => panic!(
+                "the agent of node-a could {what} of apps/victim: {:?}",
+                s.metadata
+            ),
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
 /// The residual of finding 1 (docs/safety.md): CEL cannot tie an entry of the Announced
 /// condition to the node that writes it, so a compromised node can forge that condition's
 /// text. That is all it can do: the addresses stay as they were.
