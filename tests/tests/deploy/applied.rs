@@ -184,11 +184,11 @@ fn ingress_of(svc: &k8s_openapi::api::core::v1::Service) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_of_node_a_cannot_change_a_service_s_addresses() {
     use k8s_openapi::api::core::v1::Service;
-    use kube::api::{Patch, PatchParams};
     let cp = applied("status-ingress", &["node-a"]).await;
     service_with_address(&cp, "victim", "10.0.77.1").await;
     let a = agent_client(&cp, "node-a").await;
     let services: Api<Service> = Api::namespaced(a, "apps");
+    service_status_policy_in_force(&services).await;
     for (what, patch) in [
         (
             "replace the ingress",
@@ -209,24 +209,7 @@ async fn the_agent_of_node_a_cannot_change_a_service_s_addresses() {
                 "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
         ),
     ] {
-        let r = services
-            .patch_status("victim", &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
-        match r {
-            Err(kube::Error::Api(e)) => {
-                assert_eq!(e.code, 403, "{what}: refused as Forbidden: {e:?}");
-                assert!(
-                    e.message.contains("announcer.dev/Announced"),
-                    "{what}: denied by the policy, not something else: {}",
-                    e.message
-                );
-            }
-            Ok(s) => panic!(
-                "the agent of node-a could {what} of apps/victim (ingress now {:?})",
-                ingress_of(&s)
-            ),
-            Err(e) => panic!("{what}: {e}"),
-        }
+        status_patch_refused(&services, what, &patch, "announcer.dev/Announced").await;
     }
     let now = Api::<Service>::namespaced(cp.client(), "apps")
         .get("victim")
@@ -242,11 +225,11 @@ async fn the_agent_of_node_a_cannot_change_a_service_s_addresses() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_of_node_a_cannot_change_a_service_s_metadata_through_its_status() {
     use k8s_openapi::api::core::v1::Service;
-    use kube::api::{Patch, PatchParams};
     let cp = applied("status-metadata", &["node-a"]).await;
     service_with_address(&cp, "victim", "10.0.77.3").await;
     let a = agent_client(&cp, "node-a").await;
     let services: Api<Service> = Api::namespaced(a, "apps");
+    service_status_policy_in_force(&services).await;
     for (what, patch) in [
         (
             "add a label",
@@ -261,24 +244,65 @@ async fn the_agent_of_node_a_cannot_change_a_service_s_metadata_through_its_stat
             json!({"metadata": {"finalizers": ["example.com/hold"]}}),
         ),
     ] {
+        status_patch_refused(&services, what, &patch, "metadata").await;
+    }
+}
+
+/// Waits until `announcer-agent-service-status` is in force for `services` (the agent's
+/// client): kube-apiserver loads each new policy a moment after it is created, one by one, and
+/// `applied` waits only for the Lease policy. Probes with a server-side dry run of a status
+/// patch the policy denies (another condition).
+async fn service_status_policy_in_force(services: &Api<k8s_openapi::api::core::v1::Service>) {
+    use kube::api::{Patch, PatchParams};
+    let probe = json!({"status": {"conditions": [{"type": "PolicyProbe", "status": "True",
+        "reason": "Probe", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
         let r = services
-            .patch_status("victim", &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                "victim",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&probe),
+            )
             .await;
-        match r {
-            Err(kube::Error::Api(e)) => {
-                assert_eq!(e.code, 403, "{what}: refused as Forbidden: {e:?}");
-                assert!(
-                    e.message.contains("metadata"),
-                    "{what}: denied by the policy, not something else: {}",
-                    e.message
-                );
-            }
-            Ok(s) => panic!(
-                "the agent of node-a could {what} of apps/victim: {:?}",
-                s.metadata
-            ),
-            Err(e) => panic!("{what}: {e}"),
+        if matches!(&r, Err(kube::Error::Api(e)) if e.code == 403) {
+            return;
         }
+        assert!(
+            std::time::Instant::now() < end,
+            "the Service status policy is not in force after 60 s: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Patching apps/victim's status with `patch` (`what` it tries) is refused with 403 by the
+/// admission policy, whose message says `says`.
+async fn status_patch_refused(
+    services: &Api<k8s_openapi::api::core::v1::Service>,
+    what: &str,
+    patch: &serde_json::Value,
+    says: &str,
+) {
+    use kube::api::{Patch, PatchParams};
+    let r = services
+        .patch_status("victim", &PatchParams::default(), &Patch::Merge(patch))
+        .await;
+    match r {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 403, "{what}: refused as Forbidden: {e:?}");
+            assert!(
+                e.message.contains(says),
+                "{what}: denied by the policy, not something else: {}",
+                e.message
+            );
+        }
+        Ok(s) => panic!(
+            "the agent of node-a could {what} of apps/victim (ingress now {:?}, metadata {:?})",
+            ingress_of(&s),
+            s.metadata
+        ),
+        Err(e) => panic!("{what}: {e}"),
     }
 }
 
@@ -293,6 +317,7 @@ async fn a_forged_announced_condition_goes_through_but_changes_no_address() {
     service_with_address(&cp, "victim", "10.0.77.2").await;
     let a = agent_client(&cp, "node-a").await;
     let services: Api<Service> = Api::namespaced(a, "apps");
+    service_status_policy_in_force(&services).await;
     let forged = json!({"status": {"conditions": [{
         "type": "announcer.dev/Announced", "status": "True", "reason": "Announced",
         "message": "10.0.77.2 by node-z on eth0",
