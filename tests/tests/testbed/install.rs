@@ -290,6 +290,31 @@ fn program_ids(tb: &Testbed) -> BTreeMap<String, Option<u32>> {
         .collect()
 }
 
+/// [`program_ids`], asserting that every node runs an XDP program.
+fn xdp_on_every_node(tb: &Testbed) -> BTreeMap<String, Option<u32>> {
+    let ids = program_ids(tb);
+    assert!(
+        ids.values().all(Option::is_some),
+        "XDP on every node: {ids:?}"
+    );
+    ids
+}
+
+/// docs/install.md, "Install with Helm" → "Upgrade": `helm upgrade --reuse-values` with `set`.
+fn helm_upgrade(helm: &Helm, tb: &Testbed, set: &[&str]) {
+    let chart = chart();
+    let mut args = vec![
+        "upgrade",
+        "announcer",
+        chart.as_str(),
+        "-n",
+        NAMESPACE,
+        "--reuse-values",
+    ];
+    args.extend_from_slice(set);
+    helm.run(tb, &args);
+}
+
 /// Every node's agent has its data plane up (`announcer_dataplane_up` is 1): the program it
 /// embeds is attached, or the one running was verified to be it.
 fn dataplanes_up(tb: &Testbed) {
@@ -493,27 +518,10 @@ async fn an_upgrade_to_a_differing_xdp_program_swaps_it_on_every_node_without_a_
     let tb = testbed("upgrade-differs", Some(next)).await;
     let helm = helm_install(&tb);
     let vips = service_answered(&tb).await;
-    let before = program_ids(&tb);
-    assert!(
-        before.values().all(Option::is_some),
-        "XDP on every node: {before:?}"
-    );
+    let before = xdp_on_every_node(&tb);
 
     let prober = tb.start_prober(&vips, Duration::from_millis(20));
-    // docs/install.md, "Install with Helm" → "Upgrade".
-    helm.run(
-        &tb,
-        &[
-            "upgrade",
-            "announcer",
-            &chart(),
-            "-n",
-            NAMESPACE,
-            "--reuse-values",
-            "--set",
-            &format!("image.tag={NEXT_TAG}"),
-        ],
-    );
+    helm_upgrade(&helm, &tb, &["--set", &format!("image.tag={NEXT_TAG}")]);
     wait_agents_on(&tb, &format!("announcer:{NEXT_TAG}"));
     dataplanes_up(&tb);
     // Past the grace (5 s): entries the old agents wrote have expired unless the new ones
@@ -557,25 +565,13 @@ async fn an_upgrade_with_an_identical_program_swaps_nothing() {
     let helm = helm_install(&tb);
     service_answered(&tb).await;
     let pods_before = wait_agents_on(&tb, IMAGE_REF);
-    let before = program_ids(&tb);
-    assert!(
-        before.values().all(Option::is_some),
-        "XDP on every node: {before:?}"
-    );
+    let before = xdp_on_every_node(&tb);
 
     // Only the Pod template changes: the DaemonSet rolls every agent.
-    helm.run(
+    helm_upgrade(
+        &helm,
         &tb,
-        &[
-            "upgrade",
-            "announcer",
-            &chart(),
-            "-n",
-            NAMESPACE,
-            "--reuse-values",
-            "--set-string",
-            "agent.podAnnotations.rolled=yes",
-        ],
+        &["--set-string", "agent.podAnnotations.rolled=yes"],
     );
     let end = Instant::now() + T;
     let pods_after = loop {
