@@ -13,7 +13,7 @@
 //! ([`super::metrics::Recorder`]).
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     net::{IpAddr, SocketAddr},
     sync::{Arc, Mutex, RwLock},
     time::{Duration, Instant},
@@ -39,7 +39,7 @@ use super::{
     shutdown::Shutdown,
 };
 use crate::{
-    election::{Core, Input, LeaseWriteResult, NodeName, Output},
+    election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
     state::{AgentState, OwnedVip, PeerState},
     wire::MacAddr,
@@ -126,6 +126,9 @@ struct Shell {
     loss: LossTracker,
     /// Probes in flight, by the MAC asked: when each was sent, for the round trip.
     probes_sent: HashMap<MacAddr, Instant>,
+    /// Announcements skipped because the entry was not written: made once a later write of
+    /// it (the core refreshes every entry it holds) succeeds.
+    owed: BTreeSet<(IpAddr, IfaceName)>,
     /// The Lease write in flight (one at a time), awaited before exiting.
     pending_write: Option<JoinHandle<()>>,
     write_tx: mpsc::Sender<LeaseWriteResult>,
@@ -257,6 +260,7 @@ impl Shell {
             owned: OwnedCache::default(),
             loss,
             probes_sent: HashMap::new(),
+            owed: BTreeSet::new(),
             pending_write: None,
             write_tx,
             last_plan_inputs: None,
@@ -467,9 +471,13 @@ impl Shell {
             Output::Install { vip, iface, ttl } => {
                 if let Err(e) = ctx.net.plane.install(vip, &iface, ttl) {
                     tracing::error!(%vip, %iface, error = %e, "map write failed");
+                } else if self.owed.remove(&(vip, iface.clone())) {
+                    tracing::info!(%vip, %iface, "entry written at last: announcing");
+                    announce(ctx, vip, &iface);
                 }
             }
             Output::Remove { vip, iface } => {
+                self.owed.remove(&(vip, iface.clone()));
                 if let Err(e) = ctx.net.plane.remove(vip, &iface) {
                     tracing::error!(%vip, %iface, error = %e, "map delete failed");
                 } else {
@@ -482,14 +490,11 @@ impl Shell {
                 // `Announced` says the entry answers: only once it is written (a failed
                 // install takes the interface down, and the VIP goes to another node).
                 if !ctx.net.plane.is_installed(vip, &iface) {
-                    tracing::warn!(%vip, %iface, "not announcing: the entry is not installed");
+                    tracing::warn!(%vip, %iface, "not announcing yet: the entry is not written");
+                    self.owed.insert((vip, iface));
                     return false;
                 }
-                if let Err(e) = ctx.net.plane.announce(vip, &iface) {
-                    tracing::error!(%vip, %iface, error = %e, "announcement failed");
-                }
-                let services = ctx.kube.vip_services.get(&vip).cloned().unwrap_or_default();
-                ctx.kube.announced.claim(services, vip, &iface);
+                announce(ctx, vip, &iface);
             }
             Output::Probe { vip, iface, mac } => {
                 self.probes_sent.insert(mac, Instant::now());
@@ -519,6 +524,15 @@ impl Shell {
     fn lease_input(&mut self, ev: LeaseEvent) -> Option<Input> {
         lease_input(ev, &self.node, &mut self.peers, &self.keyring, &self.ctx)
     }
+}
+
+/// Sends `vip`'s burst on `iface` and claims it in the `Announced` condition.
+fn announce(ctx: &mut Context, vip: IpAddr, iface: &IfaceName) {
+    if let Err(e) = ctx.net.plane.announce(vip, iface) {
+        tracing::error!(%vip, %iface, error = %e, "announcement failed");
+    }
+    let services = ctx.kube.vip_services.get(&vip).cloned().unwrap_or_default();
+    ctx.kube.announced.claim(services, vip, iface);
 }
 
 /// Counts the heartbeats `v`'s sender sent since its previous one that never arrived, and the

@@ -104,3 +104,27 @@ async fn a_settled_announced_condition_is_not_rewritten(api) {
     assert_eq!(now.as_deref(), Some(rv.as_str()), "the Service was rewritten");
 }
 }
+
+on_both_api_servers! {
+/// Another writer's stale entries (a node that claimed a VIP for a moment, then released it,
+/// removing what the owner had written) are put right by the owners without any ownership
+/// change: each node re-asserts its own entries when the condition disagrees with them.
+async fn a_condition_a_stale_writer_emptied_names_the_owners_again(api) {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, Patch, PatchParams};
+    let c = cluster("announced-heal", api).await;
+    wait_condition_matches_owners(&c, "after start", &NODES).await;
+    let emptied = serde_json::json!({"status": {"conditions": [{
+        "type": CONDITION_TYPE,
+        "status": "False",
+        "reason": announced::REASON_PARTIAL,
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }]}});
+    Api::<Service>::namespaced(c.client(), "default")
+        .patch_status("web", &PatchParams::default(), &Patch::Merge(&emptied))
+        .await
+        .expect("empty the Announced condition");
+    wait_condition_matches_owners(&c, "after a stale writer emptied it", &NODES).await;
+}
+}

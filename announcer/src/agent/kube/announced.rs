@@ -12,10 +12,19 @@
 //! Service) makes it a 409, and the entry is merged again into the fresh object. Only this
 //! node's own entries are ever changed.
 //!
-//! Pitfall: after a long API outage the condition can lag the truth (a takeover whose writes
-//! all failed); `announcer status` on the node and the Announcing Events stay authoritative.
+//! The writes are edges; what this node announces is a level. Edges get lost: a write given up
+//! after [`TRIES`], or a stale writer (a node that held a VIP for a moment during a failover
+//! claims it, overwriting the owner's entry, then releases it, removing the entry altogether)
+//! leaves the condition wrong with no change left to write. So the task also remembers every
+//! entry it wants and, every [`RESYNC`], compares them with the Service in the store and
+//! writes again where they disagree (released entries are forgotten once the condition no
+//! longer names us). In agreement that costs no request.
+//!
+//! Pitfall: during an API outage the condition lags the truth (a takeover whose writes all
+//! failed) until the server is back and the next resync; `announcer status` on the node and
+//! the Announcing Events stay authoritative.
 
-use std::{collections::BTreeMap, net::IpAddr, time::Duration};
+use std::{collections::BTreeMap, net::IpAddr, sync::Arc, time::Duration};
 
 use k8s_openapi::{
     api::core::v1::Service,
@@ -37,8 +46,10 @@ use crate::{
 
 /// The most condition writes per second, whatever the burst of takeovers.
 pub const WRITES_PER_SECOND: u32 = 20;
-/// Tries per pending change (409s and failures) before it is dropped and logged.
+/// Tries per pending change (409s and failures) before it is left to the next resync.
 const TRIES: u32 = 5;
+/// How often this node's wanted entries are compared with the Services in the store.
+pub const RESYNC: Duration = Duration::from_secs(2);
 
 /// A change to this node's entries.
 #[derive(Debug)]
@@ -97,18 +108,26 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Change>,
     mut stop: Shutdown,
 ) {
-    let mut pending: BTreeMap<ServiceRef, (Wanted, u32)> = BTreeMap::new();
+    let mut entries = Entries::default();
     let pause = Duration::from_secs(1) / WRITES_PER_SECOND;
+    let mut next_resync = tokio::time::Instant::now() + RESYNC;
     loop {
         // Take everything queued, then write one Service.
         while let Ok(c) = rx.try_recv() {
-            queue(&mut pending, c);
+            entries.queue(c);
         }
-        let Some((sref, (wanted, tries))) = pending.pop_first() else {
+        if tokio::time::Instant::now() >= next_resync {
+            entries.resync(&node, |s| {
+                services.get(&ObjectRef::new(&s.name).within(&s.namespace))
+            });
+            next_resync = tokio::time::Instant::now() + RESYNC;
+        }
+        let Some((sref, (wanted, tries))) = entries.pending.pop_first() else {
             tokio::select! {
                 () = stop.recv() => return,
+                () = tokio::time::sleep_until(next_resync) => {}
                 c = rx.recv() => match c {
-                    Some(c) => queue(&mut pending, c),
+                    Some(c) => entries.queue(c),
                     None => return,
                 },
             }
@@ -122,7 +141,8 @@ async fn run(
                 // failing, for every Service alike: back off the whole writer.
                 wait = pause.max(Duration::from_millis(250) * 2u32.pow(tries));
                 tracing::debug!(service = %sref, error = %e, "Announced condition not written yet; retrying");
-                let entry = pending
+                let entry = entries
+                    .pending
                     .entry(sref)
                     .or_insert_with(|| (Wanted::new(), tries + 1));
                 // Newer changes win over the retried ones.
@@ -132,7 +152,7 @@ async fn run(
                 entry.1 = entry.1.max(tries + 1);
             }
             Err(e) => {
-                tracing::warn!(service = %sref, error = %e, "Announced condition not written");
+                tracing::warn!(service = %sref, error = %e, "Announced condition not written; trying again at the next resync");
             }
         }
         tokio::select! {
@@ -142,19 +162,68 @@ async fn run(
     }
 }
 
-fn queue(pending: &mut BTreeMap<ServiceRef, (Wanted, u32)>, c: Change) {
-    let (services, vip, want) = match c {
-        Change::Claim {
-            services,
-            vip,
-            iface,
-        } => (services, vip, Some(iface)),
-        Change::Release { services, vip } => (services, vip, None),
-    };
-    for s in services {
-        let e = pending.entry(s).or_insert_with(|| (Wanted::new(), 0));
-        e.0.insert(vip, want.clone());
-        e.1 = 0;
+/// What this node wants its entries to be (`wanted`, per Service: a level), and the writes
+/// not done yet (`pending`, with the tries spent).
+#[derive(Debug, Default)]
+struct Entries {
+    wanted: BTreeMap<ServiceRef, Wanted>,
+    pending: BTreeMap<ServiceRef, (Wanted, u32)>,
+}
+
+impl Entries {
+    /// A claim or release: remembered, and queued to be written.
+    fn queue(&mut self, c: Change) {
+        let (services, vip, want) = match c {
+            Change::Claim {
+                services,
+                vip,
+                iface,
+            } => (services, vip, Some(iface)),
+            Change::Release { services, vip } => (services, vip, None),
+        };
+        for s in services {
+            self.wanted
+                .entry(s.clone())
+                .or_default()
+                .insert(vip, want.clone());
+            let e = self.pending.entry(s).or_insert_with(|| (Wanted::new(), 0));
+            e.0.insert(vip, want.clone());
+            e.1 = 0;
+        }
+    }
+
+    /// Queues a write for every Service (not queued already) whose condition disagrees with
+    /// what this node wants. Forgets Services that are gone, and releases once the condition
+    /// no longer names us for them.
+    fn resync(&mut self, node: &NodeName, get: impl Fn(&ServiceRef) -> Option<Arc<Service>>) {
+        let now = Timestamp::now();
+        let pending = &mut self.pending;
+        self.wanted.retain(|sref, wanted| {
+            if pending.contains_key(sref) {
+                return true;
+            }
+            let Some(svc) = get(sref) else {
+                return false; // deleted: nothing to say
+            };
+            // An entry naming another node is that node's claim: left alone (two nodes that
+            // both hold a VIP for a while would otherwise rewrite it in turns); when it lets
+            // go it removes the entry, and the next resync writes ours.
+            let others: Vec<IpAddr> = announced::condition(&svc)
+                .map(|c| announced::parse(&c.message))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e.node != node.as_str())
+                .map(|e| e.ip)
+                .collect();
+            let mut undisputed = wanted.clone();
+            undisputed.retain(|ip, w| w.is_none() || !others.contains(ip));
+            if updated_conditions(&svc, node, &undisputed, now).is_some() {
+                pending.insert(sref.clone(), (undisputed, 0));
+            } else {
+                wanted.retain(|_, w| w.is_some());
+            }
+            !wanted.is_empty()
+        });
     }
 }
 
@@ -395,5 +464,90 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ours(&c).message, "10.0.0.6 by node-a on eth0");
+    }
+
+    fn web() -> ServiceRef {
+        ServiceRef {
+            namespace: "default".into(),
+            name: "web".into(),
+        }
+    }
+
+    /// Entries after `change`, with its write done (nothing pending).
+    fn written(change: Change) -> Entries {
+        let mut e = Entries::default();
+        e.queue(change);
+        e.pending.clear();
+        e
+    }
+
+    fn claimed() -> Change {
+        Change::Claim {
+            services: vec![web()],
+            vip: "10.0.0.5".parse().unwrap(),
+            iface: "eth0".into(),
+        }
+    }
+
+    #[test]
+    fn a_claim_another_writer_removed_is_written_again_at_the_resync() {
+        let mut e = written(claimed());
+        let emptied = Arc::new(svc(&["10.0.0.5"], vec![cond("", "False", REASON_PARTIAL)]));
+        e.resync(&"node-a".into(), |_| Some(emptied.clone()));
+        assert_eq!(
+            e.pending.get(&web()).map(|(w, _)| w.clone()),
+            Some(claim("10.0.0.5", "eth0"))
+        );
+    }
+
+    #[test]
+    fn a_condition_that_agrees_costs_no_write_at_the_resync() {
+        let mut e = written(claimed());
+        let agrees = Arc::new(svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-a on eth0", "True", REASON_ANNOUNCED)],
+        ));
+        e.resync(&"node-a".into(), |_| Some(agrees.clone()));
+        assert!(e.pending.is_empty(), "{:?}", e.pending);
+        assert_eq!(e.wanted.len(), 1, "the claim is still remembered");
+    }
+
+    #[test]
+    fn a_release_is_forgotten_once_the_condition_no_longer_names_us() {
+        let mut e = written(Change::Release {
+            services: vec![web()],
+            vip: "10.0.0.5".parse().unwrap(),
+        });
+        let names_us = Arc::new(svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-a on eth0", "True", REASON_ANNOUNCED)],
+        ));
+        e.resync(&"node-a".into(), |_| Some(names_us.clone()));
+        assert!(e.pending.contains_key(&web()), "the stale entry is removed again");
+        e.pending.clear();
+        let moved = Arc::new(svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-b on eth0", "True", REASON_ANNOUNCED)],
+        ));
+        e.resync(&"node-a".into(), |_| Some(moved.clone()));
+        assert!(e.pending.is_empty() && e.wanted.is_empty(), "{e:?}");
+    }
+
+    #[test]
+    fn a_deleted_service_is_forgotten_at_the_resync() {
+        let mut e = written(claimed());
+        e.resync(&"node-a".into(), |_| None);
+        assert!(e.pending.is_empty() && e.wanted.is_empty(), "{e:?}");
+    }
+
+    #[test]
+    fn a_vip_another_node_claims_now_is_not_rewritten_at_the_resync() {
+        let mut e = written(claimed());
+        let taken = Arc::new(svc(
+            &["10.0.0.5"],
+            vec![cond("10.0.0.5 by node-b on eth0", "True", REASON_ANNOUNCED)],
+        ));
+        e.resync(&"node-a".into(), |_| Some(taken.clone()));
+        assert!(e.pending.is_empty(), "{:?}", e.pending);
     }
 }
