@@ -13,7 +13,9 @@
 //!    core that decides who owns each VIP, and [`heartbeat`], the authenticated heartbeat codec
 //!    (which carries the election's types); [`ipam`], the `AddressPool` resource and the pure
 //!    address-allocation rules; [`placement`], the pure rules for which VIPs are announced and
-//!    which nodes may announce each (and the label-selector parser they filter by).
+//!    which nodes may announce each (and the label-selector parser they filter by);
+//!    [`withdraw`], the rules that prove a node gone and bound the withdrawal of its Pods'
+//!    readiness.
 //! 3. [`state`]: the agent's `/state` document, which the agent writes and the CLI reads.
 //! 4. [`agent`]: the tokio shell that connects the election to Kubernetes, the network and
 //!    the data plane.
@@ -28,6 +30,7 @@ pub mod heartbeat;
 
 pub mod ipam;
 pub mod placement;
+pub mod withdraw;
 
 pub mod state;
 

@@ -47,6 +47,7 @@ const ANNOUNCER: Rules = Rules {
         ("heartbeat", &["election", "ebpf"]),
         ("ipam", &[]),
         ("placement", &["dataplane", "election", "ipam", "ebpf"]),
+        ("withdraw", &["election"]),
         ("state", &["election", "ebpf"]),
         (
             "agent",

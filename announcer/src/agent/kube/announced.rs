@@ -523,7 +523,10 @@ mod tests {
             vec![cond("10.0.0.5 by node-a on eth0", "True", REASON_ANNOUNCED)],
         ));
         e.resync(&"node-a".into(), |_| Some(names_us.clone()));
-        assert!(e.pending.contains_key(&web()), "the stale entry is removed again");
+        assert!(
+            e.pending.contains_key(&web()),
+            "the stale entry is removed again"
+        );
         e.pending.clear();
         let moved = Arc::new(svc(
             &["10.0.0.5"],
