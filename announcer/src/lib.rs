@@ -19,7 +19,10 @@
 //! 3. [`state`]: the agent's `/state` document, which the agent writes and the CLI reads.
 //! 4. [`agent`]: the tokio shell that connects the election to Kubernetes, the network and
 //!    the data plane.
-//! 5. [`cli`]: the subcommands; `status` reads the data plane and [`state`], never the agent's
+//! 5. [`allocator`] and [`withdrawer`]: the Deployments' controllers, beside the agent (each
+//!    uses of it only the shutdown signal and the API helpers): the address allocator, and the
+//!    withdrawal controller that acts on [`withdraw`]'s decisions.
+//! 6. [`cli`]: the subcommands; `status` reads the data plane and [`state`], never the agent's
 //!    internals.
 
 pub mod dataplane;
@@ -37,5 +40,6 @@ pub mod state;
 pub mod agent;
 
 pub mod allocator;
+pub mod withdrawer;
 
 pub mod cli;

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Cmd::Logs(args) => cli::logs::run(&pin_root, args),
         Cmd::Agent(args) => cli::agent::run(*args, pin_root),
         Cmd::Allocator(args) => cli::allocator::run(args),
+        Cmd::Withdrawer(args) => cli::withdrawer::run(args),
         Cmd::Status(args) => cli::status::run(&pin_root, args),
         Cmd::Migrate(cmd) => cli::migrate::run(cmd),
     }

@@ -64,6 +64,10 @@ const ANNOUNCER: Rules = Rules {
         // The allocator (`announcer allocator`): the rules of `ipam`, and of the agent only
         // its shutdown signal and its API client.
         ("allocator", &["ipam", "agent"]),
+        // The withdrawal controller (`announcer withdrawer`): the rules of `withdraw`, the
+        // Announced condition of `state`, and of the agent only its shutdown signal and its
+        // API helpers (the client, the node Lease names).
+        ("withdrawer", &["withdraw", "election", "state", "agent"]),
         (
             "cli",
             &[
@@ -73,6 +77,7 @@ const ANNOUNCER: Rules = Rules {
                 "state",
                 "agent",
                 "allocator",
+                "withdrawer",
                 "ebpf",
             ],
         ),
@@ -82,11 +87,12 @@ const ANNOUNCER: Rules = Rules {
     entry_points: &[
         ("cli", "agent", &["run", "AgentError", "config"]),
         ("allocator", "agent", &["shutdown", "kube"]),
+        ("withdrawer", "agent", &["shutdown", "kube"]),
     ],
     // The shared wire and map types of `announcer-ebpf`, re-exported at the crate root.
     root_aliases: &[("maps", "ebpf"), ("wire", "ebpf")],
     other_crates: |rel| rel == Path::new("main.rs"),
-    order: "data plane ← protocols ← state ← agent ← allocator ← CLI",
+    order: "data plane ← protocols ← state ← agent ← allocator, withdrawer ← CLI",
 };
 
 /// The building blocks of `tests/src`: what every world and benchmark may use.

@@ -1,6 +1,6 @@
 //! The `announcer` command line: one module per subcommand, each a thin layer over the
 //! library below it ([`crate::dataplane`] for `load`, `unload`, `cleanup`, `vip`, `announce` and `logs`;
-//! [`crate::agent::run`] for `agent`; [`crate::allocator::run`] for `allocator`; the maps and [`crate::state`] for `status`;
+//! [`crate::agent::run`] for `agent`; [`crate::allocator::run`] for `allocator`; [`crate::withdrawer::run`] for `withdrawer`; the maps and [`crate::state`] for `status`;
 //! [`crate::ipam`] for `migrate`).
 //!
 //! Why in the library rather than in `main.rs`: the subcommands' output and exit codes are
@@ -21,6 +21,7 @@ pub mod migrate;
 pub mod service;
 pub mod status;
 pub mod vip;
+pub mod withdrawer;
 
 use std::{path::PathBuf, process::ExitCode, time::Duration};
 
@@ -81,6 +82,10 @@ pub enum Cmd {
     /// Run the address allocator (the `announcer-allocator` Deployment): one replica at a time
     /// assigns addresses from the AddressPools to Services.
     Allocator(crate::allocator::AllocatorArgs),
+    /// Run the withdrawal controller (the `announcer-withdrawal` Deployment): every replica
+    /// sets `Ready` False on the Pods of a node a quorum of agents proved unreachable, in
+    /// namespaces labelled `announcer.dev/fast-endpoint-withdrawal=true`.
+    Withdrawer(crate::withdrawer::WithdrawerArgs),
     /// This node's view: the VIPs its data plane answers (MAC, expiry, counters), their owner
     /// and Service per the agent, and the agent's peers with their heartbeat age. With
     /// `--cluster`: every VIP of the cluster, from the API.
