@@ -33,6 +33,7 @@ mod metallb;
 mod rbac;
 mod rbac_removed;
 mod upgrade;
+mod withdrawal_policy;
 
 use std::{
     path::{Path, PathBuf},
@@ -643,7 +644,7 @@ fn the_only_writable_paths_are_the_state_directory_and_bpffs() {
 }
 
 #[test]
-fn no_key_generator_and_no_service_account_but_the_agents_and_the_allocators() {
+fn no_key_generator_and_no_service_account_but_the_agents_the_allocators_and_the_withdrawers() {
     assert!(
         !deploy_dir().join("keygen-job.yaml").exists(),
         "deploy/keygen-job.yaml is back"
@@ -656,7 +657,10 @@ fn no_key_generator_and_no_service_account_but_the_agents_and_the_allocators() {
         .filter(|o| o["kind"] == "ServiceAccount")
         .map(|o| s(&o["metadata"]["name"]))
         .collect();
-    assert_eq!(accounts, ["announcer", "announcer-allocator"]);
+    assert_eq!(
+        accounts,
+        ["announcer", "announcer-allocator", "announcer-withdrawal"]
+    );
 }
 
 /// The allocator (issue 25, finding 1) holds the one permission that moves addresses, so it
