@@ -4,7 +4,8 @@
 //! absent) to get the same answer from both servers, with kube-apiserver's message format.
 //!
 //! Who is who: the in-repo server knows callers by token only. `admin` is the test's admin,
-//! `allocator-*` the allocator replicas ([`crate::env`]'s worlds name them so); every other
+//! `allocator-*` the allocator replicas ([`crate::env`]'s worlds name them so), `withdrawer-*`
+//! the withdrawal controller's replicas (which write the `announcer-withdrawal` Lease); every other
 //! token is an agent (its node name). Only Leases named `announcer-*` (the install's own) are
 //! judged: the server's own tests write Leases of any name with tokens of any name.
 
@@ -18,7 +19,7 @@ pub const AGENT_LEASES_DENIAL: &str =
     "an announcer agent writes only announcer-node-* and announcer-svc-* Leases, not ";
 
 fn is_agent(client: &str) -> bool {
-    client != "admin" && !client.starts_with("allocator-")
+    client != "admin" && !client.starts_with("allocator-") && !client.starts_with("withdrawer-")
 }
 
 /// The policy's verdict on `client` creating `body` (of kind `rt`).

@@ -582,6 +582,6 @@ mod tests {
             ("namespaces", Some("ns1"))
         );
         assert!(parse_path("/api/v1/namespaces/d/secrets/s/status").is_none());
-        assert!(parse_path("/api/v1/pods").is_none());
+        assert!(parse_path("/api/v1/persistentvolumes").is_none());
     }
 }

@@ -5,7 +5,7 @@
 //! real kube-apiserver cannot be made to show on demand, while the agent is still exercised through
 //! the real `kube` client, its watcher, its retry policy, and its error parsing. Where the two are
 //! compared, it must behave as the real one does. This server speaks the same HTTP/JSON protocol
-//! for the agent's kinds (services, nodes, namespaces, secrets, configmaps, core and
+//! for the agent's kinds (services, nodes, namespaces, secrets, configmaps, pods, core and
 //! `events.k8s.io` events, endpointslices, leases): one global etcd-like revision, optimistic
 //! concurrency, status subresources, the four patch types, selectors, and watches with history
 //! replay, 410 `Expired`, bookmarks and streaming lists. On top it counts requests per client token

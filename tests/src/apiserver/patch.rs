@@ -2,10 +2,14 @@
 //!
 //! - `application/merge-patch+json`: RFC 7386 JSON merge patch (objects merge recursively,
 //!   `null` deletes, everything else — arrays included — replaces).
-//! - `application/strategic-merge-patch+json`: applied as a merge patch. Real strategic merge
-//!   merges some lists by a key (`ports` by `port`, `conditions` by `type`, …) and honours
-//!   `$patch`/`$retainKeys` directives; here such lists are replaced wholesale and directives
-//!   are not interpreted. The agent does not send strategic patches.
+//! - `application/strategic-merge-patch+json`: a merge patch in which the lists kube-apiserver
+//!   merges by key are merged by that key, whatever the kind: [`MERGE_KEYS`] (`conditions` by
+//!   `type`, `podIPs`/`hostIPs` by `ip`, `containers` by `name`, …); a `{"$patch": "replace"}`
+//!   element replaces the whole list and `{"$patch": "delete"}` in an element removes the
+//!   matching one; `$setElementOrder/…` and `$retainKeys` are dropped, not interpreted. Other
+//!   lists are replaced, as by a merge patch. (The withdrawal controller's `pods/status` patch
+//!   relies on `conditions` merging by `type`: a plain merge patch would drop every other
+//!   condition.)
 //! - `application/json-patch+json`: RFC 6902 JSON patch, by the `json-patch` crate.
 //! - `application/apply-patch+yaml`: server-side apply, approximated as "create if absent, else
 //!   merge-patch the applied configuration into the live object". `managedFields`, field
@@ -47,6 +51,7 @@ impl PatchType {
 #[derive(Debug, Clone)]
 pub(crate) enum PatchBody {
     Merge(Value),
+    Strategic(Value),
     Json(json_patch::Patch),
     Apply(Value),
 }
@@ -61,7 +66,11 @@ impl PatchBody {
                 if !v.is_object() {
                     return Err(ApiError::bad_request("a merge patch must be a JSON object"));
                 }
-                Ok(Self::Merge(v))
+                Ok(if kind == PatchType::Strategic {
+                    Self::Strategic(v)
+                } else {
+                    Self::Merge(v)
+                })
             }
             PatchType::Json => serde_json::from_slice(body)
                 .map(Self::Json)
@@ -90,6 +99,7 @@ impl PatchBody {
         let mut doc = old.clone();
         match self {
             Self::Merge(patch) | Self::Apply(patch) => json_patch::merge(&mut doc, patch),
+            Self::Strategic(patch) => strategic_merge(&mut doc, patch),
             Self::Json(patch) => json_patch::patch(&mut doc, patch).map_err(|e| {
                 ApiError::new(
                     422,
@@ -99,6 +109,97 @@ impl PatchBody {
             })?,
         }
         Ok(doc)
+    }
+}
+
+/// The lists a strategic merge patch merges by key (their `patchMergeKey` in the Kubernetes
+/// types), by field name. Field names that mean different lists in different kinds (`ports`)
+/// are left out: those lists are replaced.
+pub(crate) const MERGE_KEYS: &[(&str, &str)] = &[
+    ("conditions", "type"),
+    ("podIPs", "ip"),
+    ("hostIPs", "ip"),
+    ("containers", "name"),
+    ("initContainers", "name"),
+    ("ephemeralContainers", "name"),
+    ("volumes", "name"),
+    ("env", "name"),
+    ("volumeMounts", "mountPath"),
+    ("imagePullSecrets", "name"),
+];
+
+/// Applies a strategic merge `patch` to `doc` (see the module docs for what is modelled).
+pub(crate) fn strategic_merge(doc: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *doc = patch.clone();
+        return;
+    };
+    if !doc.is_object() {
+        *doc = Value::Object(Default::default());
+    }
+    let d = doc.as_object_mut().expect("an object");
+    for (k, v) in p {
+        if k.starts_with("$setElementOrder/") || k == "$retainKeys" || k == "$patch" {
+            continue;
+        }
+        if v.is_null() {
+            d.remove(k);
+            continue;
+        }
+        let key = MERGE_KEYS.iter().find(|(f, _)| f == k).map(|(_, key)| *key);
+        match (key, v, d.get_mut(k)) {
+            (Some(key), Value::Array(items), Some(Value::Array(live))) => {
+                merge_list(live, items, key)
+            }
+            (_, Value::Array(items), _) => {
+                let kept: Vec<Value> = items
+                    .iter()
+                    .filter(|i| i.get("$patch").is_none())
+                    .cloned()
+                    .collect();
+                d.insert(k.clone(), Value::Array(kept));
+            }
+            (_, Value::Object(_), Some(live)) if live.is_object() => strategic_merge(live, v),
+            (_, Value::Object(_), _) => {
+                let mut fresh = Value::Object(Default::default());
+                strategic_merge(&mut fresh, v);
+                d.insert(k.clone(), fresh);
+            }
+            _ => {
+                d.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Merges `items` into `live` by `key`: an element with the key of a live one is merged into
+/// it, a new one is appended; `{"$patch": "replace"}` replaces the list; an element with
+/// `"$patch": "delete"` removes its match.
+fn merge_list(live: &mut Vec<Value>, items: &[Value], key: &str) {
+    let directive = |i: &Value| i.get("$patch").and_then(Value::as_str).map(str::to_owned);
+    if items
+        .iter()
+        .any(|i| directive(i).as_deref() == Some("replace") && i.get(key).is_none())
+    {
+        *live = items
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .cloned()
+            .collect();
+        return;
+    }
+    for item in items {
+        let at = live
+            .iter()
+            .position(|l| l.get(key).is_some() && l.get(key) == item.get(key));
+        match (directive(item).as_deref(), at) {
+            (Some("delete"), Some(i)) => {
+                live.remove(i);
+            }
+            (Some(_), _) => {}
+            (None, Some(i)) => strategic_merge(&mut live[i], item),
+            (None, None) => live.push(item.clone()),
+        }
     }
 }
 
@@ -135,6 +236,49 @@ mod tests {
         assert_eq!(
             PatchType::from_content_type("text/plain").unwrap_err().code,
             415
+        );
+    }
+
+    fn strategic(old: &Value, patch: Value) -> Value {
+        PatchBody::parse(PatchType::Strategic, patch.to_string().as_bytes())
+            .unwrap()
+            .apply_to(old)
+            .unwrap()
+    }
+
+    #[test]
+    fn a_strategic_patch_merges_conditions_by_type_and_keeps_the_others() {
+        let old = json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True", "lastProbeTime": null},
+        ]}});
+        let got = strategic(
+            &old,
+            json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "R"},
+                {"type": "New", "status": "True"},
+            ]}}),
+        );
+        assert_eq!(
+            got,
+            json!({"status": {"conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "R", "lastProbeTime": null},
+                {"type": "New", "status": "True"},
+            ]}})
+        );
+    }
+
+    #[test]
+    fn a_strategic_replace_directive_replaces_the_list_and_other_lists_are_replaced() {
+        let old = json!({"status": {"podIPs": [{"ip": "a"}], "other": [1, 2]}});
+        let got = strategic(
+            &old,
+            json!({"status": {"podIPs": [{"$patch": "replace"}, {"ip": "b"}], "other": [3]}}),
+        );
+        assert_eq!(
+            got,
+            json!({"status": {"podIPs": [{"ip": "b"}], "other": [3]}})
         );
     }
 }

@@ -10,7 +10,9 @@
 
 use announcer::ipam::AddressPool;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Event as CoreEvent, Namespace, Node, Pod, Secret, Service,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use serde::Serialize;
@@ -157,6 +159,12 @@ pub(crate) static RESOURCES: &[ResourceType] = &[
         decode: roundtrip::<Event>,
         check: validate::events_v1,
         ..core("events", "Event")
+    },
+    // The withdrawal controller reads Pods and patches their status (strategic merge).
+    ResourceType {
+        status_subresource: true,
+        decode: roundtrip::<Pod>,
+        ..core("pods", "Pod")
     },
     // The agent's own CRD. Only its structure is checked (the typed decode); the CRD's CEL
     // rules (address syntax, range order) are kube-apiserver's, tested there.

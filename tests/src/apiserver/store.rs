@@ -481,6 +481,19 @@ impl Store {
         if !wanted_rv.is_empty() && wanted_rv != rv_of(old) {
             return Err(ApiError::stale(rt, name));
         }
+        // A `metadata.uid` in the body (a patch's, or a PUT's) is a precondition too.
+        if let Some(uid) = obj["metadata"]["uid"].as_str().filter(|u| !u.is_empty())
+            && Some(uid) != old["metadata"]["uid"].as_str()
+        {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    old["metadata"]["uid"].as_str().unwrap_or("")
+                ),
+            ));
+        }
         if rt.status_subresource {
             match sub {
                 Sub::Main => set_or_remove(&mut obj, "status", old["status"].clone()),

@@ -24,6 +24,7 @@ pub mod node;
 pub mod packet;
 pub mod process;
 pub mod snooping;
+pub mod withdrawer_cmd;
 
 /// The agents' namespace (their Leases, heartbeat Secret and ServiceAccount), as `deploy/`
 /// creates it; every world starts its agents in it ([`agent_cmd::AgentCommand`]).

@@ -130,7 +130,10 @@ fn patch_for(pod: &Pod, mut extra: Value) -> Value {
         .and_then(|s| s.remove("conditions"));
     json_patch::merge(&mut p, &extra);
     let conditions = p["status"]["conditions"].as_array_mut().expect("ours");
-    for c in extra_conditions.into_iter().flat_map(|c| c.as_array().cloned().unwrap_or_default()) {
+    for c in extra_conditions
+        .into_iter()
+        .flat_map(|c| c.as_array().cloned().unwrap_or_default())
+    {
         match conditions.iter_mut().find(|o| o["type"] == c["type"]) {
             Some(o) => json_patch::merge(o, &c),
             None => conditions.push(c),
@@ -209,7 +212,10 @@ async fn the_withdrawal_account_sets_ready_false_with_its_reason_in_an_opted_in_
     ready_pod(&cp, "shop", true).await;
     let pods: Api<Pod> = Api::namespaced(withdrawal_client(&cp).await, "shop");
     policy_in_force(&pods).await;
-    let pod = pods.get("web-1").await.expect("the withdrawal account reads the Pod");
+    let pod = pods
+        .get("web-1")
+        .await
+        .expect("the withdrawal account reads the Pod");
     let after = pods
         .patch_status(
             "web-1",
@@ -218,8 +224,15 @@ async fn the_withdrawal_account_sets_ready_false_with_its_reason_in_an_opted_in_
         )
         .await
         .expect("Ready True → False with our reason is the one write allowed");
-    let conditions = after.status.expect("status").conditions.expect("conditions");
-    let ready = conditions.iter().find(|c| c.type_ == "Ready").expect("Ready");
+    let conditions = after
+        .status
+        .expect("status")
+        .conditions
+        .expect("conditions");
+    let ready = conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready");
     assert_eq!(ready.status, "False");
     assert_eq!(ready.reason.as_deref(), Some(REASON));
     // The strategic merge kept every other condition as it was.
