@@ -7,3 +7,4 @@
 //! kube-apiserver, in the deploy suite (`withdrawal_policy`).
 
 mod controller;
+mod real;
