@@ -1101,3 +1101,64 @@ fn helm_refuses_a_misspelt_or_invalid_config_value() {
         );
     }
 }
+
+/// `withdrawer.enabled=false` leaves out the withdrawal controller, its account, its Lease and
+/// its admission policy, and nothing else.
+#[test]
+fn withdrawer_enabled_false_renders_no_withdrawal_object() {
+    let helm = Helm::new("withdrawer-off");
+    let on = helm.template(&[]);
+    let off = helm.template(&["--set", "withdrawer.enabled=false"]);
+    let key = |o: &Value| format!("{}/{}", s(&o["kind"]), s(&o["metadata"]["name"]));
+    let on: BTreeSet<String> = on.iter().map(key).collect();
+    let off: BTreeSet<String> = off.iter().map(key).collect();
+    let gone: Vec<&String> = on.difference(&off).collect();
+    assert_eq!(
+        gone,
+        [
+            "ClusterRole/announcer-withdrawal",
+            "ClusterRoleBinding/announcer-withdrawal",
+            "Deployment/announcer-withdrawal",
+            "Lease/announcer-withdrawal",
+            "Role/announcer-withdrawal",
+            "RoleBinding/announcer-withdrawal",
+            "ServiceAccount/announcer-withdrawal",
+            "ValidatingAdmissionPolicy/announcer-withdrawal-pod-status",
+            "ValidatingAdmissionPolicyBinding/announcer-withdrawal-pod-status",
+        ]
+    );
+    assert!(off.is_subset(&on));
+}
+
+/// The cap and the quorum values reach the controller's flags, which parse.
+#[test]
+fn the_withdrawer_values_reach_its_flags() {
+    let helm = Helm::new("withdrawer-flags");
+    let objects = helm.template(&[
+        "--set",
+        "withdrawer.maxWithdrawn=3",
+        "--set",
+        "withdrawer.minQuorum=4",
+        "--set",
+        "withdrawer.replicas=3",
+    ]);
+    let d = find(&objects, "Deployment", "announcer-withdrawal");
+    assert_eq!(d["spec"]["replicas"], 3);
+    let args: Vec<&str> = d["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(s)
+        .collect();
+    assert_eq!(args, ["withdrawer", "--max-withdrawn=3", "--min-quorum=4"]);
+    let mut argv = vec!["announcer"];
+    argv.extend(&args);
+    <announcer::cli::Cli as clap::Parser>::try_parse_from(argv)
+        .expect("the Deployment's arguments parse");
+    let defaults = helm.template(&[]);
+    assert_eq!(
+        find(&defaults, "Deployment", "announcer-withdrawal")["spec"]["template"]["spec"]["containers"]
+            [0]["args"],
+        serde_json::json!(["withdrawer"])
+    );
+}

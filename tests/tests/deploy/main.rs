@@ -714,6 +714,44 @@ fn the_allocator_deployment_runs_with_no_privilege() {
     announcer::cli::Cli::try_parse_from(argv).expect("the Deployment's arguments parse");
 }
 
+/// The withdrawal controller (issue 28) may change Pods' readiness in opted-in namespaces, so
+/// it too runs with nothing else: its own account, two replicas (both active), no host
+/// network, no capability, not root, a read-only root filesystem, no host path; and its
+/// account may write no Lease but the shared cap's, by name.
+#[test]
+fn the_withdrawer_deployment_runs_with_no_privilege() {
+    let d = object("Deployment", "announcer-withdrawal");
+    assert_eq!(d["spec"]["replicas"], 2, "two replicas, both active");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(s(&pod["serviceAccountName"]), "announcer-withdrawal");
+    assert!(
+        pod["hostNetwork"].is_null() || pod["hostNetwork"] == false,
+        "no host network"
+    );
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(pod["volumes"].is_null(), "no volume");
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert!(sc["capabilities"]["add"].is_null(), "no capability added");
+    let args: Vec<&str> = c["args"].as_array().expect("args").iter().map(s).collect();
+    let mut argv = vec!["announcer"];
+    argv.extend(&args);
+    announcer::cli::Cli::try_parse_from(argv).expect("the Deployment's arguments parse");
+    // Its Lease grant names the cap's Lease, and it may not create one (the manifests do).
+    let role = object("Role", "announcer-withdrawal");
+    let rules = role["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(
+        rules[0]["resourceNames"],
+        serde_json::json!(["announcer-withdrawal"])
+    );
+    assert_eq!(rules[0]["verbs"], serde_json::json!(["get", "update"]));
+    assert_eq!(object("Lease", "announcer-withdrawal")["kind"], "Lease");
+}
+
 #[test]
 fn nothing_is_granted_on_secrets() {
     let secrets: Vec<String> = objects()
