@@ -97,8 +97,8 @@ impl Actor {
     }
 
     async fn withdraw(&self, node: &NodeName, reporters: &[NodeName], expected: usize) {
-        match self.slots.claim(node).await {
-            Ok(ClaimOutcome::Granted) => {}
+        let taken = match self.slots.claim(node).await {
+            Ok(ClaimOutcome::Granted { taken }) => taken,
             Ok(ClaimOutcome::Full(withdrawn)) => {
                 tracing::warn!(%node, ?withdrawn, "proven unreachable, but every shared slot is held: left to the node lifecycle controller");
                 self.metrics.withdrawal(Outcome::Capped);
@@ -110,7 +110,7 @@ impl Actor {
                 self.metrics.withdrawal(Outcome::Failed);
                 return;
             }
-        }
+        };
         self.metrics.withdrawal(Outcome::Withdrawn);
         let targets = {
             let opted_in: BTreeSet<String> = self
@@ -161,6 +161,11 @@ impl Actor {
                     *by_service.entry(Key::new(&key.namespace, s)).or_default() += 1;
                 }
             }
+        }
+        // Every replica acts on the same proof: the one that took the slot, and any that wrote
+        // a Pod, say so; the others stay quiet (no duplicate Events).
+        if !taken && done == 0 {
+            return;
         }
         let who: Vec<&str> = reporters.iter().map(NodeName::as_str).collect();
         self.publish(

@@ -146,8 +146,12 @@ pub fn of_lease(lease: &Lease) -> Slots {
 /// What [`SlotLease::claim`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClaimOutcome {
-    /// The node has a slot (taken now, or by another replica before).
-    Granted,
+    /// The node has a slot: `taken` now by this replica, or held already (another replica
+    /// claimed it for the same proof).
+    Granted {
+        /// Whether this replica took it.
+        taken: bool,
+    },
     /// Every slot is held, by these nodes.
     Full(Vec<NodeName>),
 }
@@ -192,16 +196,16 @@ impl SlotLease {
                     .create(&PostParams::default(), &new_lease(&slots))
                     .await
                 {
-                    Ok(_) => return Ok(ClaimOutcome::Granted),
+                    Ok(_) => return Ok(ClaimOutcome::Granted { taken: true }),
                     Err(e) if is_conflict(&e) => continue,
                     Err(e) => return Err(e.into()),
                 }
             };
             match of_lease(&lease).claim(node, self.max, now, self.ttl) {
-                Claim::Held => return Ok(ClaimOutcome::Granted),
+                Claim::Held => return Ok(ClaimOutcome::Granted { taken: false }),
                 Claim::Full(holders) => return Ok(ClaimOutcome::Full(holders)),
                 Claim::Take(slots) => match self.write(lease, &slots).await {
-                    Ok(()) => return Ok(ClaimOutcome::Granted),
+                    Ok(()) => return Ok(ClaimOutcome::Granted { taken: true }),
                     Err(e) if is_conflict(&e) => continue,
                     Err(e) => return Err(e.into()),
                 },

@@ -11,8 +11,10 @@ use announcer::{
     state::announced::CONDITION_TYPE,
     withdraw::UNREACHABLE_ANNOTATION,
     withdrawer::{
+        act::REASON_CAPPED,
         pod::{REASON, ready},
         select::OPT_IN_LABEL,
+        slots::{LEASE_NAME, WITHDRAWN_ANNOTATION},
     },
 };
 use announcer_tests::{
@@ -103,6 +105,12 @@ impl World {
     /// `shop` (opted in) and `bank` (not), in each an announced LoadBalancer Service `web` with
     /// Pod `web-1` on node-c behind it; then a withdrawer, given a moment to list it all.
     async fn start(tag: &str) -> World {
+        World::start_with(tag, &[], None).await
+    }
+
+    /// [`World::start`], the withdrawer run with `extra` arguments, and the shared cap's Lease
+    /// holding `slots` (its annotation's value) before it starts.
+    async fn start_with(tag: &str, extra: &[&str], slots: Option<&str>) -> World {
         let server = ApiServer::builder().start().await.expect("API server");
         let admin = server.client("admin").await.expect("admin client");
         let nodes: Api<Node> = Api::all(admin.clone());
@@ -147,13 +155,23 @@ impl World {
             announced_service(&admin, ns).await;
             ready_pod(&admin, ns).await;
         }
+        if let Some(value) = slots {
+            create(
+                &agents,
+                json!({"metadata": {"name": LEASE_NAME,
+                         "annotations": {WITHDRAWN_ANNOTATION: value}}, "spec": {}}),
+            )
+            .await;
+        }
         let dir = tempdir::Dir::new(tag);
         let kubeconfig = dir.0.join("kubeconfig");
         server
             .write_kubeconfig(&kubeconfig, "withdrawer-0")
             .expect("kubeconfig");
         let log = dir.0.join("withdrawer.log");
-        let withdrawer = WithdrawerCommand::new("withdrawer-0", &kubeconfig).spawn(None, &log);
+        let withdrawer = WithdrawerCommand::new("withdrawer-0", &kubeconfig)
+            .extra(extra)
+            .spawn(None, &log);
         let w = World {
             server,
             admin,
@@ -377,4 +395,48 @@ async fn a_kubelet_renewal_after_the_first_report_voids_it() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     w.report("node-a", &[GONE]).await;
     w.assert_withdrawn("shop").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_beyond_the_shared_cap_is_left_to_kubernetes_with_a_warning_on_the_node() {
+    // Another replica holds the only slot (for node-x, a moment ago).
+    let held = format!("node-x={}", Timestamp::now());
+    let w = World::start_with("capped", &["--max-withdrawn", "1"], Some(&held)).await;
+    w.report("node-a", &[GONE]).await;
+    w.report("node-b", &[GONE]).await;
+    // The control: the controller decided, and said so on the Node.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(w.admin.clone());
+    let end = Instant::now() + WITHDRAWN_WITHIN;
+    loop {
+        let list = events.list(&Default::default()).await.expect("events");
+        let capped = list.items.iter().find(|e| {
+            e.reason.as_deref() == Some(REASON_CAPPED)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(GONE)
+        });
+        if let Some(e) = capped {
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            assert!(
+                e.note.as_deref().unwrap_or("").contains("node-x"),
+                "the note names the node holding the slot: {:?}",
+                e.note
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "no {REASON_CAPPED} Event on {GONE} within {WITHDRAWN_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    w.assert_stays_ready("shop", "the only slot is node-x's")
+        .await;
+    let slots = Api::<Lease>::namespaced(w.admin.clone(), NAMESPACE)
+        .get(LEASE_NAME)
+        .await
+        .expect("the cap Lease");
+    assert_eq!(
+        slots.metadata.annotations.expect("annotations")[WITHDRAWN_ANNOTATION],
+        held,
+        "the cap is unchanged"
+    );
 }
