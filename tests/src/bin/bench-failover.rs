@@ -15,7 +15,7 @@ use announcer_tests::{
             plot::{path_for, write_cdf, write_stress},
             report,
             scenarios::Scenario,
-            stress,
+            safety, stress,
             systems::{FAST_ARGS, System},
         },
         verdict::{any_failed, failed_names},
@@ -41,16 +41,19 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     vips: usize,
     /// Systems to run, comma-separated (default all): keepalived-default, keepalived-tuned,
-    /// metallb, kube-vip, kube-vip-fast, announcer-default, announcer-fast.
+    /// metallb, kube-vip, kube-vip-fast, announcer-default, announcer-fast, announcer-withdraw
+    /// (the defaults plus fast endpoint withdrawal; end-to-end scenarios only).
     #[arg(long, value_delimiter = ',', value_parser = parse_system)]
     systems: Vec<System>,
     /// Scenarios to run, comma-separated (default all but stress): crash, link-down, sigkill,
     /// restart-in-grace, freeze, sigterm, api-outage-crash, partition, rejoin, crash-100; and
-    /// stress, only when named here (one `--stress-duration` run per system).
+    /// only when named here: stress (one `--stress-duration` run per system), crash-e2e-local,
+    /// crash-e2e-cluster, and fast endpoint withdrawal's safety runs stress-e2e, partition-e2e,
+    /// blackout-e2e, agent-crashloop-e2e (one `--stress-duration` run each).
     #[arg(long, value_delimiter = ',', value_parser = parse_scenario)]
     scenarios: Vec<Scenario>,
-    /// How long the stress scenario stresses each system, in seconds (the full run uses
-    /// 1800).
+    /// How long the stress scenario stresses each system, and how long each e2e safety run
+    /// lasts, in seconds (the full run uses 1800 for stress, 600 for the safety runs).
     #[arg(long, value_name = "SECS", default_value_t = 600)]
     stress_duration: u64,
     /// Trials of crash-100 (100 VIPs of one node crash together).
@@ -188,7 +191,14 @@ async fn main() -> Result<()> {
         &results.stress,
         &results.aborted,
     ));
+    verdicts.extend(safety::verdicts(
+        &settings.systems,
+        &settings.scenarios,
+        &results.safety,
+        &results.aborted,
+    ));
     print!("{}", stress::table(&results.stress));
+    print!("{}", safety::table(&results.safety));
     print!("{}", report::table(&results.rows, &verdicts, &plots));
     if let Some(idle) = &results.idle {
         print!("{}", idle.text());
@@ -204,6 +214,7 @@ async fn main() -> Result<()> {
             "nodes": settings.nodes,
             "vips": settings.vips,
             "stress": results.stress,
+            "safety": results.safety,
             "stress_duration_s": settings.scenarios.contains(&Scenario::Stress).then_some(args.stress_duration),
         });
         let main_plot = plots.first().cloned().unwrap_or_default();

@@ -10,3 +10,4 @@ mod node_lifecycle;
 mod peers;
 mod placement;
 mod uninstall;
+mod withdrawal;

@@ -20,6 +20,12 @@
 //!   node's included until it is marked not ready: about one connection in three fails until
 //!   then. [`E2eOutcome::endpoints_not_ready`] next to the layer-2 failover time says how
 //!   much of the outage is the address move and how much the endpoint removal.
+//! * `announcer-withdraw` ([`System::withdraws`]): the Services' namespace is opted in to fast
+//!   endpoint withdrawal and [`WITHDRAWER_REPLICAS`] `announcer withdrawer` processes run in
+//!   the first nodes' namespaces (a crash of such a node takes its replica down; it is started
+//!   again when the node returns). The trial also watches every Pod for a false withdrawal
+//!   (`Ready` False for our reason on a node that did not crash,
+//!   [`E2eOutcome::healthy_withdrawn`]) and times the return ([`E2eOutcome::ready_again`]).
 //!
 //! Caveat: kube-proxy would also DNAT the testbed's echo Services (their Pods are the nodes),
 //! hiding which node received a probe; [`DataPath::install`] labels the Services that exist
@@ -35,7 +41,7 @@ use std::{
 use super::{
     measure::{Expect, owner_check, vip_outcome},
     scenarios::{Bed, Scenario},
-    systems::System,
+    systems::{System, WITHDRAWER_REPLICAS},
     trial::{E2eOutcome, PHASE_SPREAD, PROBE_INTERVAL, Trial},
 };
 use crate::env::{
@@ -46,6 +52,7 @@ use crate::env::{
             Announcer, DataPath, HttpClient, SERVICE_PORT, add_http_service, fetch, http_outcome,
             wait_service_ready,
         },
+        opt_in, withdrawn_pods,
     },
 };
 
@@ -78,6 +85,8 @@ pub fn trials(requested: usize) -> usize {
 /// The data path of one bed, set up by its first e2e trial.
 pub struct E2eBed {
     dp: DataPath,
+    /// The nodes whose namespaces run a withdrawer replica (`announcer-withdraw` only).
+    withdrawers: Vec<String>,
 }
 
 fn err(what: &str) -> impl FnOnce(String) -> String + '_ {
@@ -106,9 +115,21 @@ impl E2eBed {
                 .map_err(|e| e.to_string())
                 .map_err(err("the Services ready"))?;
         }
-        Ok(E2eBed { dp })
+        let mut withdrawers = Vec::new();
+        if bed.system.withdraws() {
+            let client = tb.kube();
+            tb.block_on(async move { opt_in(client, SERVICE_NAMESPACE, true).await })
+                .map_err(err("opting the Services' namespace in"))?;
+            withdrawers = nodes.iter().take(WITHDRAWER_REPLICAS).cloned().collect();
+            for n in &withdrawers {
+                tb.start_withdrawer(n);
+            }
+        }
+        Ok(E2eBed { dp, withdrawers })
     }
 }
+
+
 
 fn service(sc: Scenario) -> &'static str {
     if sc == Scenario::CrashE2eLocal {
@@ -139,6 +160,23 @@ fn announcer(system: System) -> Announcer {
         },
         None => Announcer::OURS,
     }
+}
+
+/// Waits until both Services have a ready and programmed endpoint on every node.
+pub fn wait_all_ready(bed: &Bed) -> Result<(), String> {
+    let nodes = bed.tb.nodes();
+    let all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    for sc in [Scenario::CrashE2eLocal, Scenario::CrashE2eCluster] {
+        wait_service_ready(
+            &bed.tb,
+            service(sc),
+            service_vip(bed.system, sc),
+            &all,
+            SETTLE,
+        )
+        .map_err(|e| format!("endpoints ready on every node: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Whether `node` has no ready endpoint of `service` (polled with the testbed's client).
@@ -180,10 +218,23 @@ pub fn run(bed: &mut Bed, state: &mut Option<E2eBed>, scenario: Scenario) -> Res
     bed.tb.crash(&victim);
     let mut takeover_seen = false;
     let mut not_ready = None;
+    let mut healthy_withdrawn = std::collections::BTreeSet::new();
     while t0.elapsed() < WATCH {
         takeover_seen = takeover_seen || bed.announced_elsewhere(&[v], &victim);
         if not_ready.is_none() && endpoint_not_ready(&bed.tb, svc, &victim) {
             not_ready = Some(t0.elapsed());
+        }
+        if bed.system.withdraws() {
+            let client = bed.tb.kube();
+            let seen = bed
+                .tb
+                .block_on(async move { withdrawn_pods(client, SERVICE_NAMESPACE).await })
+                .unwrap_or_default();
+            healthy_withdrawn.extend(
+                seen.into_iter()
+                    .filter(|(_, node)| *node != victim)
+                    .map(|(pod, node)| format!("{pod} on {node}")),
+            );
         }
         std::thread::sleep(Duration::from_millis(250));
     }
@@ -207,31 +258,27 @@ pub fn run(bed: &mut Bed, state: &mut Option<E2eBed>, scenario: Scenario) -> Res
     for e in after(http_at).filter_map(|s| s.error) {
         *errors.entry(e).or_default() += 1;
     }
-    let outcome = E2eOutcome {
+    let mut outcome = E2eOutcome {
         http: http_outcome(&http.samples, http_at, http_until),
         endpoints_not_ready: not_ready,
         skipped: http.skipped,
         failed_after_endpoint_removal: not_ready.map(|d| after(http_at + d).count()),
         errors,
+        ready_again: None,
+        healthy_withdrawn: healthy_withdrawn.into_iter().collect(),
     };
 
     // The node comes back; the trial ends when everything is ready again.
+    let back = Instant::now();
     e2e.dp
         .revive(&mut bed.tb, &victim)
         .map_err(|e| format!("reviving {victim}: {e}"))?;
     bed.start_after_reboot(&victim);
-    let nodes = bed.tb.nodes();
-    let all: Vec<&str> = nodes.iter().map(String::as_str).collect();
-    for sc in [Scenario::CrashE2eLocal, Scenario::CrashE2eCluster] {
-        wait_service_ready(
-            &bed.tb,
-            service(sc),
-            service_vip(bed.system, sc),
-            &all,
-            SETTLE,
-        )
-        .map_err(|e| format!("endpoints ready again after {victim} came back: {e}"))?;
+    if e2e.withdrawers.contains(&victim) {
+        bed.tb.start_withdrawer(&victim);
     }
+    wait_all_ready(bed).map_err(|e| format!("after {victim} came back: {e}"))?;
+    outcome.ready_again = Some(back.elapsed());
     Ok(Trial {
         victim,
         vips: 1,

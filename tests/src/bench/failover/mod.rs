@@ -66,6 +66,7 @@ pub mod measure;
 pub mod merge;
 pub mod plot;
 pub mod report;
+pub mod safety;
 pub mod scenarios;
 pub mod stress;
 pub mod systems;
@@ -110,7 +111,8 @@ pub struct Settings {
     pub idle_window: Duration,
     /// The flags of `announcer-fast` (default [`systems::FAST_ARGS`]).
     pub fast_args: Vec<String>,
-    /// How long the stress scenario stresses each system.
+    /// How long the stress scenario stresses each system, and how long each e2e safety run
+    /// ([`safety`]) lasts.
     pub stress_duration: Duration,
 }
 
@@ -122,6 +124,8 @@ pub struct Results {
     pub aborted: Vec<(System, String)>,
     /// The stress runs, one per system.
     pub stress: Vec<stress::StressRun>,
+    /// The e2e safety runs ([`safety`]), one per withdrawing system and scenario.
+    pub safety: Vec<safety::SafetyRun>,
 }
 
 /// `10.78.128.0 + k`, the testbed's VIP numbering.
@@ -138,7 +142,7 @@ fn agent_args(system: System, s: &Settings) -> Vec<String> {
 }
 
 fn settings_text(system: System, args: &[String]) -> String {
-    if !system.is_agent() {
+    if !system.is_agent() || system.withdraws() {
         system.settings()
     } else if args.is_empty() {
         "announcer (defaults)".into()
@@ -192,6 +196,7 @@ pub fn run(s: &Settings, rt: &Handle, progress: &dyn Fn(&str)) -> Results {
         idle: None,
         aborted: vec![],
         stress: vec![],
+        safety: vec![],
     };
     let started = Instant::now();
     for (si, &system) in s.systems.iter().enumerate() {
@@ -303,6 +308,25 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
     for &scenario in &s.scenarios {
         if let Err(why) = scenario.supported_by(bed.system) {
             progress(&format!("[{}] {name}: UNSUPPORTED: {why}", scenario.name()));
+            continue;
+        }
+        if safety::is_safety(scenario) {
+            let run = safety::run(
+                bed,
+                &mut e2e_bed,
+                scenario,
+                s.stress_duration,
+                progress,
+            )?;
+            progress(&format!(
+                "[{}] {name}: {} healthy Pods withdrawn in {:.0} s ({} faults, {} Pod checks)",
+                scenario.name(),
+                run.healthy_withdrawn.len(),
+                run.duration_s,
+                run.faults,
+                run.polls
+            ));
+            out.safety.push(run);
             continue;
         }
         if !scenario.has_trials() {

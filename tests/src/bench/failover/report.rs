@@ -189,6 +189,15 @@ impl Row {
         (summarize(&mut v), missing)
     }
 
+    /// E2e scenarios: every false withdrawal of every trial (`pod on node`).
+    pub fn healthy_withdrawn(&self) -> Vec<String> {
+        self.trials
+            .iter()
+            .filter_map(|t| t.e2e.as_ref())
+            .flat_map(|e| e.healthy_withdrawn.iter().cloned())
+            .collect()
+    }
+
     /// E2e scenarios: the failed share of HTTP requests per trial, in thousandths of a percent.
     pub fn http_failed_share(&self) -> Summary {
         let mut v: Vec<u64> = self
@@ -204,11 +213,12 @@ impl Row {
 /// The figures of the e2e table and JSON: name, and how to get them from a trial.
 type E2eField = (&'static str, fn(&E2eOutcome) -> Option<Duration>);
 
-const E2E_TIMES: [E2eField; 4] = [
+const E2E_TIMES: [E2eField; 5] = [
     ("http_first_ok", |e| e.http.first_ok),
     ("http_99pct_ok", |e| e.http.ok_99pct),
     ("http_all_ok", |e| e.http.all_ok),
     ("endpoints_not_ready", |e| e.endpoints_not_ready),
+    ("ready_again", |e| e.ready_again),
 ];
 
 /// The e2e rows' own table: HTTP through kube-proxy, next to the layer-2 failover.
@@ -224,7 +234,7 @@ fn e2e_table(rows: &[Row]) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>6}",
+        "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>13} {:>6} {:>6}",
         "system",
         "scenario",
         "trials",
@@ -234,7 +244,9 @@ fn e2e_table(rows: &[Row]) -> String {
         "http_all_ok",
         "failed_pct",
         "endpt_not_ready",
-        "unrec"
+        "ready_again",
+        "unrec",
+        "false"
     );
     let pair = |x: (Summary, usize)| {
         if x.0.n == 0 {
@@ -246,11 +258,12 @@ fn e2e_table(rows: &[Row]) -> String {
     for r in rows {
         let f = r.failover();
         let l2 = pair((f, 0));
-        let [first, p99ok, all, endpt] = E2E_TIMES.map(|(_, get)| pair(r.e2e_times(get)));
+        let [first, p99ok, all, endpt, again] =
+            E2E_TIMES.map(|(_, get)| pair(r.e2e_times(get)));
         let share = r.http_failed_share();
         let _ = writeln!(
             s,
-            "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>6}",
+            "{:<27} {:<18} {:>6} {:>13} {:>13} {:>13} {:>13} {:>13} {:>15} {:>13} {:>6} {:>6}",
             r.system.name(),
             r.scenario.name(),
             r.trials.len(),
@@ -264,7 +277,9 @@ fn e2e_table(rows: &[Row]) -> String {
                 share.p99 as f64 / 1e3
             ),
             endpt,
-            r.e2e_times(|e| e.http.all_ok).1
+            again,
+            r.e2e_times(|e| e.http.all_ok).1,
+            r.healthy_withdrawn().len()
         );
     }
     s.push_str(E2E_FOOTER);
@@ -276,8 +291,9 @@ l2_failover = the UDP probes' failover (the address move). http_first_ok = send 
 after the first failed one, minus T (0: nothing failed); http_99pct_ok = first time after which every 1 s window has
 >= 99 % successes; http_all_ok = send time of the first request after the last failed one; failed_pct = failed requests
 among those sent in the 60 s after T; endpt_not_ready = when the crashed node's endpoint stopped being ready in the
-EndpointSlices (node lifecycle controller, then the endpointslice controller); unrec = trials where requests still
-failed at the end (60 s). Requests: a new TCP connection each, 200 ms timeout, at most 20 in flight.
+EndpointSlices (node lifecycle controller, or our withdrawer, then the endpointslice controller); ready_again = from
+the node's return until every endpoint is ready and programmed again; unrec = trials where requests still failed at
+the end (60 s); false = Pods on nodes that did not crash seen withdrawn (must be 0). Requests: a new TCP connection each, 200 ms timeout, at most 20 in flight.
 ";
 
 fn find(rows: &[Row], system: System, scenario: Scenario) -> Option<&Row> {
@@ -416,6 +432,10 @@ pub fn verdicts(
     if selected(d, Scenario::Partition) {
         v.push(partition_verdict(rows, d, aborted));
     }
+    let w = System::AnnouncerWithdraw;
+    if selected(w, Scenario::CrashE2eCluster) {
+        v.extend(withdraw_verdicts(rows, w, aborted));
+    }
     if selected(d, Scenario::Rejoin)
         && let Some(r) = find(rows, d, Scenario::Rejoin)
     {
@@ -473,6 +493,88 @@ pub fn verdicts(
     }
     v
 }
+
+/// Fast endpoint withdrawal's targets (issue 28), `Cluster` Service, over every trial: the
+/// failed share of the 60 s after the crash ≤ [`WITHDRAW_FAILED_PCT`] % and 100 % success again
+/// ≤ [`WITHDRAW_ALL_OK_MS`] after it (p99; a trial that never recovered fails), and no Pod of
+/// a node that did not crash withdrawn.
+fn withdraw_verdicts(rows: &[Row], w: System, aborted: &[(System, String)]) -> Vec<Verdict> {
+    let sc = Scenario::CrashE2eCluster;
+    let name = |what: &str| format!("{}_{}_{what}", w.name(), sc.name());
+    let Some(r) = find(rows, w, sc) else {
+        return vec![
+            no_trials(
+                name("failed_share_pct_p99"),
+                "failed share",
+                w,
+                sc,
+                WITHDRAW_FAILED_PCT,
+                aborted,
+            ),
+            no_trials(
+                name("http_all_ok_p99"),
+                "100 % success again",
+                w,
+                sc,
+                WITHDRAW_ALL_OK_MS,
+                aborted,
+            ),
+        ];
+    };
+    let share = r.http_failed_share();
+    let share_p99 = share.p99 as f64 / 1e3;
+    let (all_ok, never) = r.e2e_times(|e| e.http.all_ok);
+    let all_ok_p99 = ms(all_ok.p99);
+    let false_ones = r.healthy_withdrawn();
+    let n = r.trials.len();
+    vec![
+        Verdict {
+            name: name("failed_share_pct_p99"),
+            text: format!(
+                "{} {}: {share_p99:.2} % of requests failed in the 60 s after the crash (p99 over {n} trials), target ≤ {WITHDRAW_FAILED_PCT} %",
+                w.name(),
+                sc.name()
+            ),
+            value: Some(share_p99),
+            limit: Some(WITHDRAW_FAILED_PCT),
+            pass: Some(n > 0 && share_p99 <= WITHDRAW_FAILED_PCT),
+        },
+        Verdict {
+            name: name("http_all_ok_p99"),
+            text: format!(
+                "{} {}: 100 % success again {all_ok_p99:.0} ms after the crash (p99 over {n} trials, {never} never), target ≤ {WITHDRAW_ALL_OK_MS:.0} ms",
+                w.name(),
+                sc.name()
+            ),
+            value: Some(all_ok_p99),
+            limit: Some(WITHDRAW_ALL_OK_MS),
+            pass: Some(n > 0 && never == 0 && all_ok_p99 <= WITHDRAW_ALL_OK_MS),
+        },
+        Verdict {
+            name: name("healthy_withdrawn"),
+            text: format!(
+                "{} {}: {} Pods of nodes that did not crash withdrawn over {n} trials{}, target 0",
+                w.name(),
+                sc.name(),
+                false_ones.len(),
+                if false_ones.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", false_ones.join(", "))
+                }
+            ),
+            value: Some(false_ones.len() as f64),
+            limit: Some(0.0),
+            pass: Some(false_ones.is_empty()),
+        },
+    ]
+}
+
+/// `announcer-withdraw`'s target for the failed share of a `Cluster` Service's requests in the
+/// 60 s after a crash, in percent.
+pub const WITHDRAW_FAILED_PCT: f64 = 1.0;
+/// `announcer-withdraw`'s target for 100 % success again after a crash, in ms.
+pub const WITHDRAW_ALL_OK_MS: f64 = 1500.0;
 
 /// `r`'s failover `stat` (`p99` or `p50`) against `limit`, over trials that all recovered and
 /// all saw the expected owner.
@@ -770,6 +872,7 @@ pub fn json(rows: &[Row], verdicts: &[Verdict], plot: &str, extra: Value) -> Str
                         .map(|e| e.failed_after_endpoint_removal)
                         .collect::<Vec<_>>()
                 );
+                row["healthy_withdrawn"] = json!(r.healthy_withdrawn());
                 row["http_requests"] = json!(
                     r.trials
                         .iter()

@@ -53,6 +53,15 @@ pub enum Scenario {
     /// The same with `externalTrafficPolicy: Cluster` (the crashed node holds one of the
     /// three endpoints).
     CrashE2eCluster,
+    /// Fast endpoint withdrawal's bad days ([`super::safety`]): one long run each, no node
+    /// crashes, every withdrawn Pod a false one. Every CPU busy and the API slowed down.
+    StressE2e,
+    /// Two nodes cut from each other, on and off.
+    PartitionE2e,
+    /// The heartbeat port dropped on every node, the API fine.
+    BlackoutE2e,
+    /// One node's agent killed again and again, the node fine.
+    AgentCrashloopE2e,
     /// A crash of the node that owns the most VIPs of a large set (100 probed).
     Crash100,
 }
@@ -100,10 +109,14 @@ impl Scenario {
     /// (10 min by default) per system, which would make the default run 1 h longer.
     /// So do the end-to-end ones: they need the real control plane and wait for its node
     /// lifecycle controller in every trial.
-    pub const OPT_IN: [Scenario; 3] = [
+    pub const OPT_IN: [Scenario; 7] = [
         Scenario::Stress,
         Scenario::CrashE2eLocal,
         Scenario::CrashE2eCluster,
+        Scenario::StressE2e,
+        Scenario::PartitionE2e,
+        Scenario::BlackoutE2e,
+        Scenario::AgentCrashloopE2e,
     ];
 
     /// Every scenario there is: [`Scenario::ALL`], then [`Scenario::OPT_IN`].
@@ -111,9 +124,10 @@ impl Scenario {
         Scenario::ALL.into_iter().chain(Scenario::OPT_IN)
     }
 
-    /// Whether it runs trials (a Row of [`super::trial::Trial`]s); stress is one long run.
+    /// Whether it runs trials (a Row of [`super::trial::Trial`]s); stress and the safety
+    /// scenarios ([`super::safety`]) are one long run each.
     pub fn has_trials(self) -> bool {
-        self != Scenario::Stress
+        self != Scenario::Stress && !super::safety::is_safety(self)
     }
 
     /// Name in tables, JSON and `--scenarios`.
@@ -132,6 +146,10 @@ impl Scenario {
             Scenario::CrashE2eLocal => "crash-e2e-local",
             Scenario::CrashE2eCluster => "crash-e2e-cluster",
             Scenario::Crash100 => "crash-100",
+            Scenario::StressE2e => "stress-e2e",
+            Scenario::PartitionE2e => "partition-e2e",
+            Scenario::BlackoutE2e => "blackout-e2e",
+            Scenario::AgentCrashloopE2e => "agent-crashloop-e2e",
         }
     }
 
@@ -167,7 +185,13 @@ impl Scenario {
             | Scenario::Crash100 => Some(Expect::Moves),
             Scenario::Restart | Scenario::Freeze if !system.is_agent() => None,
             Scenario::Restart | Scenario::Freeze => Some(Expect::Stays),
-            Scenario::Partition | Scenario::Rejoin | Scenario::Stress => None,
+            Scenario::Partition
+            | Scenario::Rejoin
+            | Scenario::Stress
+            | Scenario::StressE2e
+            | Scenario::PartitionE2e
+            | Scenario::BlackoutE2e
+            | Scenario::AgentCrashloopE2e => None,
         }
     }
 }
@@ -205,6 +229,21 @@ impl Scenario {
     /// Whether `system` can run this scenario here; why not if it cannot (the run reports
     /// the cell as unsupported).
     pub fn supported_by(self, system: System) -> Result<(), &'static str> {
+        if system.withdraws()
+            && !super::safety::is_safety(self)
+            && !super::e2e::is_e2e(self)
+        {
+            return Err(
+                "announcer-withdraw is announcer-default plus the withdrawer, which acts on \
+                 endpoints only: see announcer-default's row",
+            );
+        }
+        if super::safety::is_safety(self) && !system.withdraws() {
+            return Err(
+                "the e2e safety scenarios judge fast endpoint withdrawal; this system does not \
+                 withdraw endpoints",
+            );
+        }
         if matches!(self, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
             && system.is_keepalived()
         {
@@ -644,6 +683,17 @@ mod unit {
     }
 
     #[test]
+    fn the_safety_scenarios_are_long_runs_only_a_withdrawing_system_runs() {
+        for sc in super::super::safety::SCENARIOS {
+            assert!(!sc.has_trials(), "{}", sc.name());
+            assert!(Scenario::OPT_IN.contains(&sc), "{}", sc.name());
+            assert_eq!(sc.supported_by(System::AnnouncerWithdraw), Ok(()));
+            assert!(sc.supported_by(System::AnnouncerDefault).is_err());
+            assert_eq!(Scenario::parse(sc.name()), Some(sc));
+        }
+    }
+
+    #[test]
     fn the_run_order_is_the_declaration_order_with_crash_100_last() {
         // The binary sorts `--scenarios`: the enum's order is the run order.
         let mut sorted: Vec<Scenario> = Scenario::known().collect();
@@ -680,14 +730,19 @@ mod unit {
                 assert_eq!(sc.supported_by(s), Ok(()), "{}", sc.name());
             }
         }
-        assert!(Scenario::known().all(|sc| sc.supported_by(System::AnnouncerDefault).is_ok()));
+        assert!(
+            Scenario::known()
+                .filter(|sc| !super::super::safety::is_safety(*sc))
+                .all(|sc| sc.supported_by(System::AnnouncerDefault).is_ok())
+        );
     }
 
     #[test]
     fn keepalived_runs_every_layer_2_scenario_and_no_end_to_end_one() {
         for s in [System::KeepalivedTuned, System::KeepalivedDefault] {
             for sc in Scenario::known() {
-                let e2e = matches!(sc, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster);
+                let e2e = matches!(sc, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
+                    || super::super::safety::is_safety(sc);
                 assert_eq!(sc.supported_by(s).is_err(), e2e, "{}", sc.name());
             }
         }

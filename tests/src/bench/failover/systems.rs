@@ -12,7 +12,10 @@
 //!   [`crate::env::lan::Peer`] (versions in [`System::settings`]); kube-vip at its defaults
 //!   (5 s / 3 s / 1 s) and at the fastest whole-second timings client-go accepts
 //!   (3 s / 2 s / 1 s; kube-vip documents nothing faster than its defaults);
-//! * this agent with its defaults, and with [`FAST_ARGS`].
+//! * this agent with its defaults, and with [`FAST_ARGS`];
+//! * this agent with its defaults and fast endpoint withdrawal on (`announcer-withdraw`):
+//!   [`WITHDRAWER_REPLICAS`] `announcer withdrawer` processes in node namespaces (a crash may
+//!   take one down, as it would a replica's node) and the Services' namespace opted in.
 //!
 //! Every system runs on the real control plane (kube-apiserver, its controllers); the
 //! Lease-per-Service imitation of the agent stays in the API-cost bench
@@ -45,6 +48,10 @@ pub const FAST_ARGS: &[&str] = &[
     "--probe-timeout=20ms",
 ];
 
+/// How many `announcer withdrawer` replicas `announcer-withdraw` runs (on the first nodes,
+/// as the Deployment's two replicas would land on two nodes).
+pub const WITHDRAWER_REPLICAS: usize = 2;
+
 /// One system under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum System {
@@ -55,11 +62,12 @@ pub enum System {
     KubeVipFast,
     AnnouncerDefault,
     AnnouncerFast,
+    AnnouncerWithdraw,
 }
 
 impl System {
     /// Every system, in report order.
-    pub const ALL: [System; 7] = [
+    pub const ALL: [System; 8] = [
         System::KeepalivedDefault,
         System::KeepalivedTuned,
         System::MetalLb,
@@ -67,6 +75,7 @@ impl System {
         System::KubeVipFast,
         System::AnnouncerDefault,
         System::AnnouncerFast,
+        System::AnnouncerWithdraw,
     ];
 
     /// Name in tables, JSON and `--systems`.
@@ -79,6 +88,7 @@ impl System {
             System::KubeVipFast => "kube-vip-fast",
             System::AnnouncerDefault => "announcer-default",
             System::AnnouncerFast => "announcer-fast",
+            System::AnnouncerWithdraw => "announcer-withdraw",
         }
     }
 
@@ -94,6 +104,9 @@ impl System {
             System::KeepalivedTuned => "keepalived VRRPv3, advert_int 0.1 s".into(),
             System::AnnouncerFast => format!("announcer {}", FAST_ARGS.join(" ")),
             System::AnnouncerDefault => "announcer (defaults)".into(),
+            System::AnnouncerWithdraw => format!(
+                "announcer (defaults), fast endpoint withdrawal ({WITHDRAWER_REPLICAS} withdrawer replicas)"
+            ),
             System::MetalLb | System::KubeVip | System::KubeVipFast => {
                 self.peer().expect("a peer").settings()
             }
@@ -112,7 +125,15 @@ impl System {
 
     /// This agent rather than keepalived or a peer.
     pub fn is_agent(self) -> bool {
-        matches!(self, System::AnnouncerDefault | System::AnnouncerFast)
+        matches!(
+            self,
+            System::AnnouncerDefault | System::AnnouncerFast | System::AnnouncerWithdraw
+        )
+    }
+
+    /// Whether this system withdraws a crashed node's endpoints (the withdrawer runs).
+    pub fn withdraws(self) -> bool {
+        self == System::AnnouncerWithdraw
     }
 
     /// keepalived rather than the agent.
@@ -139,7 +160,7 @@ impl System {
             System::KubeVipFast => 5,
             // memberlist's suspicion timeout for a few nodes (LAN profile), and a re-join.
             System::MetalLb => 10,
-            System::AnnouncerDefault | System::AnnouncerFast => 4,
+            System::AnnouncerDefault | System::AnnouncerFast | System::AnnouncerWithdraw => 4,
         })
     }
 
@@ -156,7 +177,7 @@ impl System {
             System::KubeVip => 15,
             System::KubeVipFast => 12,
             // SIGKILL without restart waits for the 5 s grace.
-            System::AnnouncerDefault | System::AnnouncerFast => 9,
+            System::AnnouncerDefault | System::AnnouncerFast | System::AnnouncerWithdraw => 9,
         })
     }
 }

@@ -210,6 +210,12 @@ pub fn run(
             std::thread::sleep(REJOIN_WATCH);
         }
         Scenario::Stress => unreachable!("stress runs no trials (see super::stress)"),
+        Scenario::StressE2e
+        | Scenario::PartitionE2e
+        | Scenario::BlackoutE2e
+        | Scenario::AgentCrashloopE2e => {
+            unreachable!("the e2e safety scenarios run no trials (see super::safety)")
+        }
         Scenario::CrashE2eLocal | Scenario::CrashE2eCluster => {
             unreachable!("the e2e scenarios run their trials in super::e2e")
         }
@@ -364,4 +370,10 @@ pub struct E2eOutcome {
     pub failed_after_endpoint_removal: Option<usize>,
     /// The failed requests after the crash by why they failed.
     pub errors: BTreeMap<HttpError, usize>,
+    /// From the crashed node's return (link up, kubelet back) until every endpoint of both
+    /// Services is ready and programmed again; `None`: not within the trial's bound.
+    pub ready_again: Option<Duration>,
+    /// Pods on nodes that did not crash that were seen with `Ready` False for our reason
+    /// (`AnnouncerNodeUnreachable`) during the trial: false withdrawals, which must be none.
+    pub healthy_withdrawn: Vec<String>,
 }

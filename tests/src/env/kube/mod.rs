@@ -67,6 +67,8 @@ pub use kubelet::Kubelets;
 pub const AGENT_SERVICE_ACCOUNT: &str = "announcer";
 /// The allocator Deployment's ServiceAccount (deploy/allocator.yaml).
 pub const ALLOCATOR_SERVICE_ACCOUNT: &str = "announcer-allocator";
+/// The withdrawal controller's ServiceAccount (`deploy/withdrawer.yaml`).
+pub const WITHDRAWAL_SERVICE_ACCOUNT: &str = "announcer-withdrawal";
 
 /// The allocator's user on a real API server:
 /// `system:serviceaccount:<NAMESPACE>:<ALLOCATOR_SERVICE_ACCOUNT>`.

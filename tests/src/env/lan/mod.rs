@@ -76,6 +76,7 @@ mod prober;
 mod resolve;
 mod services;
 mod timeline;
+mod withdrawers;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -111,6 +112,7 @@ pub use peers::{
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
 pub use resolve::{Answers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
+pub use withdrawers::{OPT_IN_LABEL, WITHDRAWN_REASON, opt_in, withdrawn_pods};
 
 /// The namespace of the testbed's Services.
 pub const SERVICE_NAMESPACE: &str = "default";

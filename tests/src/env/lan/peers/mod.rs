@@ -584,7 +584,7 @@ fn clean_command(program: &Path, envs: &[(&str, String)]) -> Command {
 
 /// A token of ServiceAccount `ns/account` (`kubectl create token`, 24 h), written as a
 /// kubeconfig for the relay URL (what the node namespaces reach) to `path`.
-fn write_sa_kubeconfig(tb: &Testbed, ns: &str, account: &str, path: &Path) {
+pub(super) fn write_sa_kubeconfig(tb: &Testbed, ns: &str, account: &str, path: &Path) {
     let cp = tb.require_kube("a ServiceAccount kubeconfig");
     let token = cp
         .kubectl(&["create", "token", account, "-n", ns, "--duration=24h"])
