@@ -9,7 +9,7 @@ use std::{
 };
 
 use announcer::{
-    agent::net::probe::{Answer, ProbeSource, Prober, Probes},
+    agent::net::probe::{Answer, ProbeKind, ProbeSource, Prober, Probes},
     election::IfaceName,
     wire::MacAddr,
 };
@@ -181,11 +181,13 @@ fn answers_arrive_on_the_channel_for_the_election_with_the_nonce_echoed() {
         [
             Answer {
                 vip: VIP4.into(),
-                mac: NODE
+                mac: NODE,
+                kind: ProbeKind::DataPlane,
             },
             Answer {
                 vip: VIP6.into(),
-                mac: NODE
+                mac: NODE,
+                kind: ProbeKind::DataPlane,
             },
         ]
     );
