@@ -481,8 +481,7 @@ impl Context {
     /// [`link_states`](Self::link_states), without forgetting deleted interfaces).
     pub(super) fn any_link_down(&self) -> bool {
         self.net.used_ifaces.iter().any(|name| {
-            !self.net.ifaces.iter().any(|i| i.name == *name && i.up)
-                || self.net.plane.is_down(name)
+            !self.net.ifaces.iter().any(|i| i.name == *name && i.up) || self.net.plane.is_down(name)
         })
     }
 
@@ -505,12 +504,8 @@ impl Context {
             .filter_map(|ip| {
                 let c = iface::choose(ip, &self.net.ifaces, &self.net.iface_cfg).ok()?;
                 let (_, src) = self.probe_source(&c.iface)?;
-                (c.mac.is_some() && (ip.is_ipv4() || src.ipv6.is_some())).then_some(
-                    KernelTarget {
-                        iface: c.iface,
-                        ip,
-                    },
-                )
+                (c.mac.is_some() && (ip.is_ipv4() || src.ipv6.is_some()))
+                    .then_some(KernelTarget { iface: c.iface, ip })
             })
             .collect()
     }

@@ -283,7 +283,8 @@ impl Shell {
             write_tx,
             last_plan_inputs: None,
             plane_changed: false,
-            unreachable: (!ctx_reports_off).then(|| Unreachable::new(unreachable::Config::default())),
+            unreachable: (!ctx_reports_off)
+                .then(|| Unreachable::new(unreachable::Config::default())),
             report: Report::default(),
             report_rewrite: false,
             unreachable_fed: Instant::now(),
@@ -425,10 +426,9 @@ impl Shell {
 
     /// When the unreachable rules want to run next (never with reporting off).
     fn unreachable_due(&self) -> Option<tokio::time::Instant> {
-        self.unreachable
-            .as_ref()?
-            .poll_timeout()
-            .map(|t| tokio::time::Instant::from_std(t.max(self.unreachable_fed + UNREACHABLE_EVERY)))
+        self.unreachable.as_ref()?.poll_timeout().map(|t| {
+            tokio::time::Instant::from_std(t.max(self.unreachable_fed + UNREACHABLE_EVERY))
+        })
     }
 
     /// Feeds the unreachable rules what the core and the watches know now, sends the probes

@@ -88,7 +88,11 @@ async fn settled(tag: &str) -> (Testbed, String, Vec<String>) {
     let owner = rendezvous_owner(&vip.to_string(), &names);
     tb.add_service("web", &[vip], false, &names).await;
     tb.start_agents(&[]);
-    assert_eq!(tb.wait_owner(vip, T), owner, "the VIP on its rendezvous owner");
+    assert_eq!(
+        tb.wait_owner(vip, T),
+        owner,
+        "the VIP on its rendezvous owner"
+    );
     tb.wait_for("every agent ready", T, Testbed::all_ready);
     let others = nodes.iter().filter(|n| **n != owner).cloned().collect();
     (tb, owner, others)

@@ -449,10 +449,7 @@ impl NodeLease {
                 );
             }
             if !p.unreachable.is_empty() {
-                annotations.insert(
-                    UNREACHABLE_ANNOTATION.to_owned(),
-                    p.unreachable.to_string(),
-                );
+                annotations.insert(UNREACHABLE_ANNOTATION.to_owned(), p.unreachable.to_string());
             }
         }
         Lease {

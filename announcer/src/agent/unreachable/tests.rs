@@ -91,7 +91,10 @@ fn a_silent_peer_whose_kernel_stays_silent_is_listed_after_three_unanswered_roun
     let t0 = Instant::now();
     let mut u = rules(t0, vec![silent_b()]);
     run(&mut u, t0 + 149 * MS);
-    assert!(listed(&u).is_empty(), "not before the third round's window closed");
+    assert!(
+        listed(&u).is_empty(),
+        "not before the third round's window closed"
+    );
     run(&mut u, t0 + 150 * MS);
     assert_eq!(listed(&u), vec![b()]);
 }
@@ -104,7 +107,11 @@ fn each_round_asks_the_peers_kernel_for_its_internal_ip_fifty_ms_apart() {
         node: b(),
         target: kernel_b(),
     };
-    assert_eq!(drain(&mut u), vec![probe.clone()], "the first round at once");
+    assert_eq!(
+        drain(&mut u),
+        vec![probe.clone()],
+        "the first round at once"
+    );
     assert_eq!(u.poll_timeout(), Some(t0 + 50 * MS));
     u.handle_timeout(t0 + 50 * MS);
     assert_eq!(drain(&mut u), vec![probe.clone()]);
@@ -339,7 +346,11 @@ fn a_new_observer_lists_nobody_until_told_how_it_sees() {
     let t0 = Instant::now();
     let mut u = Unreachable::new(Config::default());
     u.handle_peers(t0, vec![silent_b()]);
-    assert_eq!(run(&mut u, t0 + Duration::from_secs(5)), 0, "no probe either");
+    assert_eq!(
+        run(&mut u, t0 + Duration::from_secs(5)),
+        0,
+        "no probe either"
+    );
     assert!(listed(&u).is_empty());
 }
 

@@ -816,7 +816,13 @@ fn a_kernel_answer_for_another_address_interface_or_after_the_window_does_not_co
 fn a_nonceless_answer_still_does_not_count_for_a_data_plane_probe() {
     let now = Instant::now();
     let mut t = table_with_probe(now);
-    t.insert_kernel(IF, NODE4.into(), None, now + Duration::from_millis(100), now);
+    t.insert_kernel(
+        IF,
+        NODE4.into(),
+        None,
+        now + Duration::from_millis(100),
+        now,
+    );
     assert_eq!(
         t.accept(IF, &kernel_reply(VIP4.into(), THEIRS), now),
         Err(Dropped::BadNonce),
@@ -834,7 +840,11 @@ fn kernel_probes_are_bounded_oldest_first() {
     }
     assert_eq!(t.len(), 2);
     assert_eq!(
-        t.accept(IF, &kernel_reply(Ipv4Addr::new(10, 0, 0, 1).into(), THEIRS), now),
+        t.accept(
+            IF,
+            &kernel_reply(Ipv4Addr::new(10, 0, 0, 1).into(), THEIRS),
+            now
+        ),
         Err(Dropped::NoProbe),
         "the oldest was dropped"
     );
