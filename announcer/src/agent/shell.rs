@@ -55,6 +55,10 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// least this often while they are due.
 const UNREACHABLE_EVERY: Duration = Duration::from_millis(20);
 
+/// How often the VIPs a silent peer would hold are recomputed (a scan of every VIP): about
+/// its re-probe interval.
+const HOLDS_EVERY: Duration = Duration::from_secs(1);
+
 /// [`run`] on a thread of its own, with a single-threaded runtime of its own: the heartbeat
 /// socket, the probe socket and the core's timers never wait for a worker that is decoding a
 /// watch event or writing an Event. Everything that talks to the API (watches, Lease and
@@ -153,6 +157,9 @@ struct Shell {
     report_rewrite: bool,
     /// When the rules were last fed.
     unreachable_fed: Instant,
+    /// A VIP each silent peer would hold (its data plane's probe target), and when the core
+    /// was asked.
+    holds: BTreeMap<NodeName, (Instant, Option<DataPlaneTarget>)>,
     last_publish: Instant,
     // What `next_input` waits on.
     term: Shutdown,
@@ -288,6 +295,7 @@ impl Shell {
             report: Report::default(),
             report_rewrite: false,
             unreachable_fed: Instant::now(),
+            holds: BTreeMap::new(),
             last_publish: Instant::now(),
             term,
             shutdown_seen: false,
@@ -521,16 +529,35 @@ impl Shell {
         }
     }
 
-    /// Every peer as the core and the watches see it, for the unreachable rules.
-    fn peer_views(&self, now: Instant) -> Vec<PeerView> {
-        self.core
-            .peer_silences(now, 1)
+    /// Every peer as the core and the watches see it, for the unreachable rules. What a silent
+    /// peer holds is asked of the core once per [`HOLDS_EVERY`] (it scans every VIP).
+    fn peer_views(&mut self, now: Instant) -> Vec<PeerView> {
+        let cache = &self.holds;
+        let stale = |n: &NodeName| cache.get(n).is_none_or(|(t, _)| now >= *t + HOLDS_EVERY);
+        let silences = self.core.peer_silences(now, 1, stale);
+        let fresh: Vec<bool> = silences
+            .iter()
+            .map(|s| s.heartbeats_silent && stale(&s.node))
+            .collect();
+        self.holds
+            .retain(|n, _| silences.iter().any(|s| s.node == *n && s.heartbeats_silent));
+        silences
             .into_iter()
-            .map(|s| {
+            .zip(fresh)
+            .map(|(s, fresh)| {
+                if fresh {
+                    let held = s.holds.first().map(|(vip, iface, mac)| DataPlaneTarget {
+                        iface: iface.clone(),
+                        vip: *vip,
+                        mac: *mac,
+                    });
+                    self.holds.insert(s.node.clone(), (now, held));
+                }
+                let held = self.holds.get(&s.node).and_then(|(_, h)| h.clone());
                 let data_plane = if s.data_plane_silent {
                     DataPlane::ProbedSilent
-                } else if let Some((vip, iface, mac)) = s.holds.into_iter().next() {
-                    DataPlane::Holds(DataPlaneTarget { iface, vip, mac })
+                } else if let Some(target) = held {
+                    DataPlane::Holds(target)
                 } else {
                     DataPlane::HoldsNone
                 };

@@ -743,19 +743,25 @@ impl Core {
     /// What the election knows of each peer's silence, for the unreachable report
     /// (`agent::unreachable`). Read-only; nothing here changes what the core decides.
     ///
-    /// `holds` is computed only for peers whose heartbeats are silent: the VIPs it would hold
+    /// `holds` is computed only for peers whose heartbeats are silent and for which
+    /// `holds_for` says so (it scans every VIP: the caller caches it): the VIPs it would hold
     /// if it were alive (the top of the VIP's ranking among the candidates and itself, with a
     /// link for it), with the interface we announce the VIP on and the MAC its data plane
     /// answers the VIP with, at most `max_holds` of them. Empty: as far as we know it owned no
     /// VIP, so its XDP program had nothing to answer.
-    pub fn peer_silences(&self, now: Instant, max_holds: usize) -> Vec<PeerSilence> {
+    pub fn peer_silences(
+        &self,
+        now: Instant,
+        max_holds: usize,
+        holds_for: impl Fn(&NodeName) -> bool,
+    ) -> Vec<PeerSilence> {
         let dead_after = self.config.dead_after();
         self.peers
             .iter()
             .map(|(n, p)| {
                 let heartbeats_silent = !p.beating(now, dead_after);
                 let mut holds = Vec::new();
-                if heartbeats_silent {
+                if heartbeats_silent && holds_for(n) {
                     for (ip, v) in &self.vips {
                         if holds.len() >= max_holds {
                             break;
