@@ -216,3 +216,29 @@ async fn an_observer_whose_link_is_down_lists_nobody() {
         any_listing(tb).is_empty()
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survivors_count_the_peers_they_list_and_their_kernel_probes() {
+    let (mut tb, owner, others) = settled("unreach-metrics").await;
+    for o in &others {
+        assert_eq!(tb.metric(o, "announcer_unreachable_peers"), Some(0.0));
+    }
+    tb.crash(&owner);
+    for o in &others {
+        tb.wait_for(&format!("{o} counts {owner} listed"), REPORTED, |tb| {
+            tb.metric(o, "announcer_unreachable_peers") == Some(1.0)
+        });
+        let sent = tb
+            .metric(o, "announcer_kernel_probes_sent_total")
+            .unwrap_or_default();
+        assert!(
+            sent >= 3.0,
+            "{o} sent {sent} kernel probes, expected 3 rounds"
+        );
+        assert_eq!(
+            tb.metric(o, "announcer_kernel_probes_answered_total"),
+            Some(0.0),
+            "{o}: nothing answered for the crashed node"
+        );
+    }
+}
