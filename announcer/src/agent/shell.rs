@@ -537,10 +537,10 @@ impl Shell {
         let silences = self.core.peer_silences(now, 1, stale);
         let fresh: Vec<bool> = silences
             .iter()
-            .map(|s| s.heartbeats_silent && stale(&s.node))
+            .map(|s| s.heartbeats_quiet && stale(&s.node))
             .collect();
         self.holds
-            .retain(|n, _| silences.iter().any(|s| s.node == *n && s.heartbeats_silent));
+            .retain(|n, _| silences.iter().any(|s| s.node == *n && s.heartbeats_quiet));
         silences
             .into_iter()
             .zip(fresh)
@@ -561,13 +561,14 @@ impl Shell {
                 } else {
                     DataPlane::HoldsNone
                 };
-                let kernel = if s.heartbeats_silent && !s.released {
+                let kernel = if s.heartbeats_quiet && !s.released {
                     self.ctx.kernel_targets(&s.node)
                 } else {
                     Vec::new()
                 };
                 PeerView {
                     node: s.node,
+                    heartbeats_quiet: s.heartbeats_quiet,
                     heartbeats_silent: s.heartbeats_silent,
                     released: s.released,
                     data_plane,

@@ -22,10 +22,13 @@
 //!    that does not happen: the node lifecycle controller still acts, later). Silence cannot be
 //!    forged: one answer from the live kernel is enough.
 //!
-//! Probing starts once 1 holds: [`Config::rounds`] rounds [`Config::spacing`] apart (each a
-//! kernel probe of every InternalIP, plus a data-plane probe when 2 needs one), and the peer is
-//! listed [`Config::spacing`] after the last round if nothing answered. While listed it is
-//! probed again every [`Config::reprobe`]. Any sign of life unlists it at once: a heartbeat
+//! Probing starts as soon as the peer's heartbeats are overdue enough for the election to
+//! suspect it (one and a half periods: alongside the election's own data-plane probe), so that
+//! the proof is ready when rule 1 holds: [`Config::rounds`] rounds [`Config::spacing`] apart
+//! (each a kernel probe of every InternalIP, plus a data-plane probe when 2 needs one). If
+//! nothing answered by [`Config::spacing`] after the last round, the peer is listed once (or
+//! as soon as) its heartbeats are silent; a proof not used within [`Config::reprobe`] is made
+//! again. While listed it is probed again every [`Config::reprobe`]. Any sign of life unlists it at once: a heartbeat
 //! (1 no longer holds), a kernel or data-plane answer, its Lease released or deleted (it left).
 //! A peer that answered while its heartbeats stay silent (an agent down on a live node) is
 //! asked again every [`Config::reprobe`].
@@ -159,7 +162,9 @@ pub struct KernelTarget {
 pub struct PeerView {
     /// The peer.
     pub node: NodeName,
-    /// Rule 1.
+    /// Its heartbeats are overdue enough for the election to suspect it: probing starts.
+    pub heartbeats_quiet: bool,
+    /// Rule 1 (implies `heartbeats_quiet`).
     pub heartbeats_silent: bool,
     /// Its Lease says it left for good.
     pub released: bool,
@@ -168,6 +173,13 @@ pub struct PeerView {
     /// Rule 3's targets. Empty (no Node object, no InternalIP, no interface to ask from):
     /// its kernel cannot be asked, so it is never listed.
     pub kernel: Vec<KernelTarget>,
+}
+
+impl PeerView {
+    /// Probing may start.
+    fn quiet(&self) -> bool {
+        self.heartbeats_quiet || self.heartbeats_silent
+    }
 }
 
 /// A probe to send.
@@ -198,6 +210,9 @@ enum State {
     Probing { sent: u32, next: Instant },
     /// Answered a probe while its heartbeats stay silent: asked again at `again`.
     Answered { again: Instant },
+    /// Nothing answered, but its heartbeats are only overdue, not yet silent: listed if they
+    /// are silent before `until`, asked again then.
+    Proven { until: Instant },
     /// Proven unreachable; asked again at `next`.
     Listed { next: Instant },
 }
@@ -255,7 +270,7 @@ impl Unreachable {
         let mut next = BTreeMap::new();
         for view in views.into_iter().filter(|v| !v.released) {
             let state = match self.peers.remove(&view.node) {
-                Some(t) if view.heartbeats_silent && !view.kernel.is_empty() => t.state,
+                Some(t) if view.quiet() && !view.kernel.is_empty() => t.state,
                 _ => State::Quiet,
             };
             next.insert(view.node.clone(), Tracked { view, state });
@@ -305,6 +320,7 @@ impl Unreachable {
                 State::Quiet => None,
                 State::Probing { next, .. } | State::Listed { next } => Some(next),
                 State::Answered { again } => Some(again),
+                State::Proven { until } => Some(until),
             })
             .min()
     }
@@ -356,10 +372,11 @@ impl Unreachable {
         } = self.config;
         let mut due = Vec::new();
         for t in self.peers.values_mut() {
-            if !t.view.heartbeats_silent || t.view.kernel.is_empty() {
+            if !t.view.quiet() || t.view.kernel.is_empty() {
                 t.state = State::Quiet;
                 continue;
             }
+            let silent = t.view.heartbeats_silent;
             t.state = match t.state {
                 State::Quiet => {
                     due.push(t.view.clone());
@@ -368,17 +385,22 @@ impl Unreachable {
                         next: now + spacing,
                     }
                 }
-                State::Answered { again } if now >= again => {
+                State::Answered { again: until } | State::Proven { until } if now >= until => {
                     due.push(t.view.clone());
                     State::Probing {
                         sent: 1,
                         next: now + spacing,
                     }
                 }
+                State::Proven { until } if silent => State::Listed { next: until },
                 State::Probing { sent, next } if now >= next => {
-                    if sent >= rounds {
+                    if sent >= rounds && silent {
                         State::Listed {
                             next: now + reprobe,
+                        }
+                    } else if sent >= rounds {
+                        State::Proven {
+                            until: now + reprobe,
                         }
                     } else {
                         due.push(t.view.clone());

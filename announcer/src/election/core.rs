@@ -156,6 +156,10 @@ pub struct PeerStatus {
 pub struct PeerSilence {
     /// The peer.
     pub node: NodeName,
+    /// Its heartbeats are overdue enough that the election asks its data plane (a suspect:
+    /// [`ElectionConfig::suspect_after`] if it hears us, else `dead_after`); implied by
+    /// `heartbeats_silent`.
+    pub heartbeats_quiet: bool,
     /// No heartbeat for `dead_after`, or a probe of its data plane went unanswered since the
     /// last one ([`Peer::probed_silent`]).
     pub heartbeats_silent: bool,
@@ -743,7 +747,7 @@ impl Core {
     /// What the election knows of each peer's silence, for the unreachable report
     /// (`agent::unreachable`). Read-only; nothing here changes what the core decides.
     ///
-    /// `holds` is computed only for peers whose heartbeats are silent and for which
+    /// `holds` is computed only for peers whose heartbeats are quiet and for which
     /// `holds_for` says so (it scans every VIP: the caller caches it): the VIPs it would hold
     /// if it were alive (the top of the VIP's ranking among the candidates and itself, with a
     /// link for it), with the interface we announce the VIP on and the MAC its data plane
@@ -760,8 +764,9 @@ impl Core {
             .iter()
             .map(|(n, p)| {
                 let heartbeats_silent = !p.beating(now, dead_after);
+                let quiet = heartbeats_silent || !p.beating(now, self.quiet_after(p));
                 let mut holds = Vec::new();
-                if heartbeats_silent && holds_for(n) {
+                if quiet && holds_for(n) {
                     for (ip, v) in &self.vips {
                         if holds.len() >= max_holds {
                             break;
@@ -784,6 +789,7 @@ impl Core {
                 }
                 PeerSilence {
                     node: n.clone(),
+                    heartbeats_quiet: quiet,
                     heartbeats_silent,
                     data_plane_silent: p.probed_silent(),
                     released: p.released,

@@ -38,6 +38,7 @@ fn dp_b() -> DataPlaneTarget {
 fn silent_b() -> PeerView {
     PeerView {
         node: b(),
+        heartbeats_quiet: true,
         heartbeats_silent: true,
         released: false,
         data_plane: DataPlane::HoldsNone,
@@ -46,6 +47,15 @@ fn silent_b() -> PeerView {
 }
 
 fn beating_b() -> PeerView {
+    PeerView {
+        heartbeats_quiet: false,
+        heartbeats_silent: false,
+        ..silent_b()
+    }
+}
+
+/// node-b's heartbeats overdue (a suspect), not yet silent.
+fn late_b() -> PeerView {
     PeerView {
         heartbeats_silent: false,
         ..silent_b()
@@ -387,4 +397,56 @@ fn the_report_is_offered_once_per_change() {
     assert_eq!(u.poll_report(), None);
     u.handle_peers(t0 + 200 * MS, vec![beating_b()]);
     assert_eq!(u.poll_report(), Some(Report::default()));
+}
+
+#[test]
+fn a_late_peer_is_probed_at_once_but_not_listed_while_its_heartbeats_are_not_silent() {
+    let t0 = Instant::now();
+    let mut u = rules(t0, vec![late_b()]);
+    assert_eq!(
+        run(&mut u, t0 + 150 * MS),
+        3,
+        "three rounds, alongside the election's probe"
+    );
+    assert!(listed(&u).is_empty());
+}
+
+#[test]
+fn a_late_peer_proven_silent_is_listed_the_moment_its_heartbeats_are_silent() {
+    let t0 = Instant::now();
+    let mut u = rules(t0, vec![late_b()]);
+    run(&mut u, t0 + 150 * MS);
+    u.handle_peers(t0 + 200 * MS, vec![silent_b()]);
+    assert_eq!(listed(&u), vec![b()], "on the proof already made");
+}
+
+#[test]
+fn a_late_peer_whose_heartbeats_resume_is_never_listed() {
+    let t0 = Instant::now();
+    let mut u = rules(t0, vec![late_b()]);
+    run(&mut u, t0 + 150 * MS);
+    u.handle_peers(t0 + 160 * MS, vec![beating_b()]);
+    u.handle_peers(t0 + 300 * MS, vec![silent_b()]);
+    assert!(
+        listed(&u).is_empty(),
+        "not on the proof from before it beat again"
+    );
+}
+
+#[test]
+fn a_proof_not_used_within_a_second_is_made_again() {
+    let t0 = Instant::now();
+    let mut u = rules(t0, vec![late_b()]);
+    run(&mut u, t0 + 150 * MS);
+    assert_eq!(u.poll_timeout(), Some(t0 + 1150 * MS));
+    assert_eq!(run(&mut u, t0 + 1150 * MS), 1, "a new first round");
+    u.handle_peers(t0 + 1160 * MS, vec![silent_b()]);
+    assert!(listed(&u).is_empty(), "not on the stale proof");
+    run(&mut u, t0 + 1299 * MS);
+    assert!(
+        listed(&u).is_empty(),
+        "not before the new proof's third window closed"
+    );
+    run(&mut u, t0 + 1300 * MS);
+    assert_eq!(listed(&u), vec![b()], "on the new one");
 }
