@@ -58,6 +58,7 @@ const ANNOUNCER: Rules = Rules {
                 "ipam",
                 "placement",
                 "state",
+                "withdraw",
                 "ebpf",
             ],
         ),

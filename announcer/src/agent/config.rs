@@ -264,6 +264,12 @@ pub struct AgentFlags {
     /// Run the election only: no XDP, no map writes, no bursts (control-plane benchmarks).
     #[arg(long)]
     pub no_dataplane: bool,
+    /// Do not report peers proven unreachable (`announcer.dev/unreachable` in this node's
+    /// Lease, read by the fast endpoint withdrawal controller). By default each agent lists a
+    /// peer whose heartbeats, data plane and kernel (ARP/NS for its InternalIP) are all
+    /// silent; reporting costs a few ARP/NS frames a second per silent peer.
+    #[arg(long)]
+    pub no_report_unreachable: bool,
     /// Health, readiness, metrics and state endpoint (`/healthz`, `/readyz`, `/metrics` to
     /// anyone who can reach it; `/state` to loopback peers only).
     #[arg(long, default_value = "0.0.0.0:9746")]

@@ -27,6 +27,7 @@ use super::{
     },
     published::PublishedState,
     shutdown::Shutdown,
+    unreachable::KernelTarget,
 };
 use crate::{
     election::{Core, IfaceName, ServiceRef, VipSpec},
@@ -448,9 +449,19 @@ impl Context {
         if !self.net.plane.enabled() {
             return; // No data plane to ask: silence, the core takes over after its timeout.
         }
-        let Some(li) = self.net.ifaces.iter().find(|i| *i.name == **iface) else {
+        let Some((index, src)) = self.probe_source(iface) else {
             return;
         };
+        let window = self.args.probe_timeout;
+        if let Err(e) = probes.send(iface, index, src, vip, mac, window) {
+            tracing::warn!(%vip, %iface, error = %e, "probe not sent; taking over on silence");
+        }
+    }
+
+    /// Our side of `iface` for probes: its index and what probes are sent from (our MAC,
+    /// our IPv4 address, our IPv6 link-local address).
+    pub(super) fn probe_source(&self, iface: &IfaceName) -> Option<(u32, probe::ProbeSource)> {
+        let li = self.net.ifaces.iter().find(|i| *i.name == **iface)?;
         let src = probe::ProbeSource {
             mac: li.mac.unwrap_or(MacAddr::ZERO),
             ipv4: li.addrs.iter().find_map(|a| match a.ip {
@@ -463,10 +474,40 @@ impl Context {
             }),
             vlan: None,
         };
-        let window = self.args.probe_timeout;
-        if let Err(e) = probes.send(iface, li.index, src, vip, mac, window) {
-            tracing::warn!(%vip, %iface, error = %e, "probe not sent; taking over on silence");
-        }
+        Some((li.index, src))
+    }
+
+    /// Whether an interface VIPs were placed on is down, or its data plane is (like
+    /// [`link_states`](Self::link_states), without forgetting deleted interfaces).
+    pub(super) fn any_link_down(&self) -> bool {
+        self.net.used_ifaces.iter().any(|name| {
+            !self.net.ifaces.iter().any(|i| i.name == *name && i.up) || self.net.plane.is_down(name)
+        })
+    }
+
+    /// Where to ask `node`'s kernel (the unreachable report's rule 3): its InternalIPs from
+    /// its Node object (never from anything the peer publishes), each with our interface
+    /// whose subnet contains it, else the one carrying our InternalIP ([`iface::choose`]).
+    /// An address we cannot ask (no interface up for it; IPv6 without a link-local address of
+    /// ours to send from) is left out: its silence would prove nothing.
+    pub(super) fn kernel_targets(&self, node: &crate::election::NodeName) -> Vec<KernelTarget> {
+        let Some(n) = self
+            .kube
+            .watches
+            .nodes
+            .get(&kube::runtime::reflector::ObjectRef::new(node.as_str()))
+        else {
+            return Vec::new();
+        };
+        iface::internal_ips(&n)
+            .into_iter()
+            .filter_map(|ip| {
+                let c = iface::choose(ip, &self.net.ifaces, &self.net.iface_cfg).ok()?;
+                let (_, src) = self.probe_source(&c.iface)?;
+                (c.mac.is_some() && (ip.is_ipv4() || src.ipv6.is_some()))
+                    .then_some(KernelTarget { iface: c.iface, ip })
+            })
+            .collect()
     }
 
     /// Publishes `state` as the `/state` document (also the loop's liveness beacon).

@@ -11,6 +11,8 @@
 //!   and the agent's handle on the data plane;
 //! * the node-lease mode's loop (`shell`) and the lease-per-service mode's (`service_shell`),
 //!   over what both share (`context`);
+//! * [`unreachable`]: the rules behind the peers this node reports proven unreachable in its
+//!   Lease (fast endpoint withdrawal, issue 28);
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
 //! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
 //!   [`published`]) and `/metrics`;
@@ -29,6 +31,7 @@ pub mod persist;
 pub mod published;
 pub mod refresh;
 pub mod shutdown;
+pub mod unreachable;
 
 mod context;
 mod error;

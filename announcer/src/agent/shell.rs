@@ -33,20 +33,31 @@ use super::{
     net::{
         heartbeat_socket::{self, HeartbeatSocket, unix_ms_now},
         link_watch::{self, LinkWatch},
-        probe::{Answer, Probes},
+        probe::{Answer, ProbeKind, Probes},
     },
     persist,
     shutdown::Shutdown,
+    unreachable::{self, DataPlane, DataPlaneTarget, Observer, PeerView, Unreachable},
 };
 use crate::{
     election::{Core, IfaceName, Input, LeaseWriteResult, NodeName, Output},
     heartbeat::{Keyring, PeerKeyChange, PublicKey, Sealer, Verified, Verifier},
     state::{AgentState, OwnedVip, PeerState},
     wire::MacAddr,
+    withdraw::Report,
 };
 
 /// How often `/state` is refreshed when nothing happens.
 const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
+/// The unreachable report's rules are fed the election's view at most this often (the loop
+/// turns for every heartbeat; a peer's silence only changes on the core's timers), and at
+/// least this often while they are due.
+const UNREACHABLE_EVERY: Duration = Duration::from_millis(20);
+
+/// How often the VIPs a silent peer would hold are recomputed (a scan of every VIP): about
+/// its re-probe interval.
+const HOLDS_EVERY: Duration = Duration::from_secs(1);
 
 /// [`run`] on a thread of its own, with a single-threaded runtime of its own: the heartbeat
 /// socket, the probe socket and the core's timers never wait for a worker that is decoding a
@@ -90,6 +101,7 @@ pub(super) async fn run(ctx: Context) -> Result<(), AgentError> {
         for input in inputs {
             shell.core.handle(now, input);
         }
+        shell.unreachable_step(now);
         if shell.execute_all() {
             if let Some(w) = shell.pending_write.take() {
                 let _ = tokio::time::timeout(Duration::from_secs(2), w).await;
@@ -137,6 +149,17 @@ struct Shell {
     /// The data plane went down or came back on an interface: check the links before
     /// anything else.
     plane_changed: bool,
+    /// The unreachable report's rules (`None` with `--no-report-unreachable`).
+    unreachable: Option<Unreachable>,
+    /// The report our Lease carries (from the next write on).
+    report: Report,
+    /// The report changed while a Lease write was in flight: renew once it is done.
+    report_rewrite: bool,
+    /// When the rules were last fed.
+    unreachable_fed: Instant,
+    /// A VIP each silent peer would hold (its data plane's probe target), and when the core
+    /// was asked.
+    holds: BTreeMap<NodeName, (Instant, Option<DataPlaneTarget>)>,
     last_publish: Instant,
     // What `next_input` waits on.
     term: Shutdown,
@@ -193,6 +216,7 @@ impl Shell {
             key: Some(public.to_string()),
             links: ctx.links(),
             dataplane_down: ctx.dataplane_down(),
+            unreachable: Report::default(),
         });
         let sealer = Sealer::new(node.clone(), incarnation)?;
         let verifier = Arc::new(Mutex::new(Verifier::new(node.clone())));
@@ -243,6 +267,7 @@ impl Shell {
 
         let term = ctx.term.clone();
         let loss = LossTracker::new(ctx.args.heartbeat_interval);
+        let ctx_reports_off = ctx.args.no_report_unreachable;
         Ok(Shell {
             ctx,
             core,
@@ -265,6 +290,12 @@ impl Shell {
             write_tx,
             last_plan_inputs: None,
             plane_changed: false,
+            unreachable: (!ctx_reports_off)
+                .then(|| Unreachable::new(unreachable::Config::default())),
+            report: Report::default(),
+            report_rewrite: false,
+            unreachable_fed: Instant::now(),
+            holds: BTreeMap::new(),
             last_publish: Instant::now(),
             term,
             shutdown_seen: false,
@@ -293,6 +324,7 @@ impl Shell {
             .plane
             .next_retry()
             .map(tokio::time::Instant::from_std);
+        let unreachable_due = self.unreachable_due();
         tokio::select! {
             () = self.term.recv(), if !self.shutdown_seen => {
                 self.shutdown_seen = true;
@@ -301,7 +333,7 @@ impl Shell {
             }
             Some(r) = self.writes.recv() => vec![Input::LeaseWrite(r)],
             Some(v) = self.beats.recv() => vec![self.beat_input(v)],
-            Some(a) = self.answers.recv() => vec![self.answer_input(a)],
+            Some(a) = self.answers.recv() => self.answer_input(a).into_iter().collect(),
             Some(ev) = self.ctx.kube.watches.lease_events.recv() => {
                 if let LeaseEvent::Deleted(l) = &ev
                     && let Some(n) = node_lease::node_of(l)
@@ -331,6 +363,7 @@ impl Shell {
                     Vec::new()
                 }
             }
+            () = sleep_until(unreachable_due) => Vec::new(),
             () = sleep_until(deadline) => {
                 // Let the socket readers run first (tokio's yield resumes us after the I/O
                 // driver is polled): a heartbeat or probe answer the kernel already holds is
@@ -352,7 +385,7 @@ impl Shell {
             inputs.push(self.beat_input(v));
         }
         while let Ok(a) = self.answers.try_recv() {
-            inputs.push(self.answer_input(a));
+            inputs.extend(self.answer_input(a));
         }
         inputs.push(Input::Tick);
         inputs
@@ -369,11 +402,180 @@ impl Shell {
         Input::Heartbeat(v.beat)
     }
 
-    fn answer_input(&mut self, a: Answer) -> Input {
+    /// A probe answer: a data plane's goes to the core (and the unreachable rules), a
+    /// kernel's to the unreachable rules only.
+    fn answer_input(&mut self, a: Answer) -> Option<Input> {
+        let now = Instant::now();
+        if a.kind == ProbeKind::Kernel {
+            self.ctx.report.recorder.kernel_probe_answered();
+            if let Some(u) = &mut self.unreachable {
+                u.handle_kernel_answer(now, a.vip);
+            }
+            return None;
+        }
+        if let Some(u) = &mut self.unreachable {
+            u.handle_data_plane_answer(now, a.vip, a.mac);
+        }
         if let Some(sent) = self.probes_sent.remove(&a.mac) {
             self.ctx.report.recorder.probe_rtt(sent.elapsed());
         }
-        a.into()
+        Some(a.into())
+    }
+
+    /// The contents of our Lease besides its renewal.
+    fn contents(&self) -> LeaseContents {
+        LeaseContents {
+            key: Some(self.public.to_string()),
+            links: self.ctx.links(),
+            dataplane_down: self.ctx.dataplane_down(),
+            unreachable: self.report.clone(),
+        }
+    }
+
+    /// When the unreachable rules want to run next (never with reporting off).
+    fn unreachable_due(&self) -> Option<tokio::time::Instant> {
+        self.unreachable.as_ref()?.poll_timeout().map(|t| {
+            tokio::time::Instant::from_std(t.max(self.unreachable_fed + UNREACHABLE_EVERY))
+        })
+    }
+
+    /// Feeds the unreachable rules what the core and the watches know now, sends the probes
+    /// they ask for, and writes the report into our Lease at once when it changed.
+    fn unreachable_step(&mut self, now: Instant) {
+        if self.unreachable.is_none() {
+            return;
+        }
+        if self.report_rewrite && self.core.renew_now(now) {
+            self.report_rewrite = false;
+        }
+        let due = self
+            .unreachable
+            .as_ref()
+            .and_then(Unreachable::poll_timeout)
+            .is_some_and(|t| t <= now);
+        if !due && now < self.unreachable_fed + UNREACHABLE_EVERY {
+            return;
+        }
+        self.unreachable_fed = now;
+        let observer = Observer {
+            connected: self.core.connected_peers(now),
+            ready: self.core.is_ready(),
+            standby: self.core.standby_or_links_down(),
+            link_down: self.ctx.any_link_down(),
+            shutting_down: self.shutdown_seen,
+        };
+        let views = if observer.blind().is_none() {
+            self.peer_views(now)
+        } else {
+            Vec::new()
+        };
+        let Some(u) = &mut self.unreachable else {
+            return;
+        };
+        if observer.blind().is_none() {
+            u.handle_peers(now, views);
+        }
+        u.handle_observer(now, observer);
+        u.handle_timeout(now);
+        let mut probes = Vec::new();
+        while let Some(p) = u.poll_probe() {
+            probes.push(p);
+        }
+        let report = u.poll_report();
+        let window = unreachable::Config::default().spacing;
+        for p in probes {
+            match p {
+                unreachable::Probe::Kernel { node, target } => {
+                    let sent = self.ctx.probe_source(&target.iface).map(|(index, src)| {
+                        self.probes
+                            .send_kernel(&target.iface, index, src, target.ip, None, window)
+                    });
+                    match sent {
+                        Some(Ok(())) => self.ctx.report.recorder.kernel_probe_sent(),
+                        Some(Err(e)) => {
+                            // Unsent is no silence: count it as an answer.
+                            tracing::warn!(%node, ip = %target.ip, iface = %target.iface, error = %e, "kernel probe not sent; the peer stays unlisted");
+                            if let Some(u) = &mut self.unreachable {
+                                u.handle_kernel_answer(now, target.ip);
+                            }
+                        }
+                        None => {
+                            if let Some(u) = &mut self.unreachable {
+                                u.handle_kernel_answer(now, target.ip);
+                            }
+                        }
+                    }
+                }
+                unreachable::Probe::DataPlane {
+                    target: DataPlaneTarget { iface, vip, mac },
+                    ..
+                } => {
+                    self.ctx.probe(&mut self.probes, &iface, vip, mac);
+                }
+            }
+        }
+        if let Some(report) = report {
+            tracing::info!(unreachable = %report, "peers proven unreachable (heartbeats, data plane and kernel silent)");
+            self.ctx
+                .report
+                .recorder
+                .unreachable_listed(report.unreachable.len());
+            self.report = report;
+            self.lease.set_contents(self.contents());
+            // Written at once, not at the next renewal: the withdrawal controller waits on it.
+            if !self.core.renew_now(now) {
+                self.report_rewrite = true;
+            }
+        }
+    }
+
+    /// Every peer as the core and the watches see it, for the unreachable rules. What a silent
+    /// peer holds is asked of the core once per [`HOLDS_EVERY`] (it scans every VIP).
+    fn peer_views(&mut self, now: Instant) -> Vec<PeerView> {
+        let cache = &self.holds;
+        let stale = |n: &NodeName| cache.get(n).is_none_or(|(t, _)| now >= *t + HOLDS_EVERY);
+        let silences = self.core.peer_silences(now, 1, stale);
+        let fresh: Vec<bool> = silences
+            .iter()
+            .map(|s| s.heartbeats_quiet && stale(&s.node))
+            .collect();
+        self.holds
+            .retain(|n, _| silences.iter().any(|s| s.node == *n && s.heartbeats_quiet));
+        silences
+            .into_iter()
+            .zip(fresh)
+            .map(|(s, fresh)| {
+                if fresh {
+                    let held = s.holds.first().map(|(vip, iface, mac)| DataPlaneTarget {
+                        iface: iface.clone(),
+                        vip: *vip,
+                        mac: *mac,
+                    });
+                    self.holds.insert(s.node.clone(), (now, held));
+                }
+                let held = self.holds.get(&s.node).and_then(|(_, h)| h.clone());
+                let data_plane = if s.data_plane_silent {
+                    DataPlane::ProbedSilent
+                } else if let Some(target) = held {
+                    DataPlane::Holds(target)
+                } else {
+                    DataPlane::HoldsNone
+                };
+                let kernel = if s.heartbeats_quiet && !s.released {
+                    self.ctx.kernel_targets(&s.node)
+                } else {
+                    Vec::new()
+                };
+                PeerView {
+                    node: s.node,
+                    heartbeats_quiet: s.heartbeats_quiet,
+                    heartbeats_silent: s.heartbeats_silent,
+                    released: s.released,
+                    data_plane,
+                    kernel,
+                }
+            })
+            .collect()
     }
 
     /// Re-reads the interfaces; if anything the plan depends on changed, rewrites our links
@@ -385,11 +587,7 @@ impl Shell {
         if self.last_plan_inputs.as_ref() != Some(&fingerprint) {
             self.last_plan_inputs = Some(fingerprint);
             // Peers learn new links with our next renewal.
-            self.lease.set_contents(LeaseContents {
-                key: Some(self.public.to_string()),
-                links: self.ctx.links(),
-                dataplane_down: self.ctx.dataplane_down(),
-            });
+            self.lease.set_contents(self.contents());
             for (iface, up) in self.ctx.link_states() {
                 inputs.push(Input::Link { iface, up });
             }

@@ -151,6 +151,26 @@ pub struct PeerStatus {
     pub leaving: bool,
 }
 
+/// A peer's silence as this node's election sees it ([`Core::peer_silences`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerSilence {
+    /// The peer.
+    pub node: NodeName,
+    /// Its heartbeats are overdue enough that the election asks its data plane (a suspect:
+    /// [`ElectionConfig::suspect_after`] if it hears us, else `dead_after`); implied by
+    /// `heartbeats_silent`.
+    pub heartbeats_quiet: bool,
+    /// No heartbeat for `dead_after`, or a probe of its data plane went unanswered since the
+    /// last one ([`Peer::probed_silent`]).
+    pub heartbeats_silent: bool,
+    /// A probe of its data plane went unanswered since its last heartbeat.
+    pub data_plane_silent: bool,
+    /// Its Lease says it left for good.
+    pub released: bool,
+    /// VIPs it would hold, with our interface for them and the MAC it answers them with.
+    pub holds: Vec<(IpAddr, IfaceName, MacAddr)>,
+}
+
 /// A failover: this node took a VIP that a peer ranked above it announced until that peer went
 /// silent or said it was leaving. The shell turns these into the takeover-duration histogram:
 /// from `last_heard` (the previous owner's last heartbeat) to when the map write and the first
@@ -710,6 +730,84 @@ impl Core {
             .filter(|n| self.candidate(n, now))
             .chain([&self.config.node]);
         rendezvous::owner_of_key(key.as_bytes(), live) == Some(&self.config.node)
+    }
+
+    /// Peers we exchange heartbeats with both ways right now (what our Lease renewals publish
+    /// as `connected`). Read-only, for the unreachable report: with none, this node is blind.
+    pub fn connected_peers(&self, now: Instant) -> u32 {
+        self.connected(now)
+    }
+
+    /// Whether this node says `standby` in its Lease: stepped back (isolated), or every
+    /// interface its VIPs are on is down. Read-only, for the unreachable report.
+    pub fn standby_or_links_down(&self) -> bool {
+        self.says_standby()
+    }
+
+    /// What the election knows of each peer's silence, for the unreachable report
+    /// (`agent::unreachable`). Read-only; nothing here changes what the core decides.
+    ///
+    /// `holds` is computed only for peers whose heartbeats are quiet and for which
+    /// `holds_for` says so (it scans every VIP: the caller caches it): the VIPs it would hold
+    /// if it were alive (the top of the VIP's ranking among the candidates and itself, with a
+    /// link for it), with the interface we announce the VIP on and the MAC its data plane
+    /// answers the VIP with, at most `max_holds` of them. Empty: as far as we know it owned no
+    /// VIP, so its XDP program had nothing to answer.
+    pub fn peer_silences(
+        &self,
+        now: Instant,
+        max_holds: usize,
+        holds_for: impl Fn(&NodeName) -> bool,
+    ) -> Vec<PeerSilence> {
+        let dead_after = self.config.dead_after();
+        self.peers
+            .iter()
+            .map(|(n, p)| {
+                let heartbeats_silent = !p.beating(now, dead_after);
+                let quiet = heartbeats_silent || !p.beating(now, self.quiet_after(p));
+                let mut holds = Vec::new();
+                if quiet && holds_for(n) {
+                    for (ip, v) in &self.vips {
+                        if holds.len() >= max_holds {
+                            break;
+                        }
+                        let only = v.spec.interfaces.as_slice();
+                        let top = v.ranking.iter().find(|m| {
+                            if *m == n {
+                                p.can_announce(*ip, only)
+                            } else {
+                                self.candidate_for(m, *ip, now)
+                            }
+                        });
+                        if top == Some(n)
+                            && let (Some(iface), Some(mac)) =
+                                (v.spec.local.clone(), p.probe_mac(*ip, only))
+                        {
+                            holds.push((*ip, iface, mac));
+                        }
+                    }
+                }
+                PeerSilence {
+                    node: n.clone(),
+                    heartbeats_quiet: quiet,
+                    heartbeats_silent,
+                    data_plane_silent: p.probed_silent(),
+                    released: p.released,
+                    holds,
+                }
+            })
+            .collect()
+    }
+
+    /// Renew our Lease at the next tick rather than at the next renewal, so that what the
+    /// shell changed in its contents reaches peers at once. `false` while a write is in flight
+    /// (the caller asks again when its result is in) or while leaving.
+    pub fn renew_now(&mut self, now: Instant) -> bool {
+        if self.write_in_flight || self.leaving.is_some() {
+            return false;
+        }
+        self.next_write = self.next_write.min(now);
+        true
     }
 
     /// This node's configuration.

@@ -19,7 +19,7 @@ pub mod stats;
 pub mod timers;
 mod types;
 
-pub use self::core::{Core, Failover};
+pub use self::core::{Core, Failover, PeerSilence};
 pub use stats::ElectionStats;
 pub use types::*;
 

@@ -7,6 +7,7 @@ mod adversary;
 mod dataplane_down;
 mod links_and_blackouts;
 mod preferred;
+mod silences;
 
 use announcer_ebpf::wire::MacAddr;
 

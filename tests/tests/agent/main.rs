@@ -26,5 +26,6 @@ mod preferred;
 mod refresh;
 mod status;
 mod status_cluster;
+mod unreachable;
 mod upgrade;
 mod world;

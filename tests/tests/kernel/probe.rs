@@ -9,7 +9,7 @@ use std::{
 };
 
 use announcer::{
-    agent::net::probe::{Answer, ProbeSource, Prober, Probes},
+    agent::net::probe::{Answer, ProbeKind, ProbeSource, Prober, Probes},
     election::IfaceName,
     wire::MacAddr,
 };
@@ -17,8 +17,8 @@ use announcer_tests::{
     cli::Cli,
     frames,
     netns::{
-        CLIENT_IF, CLIENT_MAC, CLIENT_V4, CLIENT_V6, Lan, LanHost, NODE_IF, NODE_MAC, Netns, Pair,
-        ifindex_of,
+        CLIENT_IF, CLIENT_MAC, CLIENT_V4, CLIENT_V6, Lan, LanHost, NODE_IF, NODE_MAC, NODE_V4,
+        NODE_V6, Netns, Pair, ifindex_of,
     },
 };
 use tokio::sync::mpsc;
@@ -181,11 +181,13 @@ fn answers_arrive_on_the_channel_for_the_election_with_the_nonce_echoed() {
         [
             Answer {
                 vip: VIP4.into(),
-                mac: NODE
+                mac: NODE,
+                kind: ProbeKind::DataPlane,
             },
             Answer {
                 vip: VIP6.into(),
-                mac: NODE
+                mac: NODE,
+                kind: ProbeKind::DataPlane,
             },
         ]
     );
@@ -368,4 +370,54 @@ fn a_flood_of_forged_replies_delivers_no_answer_to_the_channel() {
         stats.dropped_bad_nonce + stats.dropped_no_probe > 1000,
         "the flood reached the userspace check: {stats:?}"
     );
+}
+
+/// Kernel probes (the unreachable report's rule 3): a broadcast ARP request and a
+/// solicited-node NS for the node's own address, answered by its kernel (no nonce), with and
+/// without our XDP responder on the node's interface; an address nobody holds stays silent.
+#[test]
+fn a_nodes_kernel_answers_kernel_probes_for_its_own_address() {
+    let _ns = crate::shared(); // see main.rs
+    let pair = Pair::new("probe-kernel");
+    let ask = |ip: IpAddr| {
+        with_probes(
+            &pair.client,
+            Some(CLIENT_V4),
+            async move |mut probes, mut rx, ifindex, src| {
+                let iface = IfaceName::from(CLIENT_IF);
+                probes
+                    .send_kernel(&iface, ifindex, src, ip, None, ANSWERED)
+                    .unwrap();
+                let wait = if ip == IpAddr::from(NODE_V4) || ip == IpAddr::from(NODE_V6) {
+                    ANSWERED
+                } else {
+                    SILENCE
+                };
+                tokio::time::timeout(wait, rx.recv()).await.ok().flatten()
+            },
+        )
+    };
+    let kernel = |ip: IpAddr| {
+        Some(Answer {
+            vip: ip,
+            mac: NODE,
+            kind: ProbeKind::Kernel,
+        })
+    };
+    for ip in [IpAddr::from(NODE_V4), IpAddr::from(NODE_V6)] {
+        assert_eq!(ask(ip), kernel(ip), "no XDP program: the kernel answers");
+    }
+    let _cli = responder_with_vips(&pair);
+    for ip in [IpAddr::from(NODE_V4), IpAddr::from(NODE_V6)] {
+        assert_eq!(
+            ask(ip),
+            kernel(ip),
+            "our XDP program passes them to the kernel"
+        );
+    }
+    let nobody4 = Ipv4Addr::new(10, 77, 0, 77);
+    let nobody6 = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0x77);
+    for ip in [IpAddr::from(nobody4), IpAddr::from(nobody6)] {
+        assert_eq!(ask(ip), None, "nobody holds {ip}");
+    }
 }

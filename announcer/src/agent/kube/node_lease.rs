@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::{
     election::{LeaseView, LeaseWriteResult, Link, NodeName, Subnet},
     wire::MacAddr,
+    withdraw::{Report, UNREACHABLE_ANNOTATION},
 };
 
 /// Prefix of node Lease names: `announcer-node-<node>`.
@@ -124,6 +125,8 @@ pub struct LeaseContents {
     pub links: Option<Vec<Link>>,
     /// Interfaces where its data plane is down ([`DATAPLANE_DOWN_ANNOTATION`]).
     pub dataplane_down: Vec<String>,
+    /// The peers it has proven unreachable ([`UNREACHABLE_ANNOTATION`]; absent when none).
+    pub unreachable: Report,
 }
 
 /// What one write says.
@@ -444,6 +447,9 @@ impl NodeLease {
                     DATAPLANE_DOWN_ANNOTATION.to_owned(),
                     p.dataplane_down.join(" "),
                 );
+            }
+            if !p.unreachable.is_empty() {
+                annotations.insert(UNREACHABLE_ANNOTATION.to_owned(), p.unreachable.to_string());
             }
         }
         Lease {
@@ -777,6 +783,50 @@ mod tests {
         );
     }
 
+    fn stub_lease() -> NodeLease {
+        let cfg = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        NodeLease::new(
+            Client::try_from(cfg).unwrap(),
+            "announcer",
+            NodeName::from("node-a"),
+            "192.168.1.10:7946".parse().unwrap(),
+            Duration::from_secs(10),
+        )
+    }
+
+    fn unreachable_annotation(nl: &NodeLease) -> Option<String> {
+        let l = nl.build(
+            Some("1".into()),
+            WriteBody::default(),
+            "2025-01-02T03:04:05Z".parse().unwrap(),
+        );
+        l.metadata
+            .annotations
+            .and_then(|a| a.get(UNREACHABLE_ANNOTATION).cloned())
+    }
+
+    #[tokio::test]
+    async fn the_unreachable_report_is_written_as_its_annotation() {
+        let nl = stub_lease();
+        nl.set_contents(LeaseContents {
+            unreachable: Report::of([NodeName::from("node-c"), NodeName::from("node-b")]),
+            ..LeaseContents::default()
+        });
+        let value = unreachable_annotation(&nl).expect("written");
+        assert_eq!(value, "node-b node-c");
+        assert_eq!(
+            value.parse::<Report>().unwrap(),
+            Report::of([NodeName::from("node-b"), NodeName::from("node-c")])
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_unreachable_report_leaves_the_annotation_out() {
+        let nl = stub_lease();
+        nl.set_contents(LeaseContents::default());
+        assert_eq!(unreachable_annotation(&nl), None);
+    }
+
     #[test]
     fn selector_matches_what_is_written() {
         assert_eq!(
@@ -819,6 +869,7 @@ mod tests {
             key: Some("a2V5".into()),
             links: Some(links.clone()),
             dataplane_down: vec!["eth1".into()],
+            ..LeaseContents::default()
         }));
         let body = WriteBody {
             release: false,

@@ -85,6 +85,9 @@ pub struct Recorder {
     dataplane_up: Family<IfaceLabel, Gauge>,
     attach_failures: Family<AttachFailureLabel, Counter>,
     other_announcers: Family<OtherAnnouncerLabel, Gauge>,
+    unreachable_listed: Gauge,
+    kernel_probes_sent: Counter,
+    kernel_probes_answered: Counter,
 }
 
 /// An `iface` label.
@@ -154,7 +157,26 @@ impl Recorder {
             dataplane_up: Family::default(),
             attach_failures: Family::default(),
             other_announcers: Family::default(),
+            unreachable_listed: Gauge::default(),
+            kernel_probes_sent: Counter::default(),
+            kernel_probes_answered: Counter::default(),
         }
+    }
+
+    /// This node now reports `n` peers proven unreachable in its Lease.
+    pub fn unreachable_listed(&self, n: usize) {
+        self.unreachable_listed
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A kernel probe (ARP/NS for a silent peer's InternalIP) was sent.
+    pub fn kernel_probe_sent(&self) {
+        self.kernel_probes_sent.inc();
+    }
+
+    /// A peer's kernel answered a kernel probe.
+    pub fn kernel_probe_answered(&self) {
+        self.kernel_probes_answered.inc();
     }
 
     /// Whether the data plane is attached on `iface`.
@@ -414,6 +436,21 @@ impl Metrics {
             "announcer_other_announcer_detected",
             "Another layer-2 announcer found through API discovery at start (1), by announcer (metallb, cilium-l2) and what this agent does with class-less Services (refused: left to it; forced: forceClassless)",
             recorder.other_announcers.clone(),
+        );
+        registry.register(
+            "announcer_unreachable_peers",
+            "Peers this node reports proven unreachable in its Lease (heartbeats, data plane and kernel all silent; announcer.dev/unreachable)",
+            recorder.unreachable_listed.clone(),
+        );
+        registry.register(
+            "announcer_kernel_probes_sent",
+            "ARP/NS probes sent for a silent peer's InternalIP (answered by its kernel, not by our agent or XDP program)",
+            recorder.kernel_probes_sent.clone(),
+        );
+        registry.register(
+            "announcer_kernel_probes_answered",
+            "Kernel probes answered: the silent peer's node is alive",
+            recorder.kernel_probes_answered.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

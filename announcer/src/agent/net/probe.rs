@@ -54,6 +54,21 @@
 //! an older agent's trailer nonce behind a 32-byte NS). That is fine: a rolling upgrade hands
 //! VIPs over on SIGTERM and does not wait for probes; probing is for agents that died.
 //!
+//! # Kernel probes: asking the node itself
+//!
+//! The unreachable report ([`crate::agent::unreachable`]) also asks a peer's *kernel*: an ARP
+//! request (RFC 826) or a Neighbor Solicitation (RFC 4861 §7.2.2) for the node's own
+//! InternalIP ([`kernel_probe_frame`]), which neither our agent nor our XDP program answers.
+//! The kernel does not echo our nonce, so such a probe carries none, and an answer counts if
+//! it names the probed address, comes in on the interface probed, within the window, and from
+//! the probed MAC, or from any MAC when the probe was broadcast (ARP) or sent to the
+//! solicited-node group (NS, RFC 4291 §2.7.1) ([`InFlight::insert_kernel`]).
+//!
+//! Threat model: with no nonce, any host on the segment can forge a kernel answer. That only
+//! keeps a node off the report, so it can only *prevent* a withdrawal (the fail-safe
+//! direction: the node lifecycle controller still acts, later). Nobody can forge silence: a
+//! live kernel's answer still arrives, and one answer is enough to keep the node unlisted.
+//!
 //! # Costs
 //!
 //! Answers are read per interface on an `AF_PACKET` socket ([`Answers`]) with a classic BPF
@@ -105,14 +120,27 @@ use crate::{
     election::{IfaceName, Input},
 };
 
-/// A data plane's answer: `mac` says it has `vip`.
+/// What a probe asks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ProbeKind {
+    /// A VIP, of a node's data plane: nonce'd, only our XDP responder answers.
+    #[default]
+    DataPlane,
+    /// A node's own address, of its kernel: no nonce (see the [module docs](self)).
+    Kernel,
+}
+
+/// An answer to a probe: `mac` says it has `vip`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Answer {
-    /// The VIP answered for (ARP sender IP, NA target).
+    /// The address answered for (ARP sender IP, NA target): the VIP of a data-plane probe,
+    /// the node's address of a kernel probe.
     pub vip: IpAddr,
     /// The MAC it is at (ARP sender hardware address; the NA's Target Link-Layer Address
     /// option, else its Ethernet source).
     pub mac: MacAddr,
+    /// Which kind of probe it answers.
+    pub kind: ProbeKind,
 }
 
 impl From<Answer> for Input {
@@ -253,6 +281,89 @@ pub fn probe_frame(
     Ok(buf[..len].to_vec())
 }
 
+/// The kernel probe frame asking for `ip` (a node's own address), without a nonce (see the
+/// [module docs](self)): to `target` if given, else to everyone who can hold it.
+///
+/// * IPv4: an ARP request (RFC 826), Ethernet destination `target` or broadcast, sender our
+///   IPv4 address on the interface (or 0.0.0.0, an ARP Probe, RFC 5227 §2.1.1, which a Linux
+///   kernel also answers, unicast to the sender hardware address).
+/// * IPv6: a Neighbor Solicitation with a Source Link-Layer Address option, from our
+///   link-local address: to `ip` itself at `target` (unicast, as Neighbor Unreachability
+///   Detection does, RFC 4861 §7.2.2, §7.3.1), else to its solicited-node group (RFC 4291
+///   §2.7.1) at the group's MAC (RFC 2464 §7). Either way the answer is a solicited NA unicast
+///   to us (§7.2.4).
+pub fn kernel_probe_frame(
+    src: &ProbeSource,
+    ip: IpAddr,
+    target: Option<MacAddr>,
+) -> Result<Vec<u8>, ProbeError> {
+    if let Some(mac) = target.filter(|m| !m.is_unicast()) {
+        return Err(ProbeError::NotUnicast { mac });
+    }
+    if let Some(vlan) = src.vlan.filter(|&v| v > MAX_VLAN_ID) {
+        return Err(ProbeError::BadVlan { vlan });
+    }
+    let mut buf = [0u8; MAX_FRAME];
+    let len = match ip {
+        IpAddr::V4(ip) => {
+            let eth = EthernetRepr {
+                src: src.mac,
+                dst: target.unwrap_or(MacAddr::BROADCAST),
+                vlan: src.vlan,
+                ethertype: 0,
+            };
+            frame::arp(
+                &mut buf,
+                &eth,
+                &ArpRepr {
+                    operation: ArpOperation::Request,
+                    sender_mac: src.mac,
+                    sender_ip: src.ipv4.unwrap_or(Ipv4Addr::UNSPECIFIED),
+                    target_mac: MacAddr::ZERO,
+                    target_ip: ip,
+                },
+            )
+        }
+        IpAddr::V6(ip) => {
+            let from = src.ipv6.ok_or(ProbeError::NoIpv6Source { vip: ip })?;
+            let (dst_ip, dst_mac) = match target {
+                Some(mac) => (ip, mac),
+                None => {
+                    let group = solicited_node(ip);
+                    (group, MacAddr::from_ipv6_multicast(&group.octets()))
+                }
+            };
+            let eth = EthernetRepr {
+                src: src.mac,
+                dst: dst_mac,
+                vlan: src.vlan,
+                ethertype: 0,
+            };
+            frame::ndisc(
+                &mut buf,
+                &eth,
+                from,
+                dst_ip,
+                &NdiscRepr::NeighborSolicit {
+                    target: ip,
+                    lladdr: Some(src.mac),
+                    nonce: None,
+                },
+            )
+        }
+    };
+    Ok(buf[..len].to_vec())
+}
+
+/// The solicited-node multicast address of `ip`: `ff02::1:ff00:0/104` and its low 24 bits
+/// (RFC 4291 §2.7.1).
+pub fn solicited_node(ip: Ipv6Addr) -> Ipv6Addr {
+    let o = ip.octets();
+    Ipv6Addr::from([
+        0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xff, o[13], o[14], o[15],
+    ])
+}
+
 /// A received frame that answers a probe sent from our MAC, with the nonce it echoes (its
 /// first [`PROBE_NONCE_LEN`] bytes of ARP padding, or an NA's Nonce option; `None` without).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,6 +409,7 @@ pub fn parse_answer(frame: &[u8], our_mac: MacAddr) -> Option<Reply> {
                 answer: Answer {
                     vip: arp.sender_ip.into(),
                     mac: arp.sender_mac,
+                    kind: ProbeKind::DataPlane,
                 },
                 nonce: nonce_at(eth.payload(), ArpHdr::LEN),
             })
@@ -333,6 +445,7 @@ pub fn parse_answer(frame: &[u8], our_mac: MacAddr) -> Option<Reply> {
                 answer: Answer {
                     vip: target.into(),
                     mac,
+                    kind: ProbeKind::DataPlane,
                 },
                 nonce: nonce.map(Nonce),
             })
@@ -365,6 +478,15 @@ struct Pending {
     deadline: Instant,
 }
 
+/// A kernel probe in flight: no nonce; `mac` `None` when sent to everyone.
+#[derive(Clone, Copy, Debug)]
+struct KernelPending {
+    ifindex: u32,
+    ip: IpAddr,
+    mac: Option<MacAddr>,
+    deadline: Instant,
+}
+
 /// The probes in flight: (interface, VIP, probed MAC) → nonce and deadline. Pure; the clock
 /// is passed in.
 #[derive(Debug)]
@@ -375,6 +497,8 @@ pub struct InFlight {
     order: VecDeque<(u64, Key)>,
     len: usize,
     seq: u64,
+    /// Kernel probes, oldest first (a few per silent peer: a short list).
+    kernel: VecDeque<KernelPending>,
 }
 
 impl Default for InFlight {
@@ -392,17 +516,58 @@ impl InFlight {
             order: VecDeque::new(),
             len: 0,
             seq: 0,
+            kernel: VecDeque::new(),
         }
     }
 
-    /// Probes in flight (expired ones included until they are pruned).
+    /// Probes in flight, kernel probes included (expired ones included until they are
+    /// pruned).
     pub fn len(&self) -> usize {
-        self.len
+        self.len + self.kernel.len()
     }
 
     /// Whether no probe is in flight.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
+    }
+
+    /// Records a kernel probe for `ip` on `ifindex`, sent to `mac` (`None`: broadcast or
+    /// multicast, any MAC may answer), answerable until `deadline`. Prunes expired probes
+    /// first; if the kernel probes are still at the cap, drops the oldest.
+    pub fn insert_kernel(
+        &mut self,
+        ifindex: u32,
+        ip: IpAddr,
+        mac: Option<MacAddr>,
+        deadline: Instant,
+        now: Instant,
+    ) {
+        self.prune(now);
+        while self.kernel.len() >= self.cap {
+            self.kernel.pop_front();
+        }
+        self.kernel.push_back(KernelPending {
+            ifindex,
+            ip,
+            mac,
+            deadline,
+        });
+    }
+
+    /// The kernel probe `answer`, received on `ifindex` at `now`, answers, if any: removed
+    /// (each forwards one answer).
+    fn accept_kernel(&mut self, ifindex: u32, answer: &Answer, now: Instant) -> Option<Answer> {
+        let at = self.kernel.iter().position(|k| {
+            k.ifindex == ifindex
+                && k.ip == answer.vip
+                && k.deadline > now
+                && k.mac.is_none_or(|m| m == answer.mac)
+        })?;
+        self.kernel.remove(at);
+        Some(Answer {
+            kind: ProbeKind::Kernel,
+            ..*answer
+        })
     }
 
     /// Records a probe of `mac` for `vip` on `ifindex` with `nonce`, answerable until
@@ -445,6 +610,7 @@ impl InFlight {
 
     /// Drops every probe whose window has closed.
     pub fn prune(&mut self, now: Instant) {
+        self.kernel.retain(|k| k.deadline > now);
         let mut removed = 0;
         self.pending.retain(|_, v| {
             let before = v.len();
@@ -473,8 +639,21 @@ impl InFlight {
     }
 
     /// Whether `reply`, received on `ifindex` at `now`, answers a probe in flight: then that
-    /// probe is removed (it forwards nothing more) and the answer returned.
+    /// probe is removed (it forwards nothing more) and the answer returned. A data-plane probe
+    /// needs its nonce echoed; failing that, a kernel probe of that address may take it.
     pub fn accept(&mut self, ifindex: u32, reply: &Reply, now: Instant) -> Result<Answer, Dropped> {
+        match self.accept_data_plane(ifindex, reply, now) {
+            Err(e) => self.accept_kernel(ifindex, &reply.answer, now).ok_or(e),
+            ok => ok,
+        }
+    }
+
+    fn accept_data_plane(
+        &mut self,
+        ifindex: u32,
+        reply: &Reply,
+        now: Instant,
+    ) -> Result<Answer, Dropped> {
         let key = (ifindex, reply.answer.vip, reply.answer.mac);
         // Expired probes of this key go now; the rest wait for the next insert's prune.
         self.remove(&key, |p| p.deadline <= now);
@@ -489,7 +668,10 @@ impl InFlight {
             return Err(Dropped::BadNonce);
         };
         self.remove(&key, |p| p.seq == seq);
-        Ok(reply.answer)
+        Ok(Answer {
+            kind: ProbeKind::DataPlane,
+            ..reply.answer
+        })
     }
 
     /// [`parse_answer`] then [`accept`](Self::accept): the verdict on a frame received on
@@ -651,6 +833,23 @@ impl Prober {
         Ok(nonce)
     }
 
+    /// Sends one kernel probe for `ip` (a node's own address), to `target` or to everyone
+    /// ([`kernel_probe_frame`]), answerable for `window`.
+    pub fn send_kernel(
+        &self,
+        ip: IpAddr,
+        target: Option<MacAddr>,
+        window: Duration,
+    ) -> Result<(), ProbeError> {
+        let frame = kernel_probe_frame(&self.src, ip, target)?;
+        let now = Instant::now();
+        self.shared
+            .table()
+            .insert_kernel(self.ifindex(), ip, target, now + window, now);
+        self.sock.send(&frame)?;
+        Ok(())
+    }
+
     /// Listens for answers on this prober's interface. Must be called within a tokio runtime.
     pub fn listen(&self) -> Result<Answers, ProbeError> {
         Answers::open(self.ifindex(), self.src.mac, self.shared.clone())
@@ -667,7 +866,11 @@ impl Prober {
     ) -> Result<bool, ProbeError> {
         let mut answers = self.listen()?;
         self.send(vip, target, timeout)?;
-        let wanted = Answer { vip, mac: target };
+        let wanted = Answer {
+            vip,
+            mac: target,
+            kind: ProbeKind::DataPlane,
+        };
         let wait = async {
             loop {
                 if answers.next().await? == wanted {
@@ -959,6 +1162,34 @@ impl Probes {
         target: MacAddr,
         window: Duration,
     ) -> Result<(), ProbeError> {
+        self.prober(iface, ifindex, src)?
+            .send(vip, target, window)
+            .map(drop)
+    }
+
+    /// Sends a kernel probe for `ip` (a node's own address) on `iface`, to `target` or to
+    /// everyone ([`kernel_probe_frame`]), answerable for `window`. The answer, if any, arrives
+    /// on the receiver with [`ProbeKind::Kernel`].
+    pub fn send_kernel(
+        &mut self,
+        iface: &IfaceName,
+        ifindex: u32,
+        src: ProbeSource,
+        ip: IpAddr,
+        target: Option<MacAddr>,
+        window: Duration,
+    ) -> Result<(), ProbeError> {
+        self.prober(iface, ifindex, src)?
+            .send_kernel(ip, target, window)
+    }
+
+    /// The prober of `iface`, opened (with its listener) if needed, sending from `src`.
+    fn prober(
+        &mut self,
+        iface: &IfaceName,
+        ifindex: u32,
+        src: ProbeSource,
+    ) -> Result<&mut Prober, ProbeError> {
         if let Some(v) = src.vlan.filter(|&v| v > MAX_VLAN_ID) {
             return Err(ProbeError::BadVlan { vlan: v });
         }
@@ -985,8 +1216,7 @@ impl Probes {
         // Addresses may have changed since the prober was opened; the MAC and index did not.
         let i = self.ifaces.get_mut(iface).expect("inserted above");
         i.prober.src = src;
-        i.prober.send(vip, target, window)?;
-        Ok(())
+        Ok(&mut i.prober)
     }
 
     /// The answer path's counters.

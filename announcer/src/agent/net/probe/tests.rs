@@ -176,6 +176,7 @@ fn answer4() -> Option<Reply> {
         answer: Answer {
             vip: VIP4.into(),
             mac: THEIRS,
+            kind: ProbeKind::DataPlane,
         },
         nonce: Some(NONCE),
     })
@@ -282,6 +283,7 @@ fn answer6(nonce: Option<Nonce>) -> Option<Reply> {
         answer: Answer {
             vip: vip6().into(),
             mac: THEIRS,
+            kind: ProbeKind::DataPlane,
         },
         nonce,
     })
@@ -380,6 +382,7 @@ fn reply(mac: MacAddr, nonce: Option<Nonce>) -> Reply {
         answer: Answer {
             vip: VIP4.into(),
             mac,
+            kind: ProbeKind::DataPlane,
         },
         nonce,
     }
@@ -405,6 +408,7 @@ fn an_answer_with_the_probes_nonce_is_accepted_once() {
     let want = Answer {
         vip: VIP4.into(),
         mac: THEIRS,
+        kind: ProbeKind::DataPlane,
     };
     assert_eq!(t.accept(IF, &reply(THEIRS, Some(NONCE)), now), Ok(want));
     assert!(t.is_empty());
@@ -449,6 +453,7 @@ fn answer_for_another_vip_mac_or_interface_is_no_probe() {
         answer: Answer {
             vip: Ipv4Addr::new(10, 77, 0, 101).into(),
             mac: THEIRS,
+            kind: ProbeKind::DataPlane,
         },
         nonce: Some(NONCE),
     };
@@ -655,6 +660,7 @@ fn answers_become_election_inputs() {
     let a = Answer {
         vip: VIP4.into(),
         mac: THEIRS,
+        kind: ProbeKind::DataPlane,
     };
     assert_eq!(
         Input::from(a),
@@ -662,5 +668,184 @@ fn answers_become_election_inputs() {
             vip: VIP4.into(),
             mac: THEIRS
         }
+    );
+}
+
+// ---- kernel probes (no nonce: the node's own address, answered by its kernel) ----
+
+const NODE4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 11);
+
+fn node6() -> Ipv6Addr {
+    "fd77::11".parse().unwrap()
+}
+
+fn kernel_reply(ip: IpAddr, mac: MacAddr) -> Reply {
+    Reply {
+        answer: Answer {
+            vip: ip,
+            mac,
+            kind: ProbeKind::DataPlane,
+        },
+        nonce: None,
+    }
+}
+
+fn kernel_answer(ip: IpAddr, mac: MacAddr) -> Answer {
+    Answer {
+        vip: ip,
+        mac,
+        kind: ProbeKind::Kernel,
+    }
+}
+
+#[test]
+fn a_kernel_arp_probe_is_a_broadcast_request_for_the_nodes_address_without_a_nonce() {
+    let f = kernel_probe_frame(&src(Some(OUR4), None), NODE4.into(), None).unwrap();
+    let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+    assert_eq!((eth.dst(), eth.src()), (MacAddr::BROADCAST, OURS));
+    let arp = ArpRepr::parse(&ArpPacket::new_checked(eth.payload()).unwrap()).unwrap();
+    assert_eq!(
+        arp,
+        ArpRepr {
+            operation: ArpOperation::Request,
+            sender_mac: OURS,
+            sender_ip: OUR4,
+            target_mac: MacAddr::ZERO,
+            target_ip: NODE4,
+        }
+    );
+    assert!(f[42..].iter().all(|&b| b == 0), "no nonce in the padding");
+}
+
+#[test]
+fn a_kernel_arp_probe_with_a_target_is_unicast_to_it() {
+    let f = kernel_probe_frame(&src(Some(OUR4), None), NODE4.into(), Some(THEIRS)).unwrap();
+    let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+    assert_eq!(eth.dst(), THEIRS);
+}
+
+#[test]
+fn a_kernel_ns_probe_without_a_target_goes_to_the_solicited_node_group() {
+    let f = kernel_probe_frame(&src(None, None), node6().into(), None).unwrap();
+    let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+    let group: Ipv6Addr = "ff02::1:ff00:11".parse().unwrap();
+    assert_eq!(eth.dst(), MacAddr([0x33, 0x33, 0xff, 0, 0, 0x11]));
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(Ipv6Addr::from(ip.header().dst), group, "RFC 4291 2.7.1");
+    assert_eq!(ip.header().hop_limit, 255);
+    let nd = NdiscPacket::new_checked(ip.payload()).unwrap();
+    assert!(nd.verify_checksum(&ll(), &group));
+    assert_eq!(
+        NdiscRepr::parse(&nd).unwrap(),
+        NdiscRepr::NeighborSolicit {
+            target: node6(),
+            lladdr: Some(OURS),
+            nonce: None,
+        }
+    );
+}
+
+#[test]
+fn a_kernel_ns_probe_with_a_target_is_a_unicast_nud_solicitation() {
+    let f = kernel_probe_frame(&src(None, None), node6().into(), Some(THEIRS)).unwrap();
+    let eth = EthernetFrame::new_checked(&f[..]).unwrap();
+    assert_eq!(eth.dst(), THEIRS);
+    let ip = Ipv6Packet::new_checked(eth.payload()).unwrap();
+    assert_eq!(Ipv6Addr::from(ip.header().dst), node6(), "RFC 4861 7.2.2");
+}
+
+#[test]
+fn a_broadcast_kernel_probe_takes_one_answer_from_any_mac_without_a_nonce() {
+    let now = Instant::now();
+    let mut t = InFlight::default();
+    let ip = IpAddr::from(NODE4);
+    t.insert_kernel(IF, ip, None, now + Duration::from_millis(100), now);
+    assert_eq!(t.len(), 1);
+    assert_eq!(
+        t.accept(IF, &kernel_reply(ip, SPOOFER), now),
+        Ok(kernel_answer(ip, SPOOFER))
+    );
+    assert_eq!(
+        t.accept(IF, &kernel_reply(ip, THEIRS), now),
+        Err(Dropped::NoProbe),
+        "a probe forwards at most one answer"
+    );
+}
+
+#[test]
+fn a_unicast_kernel_probe_takes_an_answer_only_from_the_probed_mac() {
+    let now = Instant::now();
+    let mut t = InFlight::default();
+    let ip = IpAddr::from(NODE4);
+    t.insert_kernel(IF, ip, Some(THEIRS), now + Duration::from_millis(100), now);
+    assert_eq!(
+        t.accept(IF, &kernel_reply(ip, SPOOFER), now),
+        Err(Dropped::NoProbe)
+    );
+    assert_eq!(
+        t.accept(IF, &kernel_reply(ip, THEIRS), now),
+        Ok(kernel_answer(ip, THEIRS))
+    );
+}
+
+#[test]
+fn a_kernel_answer_for_another_address_interface_or_after_the_window_does_not_count() {
+    let now = Instant::now();
+    let mut t = InFlight::default();
+    let ip = IpAddr::from(NODE4);
+    t.insert_kernel(IF, ip, None, now + Duration::from_millis(100), now);
+    let other = IpAddr::from(Ipv4Addr::new(10, 77, 0, 12));
+    assert_eq!(
+        t.accept(IF, &kernel_reply(other, THEIRS), now),
+        Err(Dropped::NoProbe)
+    );
+    assert_eq!(
+        t.accept(IF + 1, &kernel_reply(ip, THEIRS), now),
+        Err(Dropped::NoProbe)
+    );
+    let late = now + Duration::from_millis(100);
+    assert_eq!(
+        t.accept(IF, &kernel_reply(ip, THEIRS), late),
+        Err(Dropped::NoProbe)
+    );
+    t.prune(late);
+    assert!(t.is_empty(), "expired kernel probes are pruned");
+}
+
+#[test]
+fn a_nonceless_answer_still_does_not_count_for_a_data_plane_probe() {
+    let now = Instant::now();
+    let mut t = table_with_probe(now);
+    t.insert_kernel(
+        IF,
+        NODE4.into(),
+        None,
+        now + Duration::from_millis(100),
+        now,
+    );
+    assert_eq!(
+        t.accept(IF, &kernel_reply(VIP4.into(), THEIRS), now),
+        Err(Dropped::BadNonce),
+        "a kernel probe of another address does not lend its answer to the VIP's probe"
+    );
+}
+
+#[test]
+fn kernel_probes_are_bounded_oldest_first() {
+    let now = Instant::now();
+    let mut t = InFlight::new(2);
+    let later = now + Duration::from_secs(1);
+    for n in 1..=3 {
+        t.insert_kernel(IF, Ipv4Addr::new(10, 0, 0, n).into(), None, later, now);
+    }
+    assert_eq!(t.len(), 2);
+    assert_eq!(
+        t.accept(
+            IF,
+            &kernel_reply(Ipv4Addr::new(10, 0, 0, 1).into(), THEIRS),
+            now
+        ),
+        Err(Dropped::NoProbe),
+        "the oldest was dropped"
     );
 }
