@@ -13,9 +13,9 @@ use announcer_tests::{
         failover::{
             self, Settings,
             plot::{path_for, write_cdf, write_stress},
-            report,
+            report, safety,
             scenarios::Scenario,
-            safety, stress,
+            stress,
             systems::{FAST_ARGS, System},
         },
         verdict::{any_failed, failed_names},

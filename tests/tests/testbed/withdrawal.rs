@@ -83,7 +83,10 @@ fn withdrawn(tb: &Testbed) -> Vec<(String, String)> {
 async fn a_crashed_nodes_pod_in_an_opted_in_namespace_stops_being_an_endpoint_long_before_the_grace()
  {
     let (mut tb, _dp, victim) = bed("wdcrash", true).await;
-    assert!(ready_on(&tb, &victim), "{victim}'s Pod is an endpoint before the crash");
+    assert!(
+        ready_on(&tb, &victim),
+        "{victim}'s Pod is an endpoint before the crash"
+    );
     tb.crash(&victim);
     tb.wait_for(
         &format!("{victim}'s endpoint of web not ready within {FAST:?} of the crash"),
@@ -118,11 +121,9 @@ async fn a_crashed_nodes_pod_in_a_namespace_that_did_not_opt_in_is_left_to_the_n
 async fn a_returned_nodes_pod_is_ready_again_and_not_withdrawn_again() {
     let (mut tb, dp, victim) = bed("wdreturn", true).await;
     tb.crash(&victim);
-    tb.wait_for(
-        &format!("{victim}'s endpoint withdrawn"),
-        FAST,
-        |tb| !ready_on(tb, &victim),
-    );
+    tb.wait_for(&format!("{victim}'s endpoint withdrawn"), FAST, |tb| {
+        !ready_on(tb, &victim)
+    });
     dp.revive(&mut tb, &victim).expect("the node returns");
     tb.start_agent(&victim, &[]);
     tb.wait_for(&format!("{victim}'s endpoint ready again"), T, |tb| {

@@ -129,8 +129,6 @@ impl E2eBed {
     }
 }
 
-
-
 fn service(sc: Scenario) -> &'static str {
     if sc == Scenario::CrashE2eLocal {
         "e2e-local"

@@ -311,13 +311,7 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
             continue;
         }
         if safety::is_safety(scenario) {
-            let run = safety::run(
-                bed,
-                &mut e2e_bed,
-                scenario,
-                s.stress_duration,
-                progress,
-            )?;
+            let run = safety::run(bed, &mut e2e_bed, scenario, s.stress_duration, progress)?;
             progress(&format!(
                 "[{}] {name}: {} healthy Pods withdrawn in {:.0} s ({} faults, {} Pod checks)",
                 scenario.name(),

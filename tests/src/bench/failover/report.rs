@@ -258,8 +258,7 @@ fn e2e_table(rows: &[Row]) -> String {
     for r in rows {
         let f = r.failover();
         let l2 = pair((f, 0));
-        let [first, p99ok, all, endpt, again] =
-            E2E_TIMES.map(|(_, get)| pair(r.e2e_times(get)));
+        let [first, p99ok, all, endpt, again] = E2E_TIMES.map(|(_, get)| pair(r.e2e_times(get)));
         let share = r.http_failed_share();
         let _ = writeln!(
             s,

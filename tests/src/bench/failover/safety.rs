@@ -36,12 +36,7 @@ use super::{
 use crate::env::lan::{SERVICE_NAMESPACE, withdrawn_pods};
 
 /// The scenarios of this module.
-pub const SCENARIOS: [Scenario; 4] = [
-    Scenario::StressE2e,
-    Scenario::PartitionE2e,
-    Scenario::BlackoutE2e,
-    Scenario::AgentCrashloopE2e,
-];
+pub const SCENARIOS: [Scenario; 4] = Scenario::SAFETY;
 /// How often the Pods are checked.
 pub const POLL: Duration = Duration::from_millis(250);
 /// partition-e2e: how long each partition lasts, and the pause between two.
@@ -73,7 +68,7 @@ pub struct SafetyRun {
 
 /// Whether `s` is one of [`SCENARIOS`].
 pub fn is_safety(s: Scenario) -> bool {
-    SCENARIOS.contains(&s)
+    s.is_safety()
 }
 
 /// The nftables table of the blackout, in every node namespace.
@@ -135,7 +130,11 @@ pub fn run(
         *state = Some(E2eBed::setup(bed)?);
     }
     let nodes = bed.tb.nodes();
-    let (a, b, c) = (nodes[0].clone(), nodes[1].clone(), nodes[nodes.len() - 1].clone());
+    let (a, b, c) = (
+        nodes[0].clone(),
+        nodes[1].clone(),
+        nodes[nodes.len() - 1].clone(),
+    );
     let mut hog = None;
     let fault = match scenario {
         Scenario::StressE2e => {

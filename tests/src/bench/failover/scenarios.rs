@@ -127,7 +127,20 @@ impl Scenario {
     /// Whether it runs trials (a Row of [`super::trial::Trial`]s); stress and the safety
     /// scenarios ([`super::safety`]) are one long run each.
     pub fn has_trials(self) -> bool {
-        self != Scenario::Stress && !super::safety::is_safety(self)
+        self != Scenario::Stress && !self.is_safety()
+    }
+
+    /// Fast endpoint withdrawal's safety runs ([`super::safety`]).
+    pub const SAFETY: [Scenario; 4] = [
+        Scenario::StressE2e,
+        Scenario::PartitionE2e,
+        Scenario::BlackoutE2e,
+        Scenario::AgentCrashloopE2e,
+    ];
+
+    /// Whether it is one of [`Scenario::SAFETY`].
+    pub fn is_safety(self) -> bool {
+        Scenario::SAFETY.contains(&self)
     }
 
     /// Name in tables, JSON and `--scenarios`.
@@ -230,15 +243,15 @@ impl Scenario {
     /// the cell as unsupported).
     pub fn supported_by(self, system: System) -> Result<(), &'static str> {
         if system.withdraws()
-            && !super::safety::is_safety(self)
-            && !super::e2e::is_e2e(self)
+            && !self.is_safety()
+            && !matches!(self, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
         {
             return Err(
                 "announcer-withdraw is announcer-default plus the withdrawer, which acts on \
                  endpoints only: see announcer-default's row",
             );
         }
-        if super::safety::is_safety(self) && !system.withdraws() {
+        if self.is_safety() && !system.withdraws() {
             return Err(
                 "the e2e safety scenarios judge fast endpoint withdrawal; this system does not \
                  withdraw endpoints",
@@ -684,7 +697,7 @@ mod unit {
 
     #[test]
     fn the_safety_scenarios_are_long_runs_only_a_withdrawing_system_runs() {
-        for sc in super::super::safety::SCENARIOS {
+        for sc in Scenario::SAFETY {
             assert!(!sc.has_trials(), "{}", sc.name());
             assert!(Scenario::OPT_IN.contains(&sc), "{}", sc.name());
             assert_eq!(sc.supported_by(System::AnnouncerWithdraw), Ok(()));
@@ -732,7 +745,7 @@ mod unit {
         }
         assert!(
             Scenario::known()
-                .filter(|sc| !super::super::safety::is_safety(*sc))
+                .filter(|sc| !sc.is_safety())
                 .all(|sc| sc.supported_by(System::AnnouncerDefault).is_ok())
         );
     }
@@ -742,7 +755,7 @@ mod unit {
         for s in [System::KeepalivedTuned, System::KeepalivedDefault] {
             for sc in Scenario::known() {
                 let e2e = matches!(sc, Scenario::CrashE2eLocal | Scenario::CrashE2eCluster)
-                    || super::super::safety::is_safety(sc);
+                    || sc.is_safety();
                 assert_eq!(sc.supported_by(s).is_err(), e2e, "{}", sc.name());
             }
         }
