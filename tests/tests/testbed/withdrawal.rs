@@ -102,6 +102,24 @@ async fn a_crashed_nodes_pod_in_an_opted_in_namespace_stops_being_an_endpoint_lo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_a_node_running_a_withdrawer_replica_is_withdrawn_by_the_other_replica() {
+    let (mut tb, _dp, _) = bed("wdreplica", true).await;
+    // The first node runs a replica (see `bed`); there is no leader to wait for.
+    let victim = tb.nodes()[0].clone();
+    tb.crash(&victim);
+    tb.wait_for(
+        &format!("{victim}'s endpoint of web not ready within {FAST:?} of the crash"),
+        FAST,
+        |tb| !ready_on(tb, &victim),
+    );
+    assert_eq!(
+        withdrawn(&tb),
+        vec![(format!("web-{victim}"), victim.clone())],
+        "exactly the crashed node's Pod is withdrawn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_nodes_pod_in_a_namespace_that_did_not_opt_in_is_left_to_the_node_lifecycle_controller()
  {
     let (mut tb, _dp, victim) = bed("wdoptout", false).await;
