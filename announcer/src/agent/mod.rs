@@ -12,7 +12,8 @@
 //! * the node-lease mode's loop (`shell`) and the lease-per-service mode's (`service_shell`),
 //!   over what both share (`context`);
 //! * [`unreachable`]: the rules behind the peers this node reports proven unreachable in its
-//!   Lease (fast endpoint withdrawal, issue 28);
+//!   Lease (fast endpoint withdrawal, issue 28), and [`stale_flows`]: the conntrack entries
+//!   kube-proxy DNATed to those peers' Pods, swept;
 //! * [`shutdown`]: the stop and SIGTERM signals every task listens to;
 //! * [`http`] and [`metrics`]: `/healthz`, `/readyz`, `/state` ([`crate::state`], as last
 //!   [`published`]) and `/metrics`;
@@ -31,6 +32,7 @@ pub mod persist;
 pub mod published;
 pub mod refresh;
 pub mod shutdown;
+pub mod stale_flows;
 pub mod unreachable;
 
 mod context;

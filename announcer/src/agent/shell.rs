@@ -151,6 +151,9 @@ struct Shell {
     plane_changed: bool,
     /// The unreachable report's rules (`None` with `--no-report-unreachable`).
     unreachable: Option<Unreachable>,
+    /// The peers listed in [`Self::report`], for the conntrack sweeper
+    /// ([`super::stale_flows`]).
+    stale_listed: tokio::sync::watch::Sender<BTreeSet<NodeName>>,
     /// The report our Lease carries (from the next write on).
     report: Report,
     /// The report changed while a Lease write was in flight: renew once it is done.
@@ -268,6 +271,16 @@ impl Shell {
         let term = ctx.term.clone();
         let loss = LossTracker::new(ctx.args.heartbeat_interval);
         let ctx_reports_off = ctx.args.no_report_unreachable;
+        let (stale_listed, listed) = tokio::sync::watch::channel(BTreeSet::new());
+        if !ctx_reports_off {
+            super::stale_flows::spawn(
+                &ctx.kube.rt,
+                ctx.kube.watches.slices.clone(),
+                listed,
+                ctx.report.recorder.clone(),
+                ctx.stop.clone(),
+            );
+        }
         Ok(Shell {
             ctx,
             core,
@@ -292,6 +305,7 @@ impl Shell {
             plane_changed: false,
             unreachable: (!ctx_reports_off)
                 .then(|| Unreachable::new(unreachable::Config::default())),
+            stale_listed,
             report: Report::default(),
             report_rewrite: false,
             unreachable_fed: Instant::now(),
@@ -520,6 +534,7 @@ impl Shell {
                 .report
                 .recorder
                 .unreachable_listed(report.unreachable.len());
+            self.stale_listed.send_replace(report.unreachable.clone());
             self.report = report;
             self.lease.set_contents(self.contents());
             // Written at once, not at the next renewal: the withdrawal controller waits on it.

@@ -239,3 +239,47 @@ async fn survivors_count_the_peers_they_list_and_their_kernel_probes() {
         // asked, and answered, before the crash.)
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_unreplied_flows_towards_a_listed_nodes_endpoints_are_swept_on_its_peers() {
+    let (mut tb, owner, others) = settled("unreach-flows").await;
+    let observer = others[0].clone();
+    // The Service's endpoint on the owner is its node address (a host-network Pod's).
+    let dead = tb.node_ip4(&owner);
+    tb.crash(&owner);
+    tb.wait_for(&format!("{observer} lists {owner}"), REPORTED, |tb| {
+        listed_by(tb, &observer) == [owner.clone()]
+    });
+    // kube-proxy's DNAT on the observer, still sending a Service's connections to the dead
+    // endpoint, and a connection through it that is never answered (a `SYN_SENT` entry).
+    let ns = tb.node_ns(&observer);
+    ns.ip(&["route", "add", "10.99.0.1/32", "dev", "eth0"]);
+    ns.run(&["nft", "add", "table", "ip", "kp"]);
+    ns.run(&[
+        "nft",
+        "add chain ip kp out { type nat hook output priority -100 ; }",
+    ]);
+    ns.run(&[
+        "nft",
+        &format!("add rule ip kp out ip daddr 10.99.0.1 tcp dport 80 dnat to {dead}:80"),
+    ]);
+    let connected = ns.enter(|| {
+        std::net::TcpStream::connect_timeout(
+            &std::net::SocketAddr::from(([10, 99, 0, 1], 80)),
+            Duration::from_millis(200),
+        )
+        .is_ok()
+    });
+    assert!(!connected, "the dead endpoint answered");
+    tb.wait_for(&format!("{observer} swept the flow"), REPORTED, |tb| {
+        tb.metric(&observer, "announcer_stale_flows_deleted_total")
+            .is_some_and(|n| n >= 1.0)
+    });
+    let left = ns.enter(|| {
+        announcer::agent::net::conntrack::Conntrack::open()
+            .expect("ctnetlink")
+            .delete_unreplied_tcp(IpAddr::V4(dead))
+            .expect("a sweep")
+    });
+    assert_eq!(left.deleted, 0, "an unreplied flow was left: {left:?}");
+}

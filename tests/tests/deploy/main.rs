@@ -15,9 +15,10 @@
 //!   host, where the agent looks for it, and is the only writable path besides bpffs;
 //! * the shared heartbeat key is gone: no key-generator Job, no second ServiceAccount, no grant
 //!   on Secrets;
-//! * the RBAC is exactly what the agents use: real agents run a scenario in both election modes
-//!   against the in-repo API server, and every (API group, resource, verb) they sent must be
-//!   granted, and every grant must have been used (bar a justified allow-list).
+//! * the RBAC is exactly what each account uses: real agents and allocators run a scenario in
+//!   both election modes on both API servers, and the withdrawal controller one withdrawal on
+//!   kube-apiserver; every (API group, resource, verb) they sent must be granted, in the
+//!   grant's scope, and every grant must have been used (bar a justified allow-list).
 //!
 //! * the image `cargo xtask image` writes is a valid OCI layout, at most 30 MB, labelled with
 //!   its version and commit, and its binary runs inside it (chroot) with deploy/'s arguments
@@ -42,7 +43,10 @@ use std::{
 };
 
 use announcer::agent::config::{AgentArgs, DEFAULT_STATE_ROOT, file::ConfigFile};
-use announcer_tests::programs::kube_program;
+use announcer_tests::{
+    env::kube::{deploy_dir, rbac::documents},
+    programs::kube_program,
+};
 use clap::Parser;
 use serde_json::Value;
 
@@ -50,21 +54,6 @@ use serde_json::Value;
 /// minimum, docs/install.md#support-matrix and [`announcer::agent::admission::MIN_KUBERNETES`]),
 /// and the newest the validator knows.
 const KUBE_VERSIONS: [&str; 2] = ["1.32.0", "1.37.0"];
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
-
-/// Every YAML document in `file` (under deploy/).
-fn documents(file: &str) -> Vec<Value> {
-    let path = deploy_dir().join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-    serde_saphyr::from_multiple::<Value>(&text)
-        .unwrap_or_else(|e| panic!("{path:?}: {e}"))
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
-}
 
 fn kustomization() -> Value {
     documents("kustomization.yaml").remove(0)

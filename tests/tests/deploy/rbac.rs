@@ -10,23 +10,18 @@ use announcer_tests::env::{
     ApiKind, NAMESPACE,
     agent_cmd::PER_SERVICE_ELECTION,
     cluster::Cluster,
-    kube::{agent_user, allocator_user},
+    kube::{
+        AGENT_SERVICE_ACCOUNT, ALLOCATOR_SERVICE_ACCOUNT, KubeControlPlane, KubeOptions,
+        WITHDRAWAL_SERVICE_ACCOUNT, agent_user, allocator_user,
+        rbac::{Grant, Scope, grants},
+        withdrawal::Scene,
+        withdrawal_user,
+    },
 };
 use k8s_openapi::api::{coordination::v1::Lease, events::v1::Event};
 use kube::{Api, api::ListParams};
 
-use super::{deploy_dir, documents, s};
-
-/// (API group, resource, verb) as RBAC rules and the API server's counters name them.
-type Grant = (String, String, String);
-
-/// Where a grant holds: its binding's namespace (`None`: cluster-wide) and its rule's
-/// `resourceNames` (`None`: every name).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Scope {
-    namespace: Option<String>,
-    names: Option<Vec<String>>,
-}
+use super::deploy_dir;
 
 /// One of the install's accounts.
 #[derive(Clone, Copy, Debug)]
@@ -35,6 +30,8 @@ enum Account {
     Agents,
     /// The allocator's (deploy/allocator.yaml).
     Allocator,
+    /// The withdrawal controller's (deploy/withdrawer.yaml).
+    Withdrawal,
 }
 
 impl Account {
@@ -42,13 +39,15 @@ impl Account {
         match self {
             Account::Agents => "rbac.yaml",
             Account::Allocator => "allocator.yaml",
+            Account::Withdrawal => "withdrawer.yaml",
         }
     }
 
     fn service_account(self) -> &'static str {
         match self {
-            Account::Agents => "announcer",
-            Account::Allocator => "announcer-allocator",
+            Account::Agents => AGENT_SERVICE_ACCOUNT,
+            Account::Allocator => ALLOCATOR_SERVICE_ACCOUNT,
+            Account::Withdrawal => WITHDRAWAL_SERVICE_ACCOUNT,
         }
     }
 
@@ -56,52 +55,14 @@ impl Account {
         match self {
             Account::Agents => agent_user(),
             Account::Allocator => allocator_user(),
+            Account::Withdrawal => withdrawal_user(),
         }
     }
-}
 
-/// The rules bound to `account` in its file, as (group, resource, verb) with the scope each is
-/// granted in.
-fn grants_of(account: Account) -> BTreeSet<(Grant, Scope)> {
-    let docs = documents(account.file());
-    let sa = account.service_account();
-    let mut out = BTreeSet::new();
-    for b in docs
-        .iter()
-        .filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding")
-    {
-        let bound = b["subjects"].as_array().expect("subjects").iter().any(|x| {
-            x["kind"] == "ServiceAccount" && x["name"] == sa && x["namespace"] == NAMESPACE
-        });
-        if !bound {
-            continue;
-        }
-        let role_kind = s(&b["roleRef"]["kind"]);
-        let role = docs
-            .iter()
-            .find(|d| d["kind"] == role_kind && d["metadata"]["name"] == b["roleRef"]["name"])
-            .expect("bound role exists");
-        let namespace =
-            (b["kind"] == "RoleBinding").then(|| s(&b["metadata"]["namespace"]).to_owned());
-        for rule in role["rules"].as_array().expect("rules") {
-            let names = rule["resourceNames"]
-                .as_array()
-                .map(|n| n.iter().map(|x| s(x).to_owned()).collect());
-            let scope = Scope {
-                namespace: namespace.clone(),
-                names,
-            };
-            for g in rule["apiGroups"].as_array().expect("groups") {
-                for r in rule["resources"].as_array().expect("resources") {
-                    for v in rule["verbs"].as_array().expect("verbs") {
-                        let grant = (s(g).to_owned(), s(r).to_owned(), s(v).to_owned());
-                        out.insert((grant, scope.clone()));
-                    }
-                }
-            }
-        }
+    /// The rules bound to this account in its file, with the scope each is granted in.
+    fn grants(self) -> BTreeSet<(Grant, Scope)> {
+        grants(self.file(), self.service_account())
     }
-    out
 }
 
 /// One request as sent: what, and (on kube-apiserver; `None` on the in-repo server, which does
@@ -156,6 +117,9 @@ fn used_by(c: &Cluster, account: Account, clients: &[String]) -> BTreeSet<Use> {
             .pod
             .as_deref()
             .is_some_and(|p| clients.iter().any(|c| c == p)),
+        // The test runs it with a token bound to no Pod (the Deployment's are bound to its
+        // Pods, but nothing checks their claims).
+        Account::Withdrawal => true,
     };
     assert!(
         records.iter().all(claim_ok),
@@ -170,45 +134,25 @@ fn used_by(c: &Cluster, account: Account, clients: &[String]) -> BTreeSet<Use> {
 /// The scope each account's grants must have: what the install means, written down apart from
 /// the manifests so that widening (a Lease grant cluster-wide, a name-scoped rule losing its
 /// names) or narrowing one fails here.
-fn intended_scope(account: Account, (group, resource, verb): &Grant) -> Scope {
-    let ns = Some(NAMESPACE.to_owned());
-    let _ = group;
+fn intended_scope(account: Account, (_, resource, verb): &Grant) -> Scope {
     match (account, resource.as_str(), verb.as_str()) {
         // Node and per-Service Leases: any name in the agent namespace (the admission policy
         // narrows it to the node's own).
-        (Account::Agents, "leases", _) => Scope {
-            namespace: ns,
-            names: None,
-        },
+        (Account::Agents, "leases", _) => Scope::agent_namespace(),
         // The allocator's one Lease, by name; create cannot be name-scoped by RBAC (the
         // admission policy does it).
-        (Account::Allocator, "leases", "create") => Scope {
-            namespace: ns,
-            names: None,
-        },
-        (Account::Allocator, "leases", _) => Scope {
-            namespace: ns,
-            names: Some(vec!["announcer-allocator".to_owned()]),
-        },
-        // Services, their status, Events, EndpointSlices, Nodes, Namespaces, pools: where the
-        // users' objects are, cluster-wide.
-        _ => Scope {
-            namespace: None,
-            names: None,
-        },
+        (Account::Allocator, "leases", "create") => Scope::agent_namespace(),
+        (Account::Allocator, "leases", _) => Scope::named(&["announcer-allocator"]),
+        // The withdrawal cap's one Lease, by name (read and compare-and-swap); every node and
+        // agent Lease read (list and watch) wherever it is: the kubelets' are in
+        // kube-node-lease.
+        (Account::Withdrawal, "leases", "get" | "update") => {
+            Scope::named(&[announcer::withdrawer::slots::LEASE_NAME])
+        }
+        // Services, their status, Events, EndpointSlices, Nodes, Namespaces, pools, Pods: where
+        // the users' objects are, cluster-wide.
+        _ => Scope::cluster(),
     }
-}
-
-/// Whether a request in `namespace` on `name` falls within `scope`.
-fn within(scope: &Scope, namespace: Option<&str>, name: Option<&str>) -> bool {
-    scope
-        .namespace
-        .as_deref()
-        .is_none_or(|ns| namespace == Some(ns))
-        && scope
-            .names
-            .as_ref()
-            .is_none_or(|names| name.is_some_and(|n| names.iter().any(|x| x == n)))
 }
 
 const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
@@ -446,7 +390,8 @@ async fn allocate(c: &Cluster) {
     }
 }
 
-/// Grants the agents need only on paths no short test reaches, each with the reason.
+/// Grants needed only on paths no short test reaches, each with the reason (every account
+/// records Events through kube's recorder).
 const RARE: [(&str, &str, &str, &str); 1] = [(
     "events.k8s.io",
     "events",
@@ -457,7 +402,7 @@ const RARE: [(&str, &str, &str, &str); 1] = [(
 /// Checks one account: every request it sent is granted, in the grant's scope; every grant
 /// was used (bar [`RARE`]); every grant has the scope [`intended_scope`] says.
 fn check(account: Account, used: &BTreeSet<Use>) {
-    let grants = grants_of(account);
+    let grants = account.grants();
     let file = account.file();
     let granted: BTreeSet<Grant> = grants.iter().map(|(g, _)| g.clone()).collect();
     let verbs: BTreeSet<Grant> = used.iter().map(|(g, _)| g.clone()).collect();
@@ -493,7 +438,7 @@ fn check(account: Account, used: &BTreeSet<Use>) {
         assert!(
             grants
                 .iter()
-                .any(|(g, scope)| g == grant && within(scope, ns.as_deref(), name.as_deref())),
+                .any(|(g, scope)| g == grant && scope.contains(ns.as_deref(), name.as_deref())),
             "the {account:?} sent {grant:?} on {ns:?}/{name:?}, outside every grant's scope"
         );
     }
@@ -509,24 +454,15 @@ fn a_grant_wider_than_intended_fails_the_scope_check() {
         "leases".to_owned(),
         "update".to_owned(),
     );
-    let wide = Scope {
-        namespace: Some(NAMESPACE.to_owned()),
-        names: None,
-    };
-    assert_ne!(wide, intended_scope(Account::Allocator, &g));
-    let cluster = Scope {
-        namespace: None,
-        names: None,
-    };
-    assert_ne!(cluster, intended_scope(Account::Agents, &g));
-    let named = intended_scope(Account::Allocator, &g);
-    assert!(within(&named, Some(NAMESPACE), Some("announcer-allocator")));
-    assert!(!within(&named, Some(NAMESPACE), Some("announcer-node-a")));
-    assert!(!within(
-        &named,
-        Some("default"),
-        Some("announcer-allocator")
-    ));
+    assert_ne!(
+        Scope::agent_namespace(),
+        intended_scope(Account::Allocator, &g)
+    );
+    assert_ne!(
+        Scope::agent_namespace(),
+        intended_scope(Account::Withdrawal, &g)
+    );
+    assert_ne!(Scope::cluster(), intended_scope(Account::Agents, &g));
 }
 
 announcer_tests::on_both_api_servers! {
@@ -539,4 +475,39 @@ async fn rbac_grants_each_account_exactly_what_it_uses_in_its_scope(api) {
     check(Account::Agents, &agents);
     check(Account::Allocator, &allocator);
 }
+}
+
+/// The withdrawal controller's account on kube-apiserver, through one withdrawal (its lists and
+/// watches, the cap Lease, the Pod read and status patch, the Events): nothing forbidden, every
+/// grant used, each request within its grant's scope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_grants_the_withdrawal_account_exactly_what_one_withdrawal_uses() {
+    let cp = KubeControlPlane::start(KubeOptions {
+        tag: "rbac-withdrawal".into(),
+        apply_deploy: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("control plane: {e}"));
+    let scene = Scene::stage(&cp).await;
+    scene.crash_and_report().await;
+    scene.wait_endpoint(false, T).await;
+    // Its Events are recorded in the background.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let records = cp.audit().expect("the audit log");
+    let user = withdrawal_user();
+    let mine: Vec<_> = records
+        .into_iter()
+        .filter(|r| r.user == user && !r.resource.is_empty())
+        .collect();
+    let forbidden: Vec<_> = mine.iter().filter(|r| r.code == 403).collect();
+    assert!(
+        forbidden.is_empty(),
+        "deploy/withdrawer.yaml forbade requests the withdrawer made: {forbidden:#?}"
+    );
+    let used: BTreeSet<Use> = mine
+        .into_iter()
+        .map(|r| ((r.group, r.resource, r.verb), Some((r.namespace, r.name))))
+        .collect();
+    check(Account::Withdrawal, &used);
 }

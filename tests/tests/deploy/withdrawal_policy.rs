@@ -12,15 +12,11 @@
 use std::time::Duration;
 
 use announcer::withdrawer::pod::{REASON, withdraw_patch};
-use announcer_tests::env::{
-    NAMESPACE,
-    kube::{Credentials, KubeControlPlane, KubeOptions, client_for, kubeconfig_yaml},
+use announcer_tests::env::kube::{
+    KubeControlPlane, KubeOptions, WITHDRAWAL_SERVICE_ACCOUNT, client_for,
 };
 use k8s_openapi::{
-    api::{
-        authentication::v1::{TokenRequest, TokenRequestSpec},
-        core::v1::{Namespace, Pod, ServiceAccount},
-    },
+    api::core::v1::{Namespace, Pod},
     jiff::Timestamp,
 };
 use kube::{
@@ -29,8 +25,6 @@ use kube::{
 };
 use serde_json::{Value, json};
 
-/// The controller's ServiceAccount (deploy/withdrawer.yaml).
-const ACCOUNT: &str = "announcer-withdrawal";
 /// A node no kubelet runs: nothing else writes the Pods' status.
 const NODE: &str = "node-gone";
 
@@ -46,27 +40,10 @@ async fn applied(tag: &str) -> KubeControlPlane {
 
 /// A client with a token of the withdrawal account.
 async fn withdrawal_client(cp: &KubeControlPlane) -> kube::Client {
-    let sa: Api<ServiceAccount> = Api::namespaced(cp.client(), NAMESPACE);
-    let req = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let token = sa
-        .create_token_request(ACCOUNT, &PostParams::default(), &req)
+    let path = cp
+        .write_account_kubeconfig(WITHDRAWAL_SERVICE_ACCOUNT)
         .await
-        .expect("a token of the withdrawal account")
-        .status
-        .and_then(|s| s.token)
-        .expect("a token");
-    let path = cp.dir().join("withdrawal.kubeconfig");
-    std::fs::write(
-        &path,
-        kubeconfig_yaml(&cp.url(), cp.ca_cert(), ACCOUNT, &Credentials::Token(token)),
-    )
-    .expect("write the kubeconfig");
+        .unwrap_or_else(|e| panic!("a token of the withdrawal account: {e}"));
     client_for(&path).await.unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -1,5 +1,6 @@
 //! Kernel tests: the XDP program under `BPF_PROG_TEST_RUN` (rules, fuzz), the loaded responder
-//! between two network namespaces, the reachability probe, the agent's link watch, and the
+//! between two network namespaces, the reachability probe, the stale-flow sweep (conntrack),
+//! the agent's link watch, and the
 //! namespace harness itself; the program following the binary (swap, mode, map layouts) and
 //! `announcer cleanup`; `announcer load` beside another XDP program.
 //! Needs root; never skips.
@@ -9,6 +10,7 @@
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod cleanup;
+mod conntrack;
 mod e2e_responder;
 mod foreign;
 mod link_watch;

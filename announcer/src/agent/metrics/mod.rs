@@ -88,6 +88,8 @@ pub struct Recorder {
     unreachable_listed: Gauge,
     kernel_probes_sent: Counter,
     kernel_probes_answered: Counter,
+    stale_flows_deleted: Counter,
+    stale_flow_sweep_failures: Counter,
 }
 
 /// An `iface` label.
@@ -160,6 +162,8 @@ impl Recorder {
             unreachable_listed: Gauge::default(),
             kernel_probes_sent: Counter::default(),
             kernel_probes_answered: Counter::default(),
+            stale_flows_deleted: Counter::default(),
+            stale_flow_sweep_failures: Counter::default(),
         }
     }
 
@@ -177,6 +181,16 @@ impl Recorder {
     /// A peer's kernel answered a kernel probe.
     pub fn kernel_probe_answered(&self) {
         self.kernel_probes_answered.inc();
+    }
+
+    /// `n` unreplied conntrack entries towards an unreachable peer's Pods were deleted.
+    pub fn stale_flows_deleted(&self, n: u64) {
+        self.stale_flows_deleted.inc_by(n);
+    }
+
+    /// A conntrack sweep failed (no CAP_NET_ADMIN, no conntrack).
+    pub fn stale_flow_sweep_failed(&self) {
+        self.stale_flow_sweep_failures.inc();
     }
 
     /// Whether the data plane is attached on `iface`.
@@ -451,6 +465,16 @@ impl Metrics {
             "announcer_kernel_probes_answered",
             "Kernel probes answered: the silent peer's node is alive",
             recorder.kernel_probes_answered.clone(),
+        );
+        registry.register(
+            "announcer_stale_flows_deleted",
+            "Unreplied TCP conntrack entries deleted because kube-proxy had DNATed them to a Pod of a peer this node lists unreachable (a client reusing the source port would follow them to the dead Pod)",
+            recorder.stale_flows_deleted.clone(),
+        );
+        registry.register(
+            "announcer_stale_flow_sweep_failures",
+            "Conntrack sweeps that failed (no CAP_NET_ADMIN in the host network namespace, or no conntrack)",
+            recorder.stale_flow_sweep_failures.clone(),
         );
         let sources = Sources::default();
         registry.register_collector(Box::new(collect::Collector::new(sources.clone())));

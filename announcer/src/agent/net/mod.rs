@@ -12,6 +12,7 @@
 //! Why together: these work without the API server, which is what lets failover go on during
 //! an API outage; none of them decides anything, the election core does.
 
+pub mod conntrack;
 pub mod heartbeat_socket;
 pub mod iface;
 pub mod link_watch;

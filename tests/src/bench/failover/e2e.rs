@@ -42,7 +42,7 @@ use super::{
     measure::{Expect, owner_check, vip_outcome},
     scenarios::{Bed, Scenario},
     systems::{System, WITHDRAWER_REPLICAS},
-    trial::{E2eOutcome, PHASE_SPREAD, PROBE_INTERVAL, Trial},
+    trial::{E2eOutcome, LATE_AFTER, LATE_KEPT, PHASE_SPREAD, PROBE_INTERVAL, Trial},
 };
 use crate::env::{
     kube::workloads,
@@ -264,6 +264,14 @@ pub fn run(bed: &mut Bed, state: &mut Option<E2eBed>, scenario: Scenario) -> Res
         errors,
         ready_again: None,
         healthy_withdrawn: healthy_withdrawn.into_iter().collect(),
+        late_failures: not_ready
+            .map(|d| {
+                after(http_at + d + LATE_AFTER)
+                    .filter_map(|s| Some((s.sent - http_at, s.error?)))
+                    .take(LATE_KEPT)
+                    .collect()
+            })
+            .unwrap_or_default(),
     };
 
     // The node comes back; the trial ends when everything is ready again.

@@ -440,7 +440,7 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                         d.map_or("never".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1e3))
                     };
                     format!(
-                        ", HTTP first ok {}, 99% ok {}, all ok {}, failed {:.1} % of {}, endpoint not ready after {} ({} failed after that), errors {:?}",
+                        ", HTTP first ok {}, 99% ok {}, all ok {}, failed {:.1} % of {}, endpoint not ready after {} ({} failed after that), errors {:?}, late failures {:?}",
                         f(h.first_ok),
                         f(h.ok_99pct),
                         f(h.all_ok),
@@ -449,7 +449,11 @@ fn run_system(bed: &mut Bed, c: &Ctx, out: &mut Results) -> Result<(), String> {
                         f(e.endpoints_not_ready),
                         e.failed_after_endpoint_removal
                             .map_or("-".into(), |n| n.to_string()),
-                        e.errors
+                        e.errors,
+                        e.late_failures
+                            .iter()
+                            .map(|(at, why)| format!("{:.2} s {why:?}", at.as_secs_f64()))
+                            .collect::<Vec<_>>()
                     )
                 })
                 .unwrap_or_default();

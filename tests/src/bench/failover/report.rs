@@ -872,6 +872,18 @@ pub fn json(rows: &[Row], verdicts: &[Verdict], plot: &str, extra: Value) -> Str
                         .collect::<Vec<_>>()
                 );
                 row["healthy_withdrawn"] = json!(r.healthy_withdrawn());
+                row["http_late_failures"] = json!(
+                    r.trials
+                        .iter()
+                        .filter_map(|t| t.e2e.as_ref())
+                        .map(|e| {
+                            e.late_failures
+                                .iter()
+                                .map(|(at, why)| json!({"at_s": at.as_secs_f64(), "error": why}))
+                                .collect::<Vec<_>>()
+                        })
+                        .collect::<Vec<_>>()
+                );
                 row["http_requests"] = json!(
                     r.trials
                         .iter()

@@ -376,4 +376,13 @@ pub struct E2eOutcome {
     /// Pods on nodes that did not crash that were seen with `Ready` False for our reason
     /// (`AnnouncerNodeUnreachable`) during the trial: false withdrawals, which must be none.
     pub healthy_withdrawn: Vec<String>,
+    /// Failures sent more than [`LATE_AFTER`] after [`Self::endpoints_not_ready`] (at most
+    /// [`LATE_KEPT`], the first ones): the stragglers that neither the address move nor the
+    /// endpoint removal explains, each with its time after the crash and why it failed.
+    pub late_failures: Vec<(Duration, HttpError)>,
 }
+
+/// See [`E2eOutcome::late_failures`]: kube-proxy's `minSyncPeriod` (1 s) and a margin.
+pub const LATE_AFTER: Duration = Duration::from_secs(2);
+/// See [`E2eOutcome::late_failures`].
+pub const LATE_KEPT: usize = 20;

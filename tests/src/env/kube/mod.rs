@@ -32,7 +32,9 @@ pub mod certs;
 pub mod kubelet;
 pub mod metallb;
 pub mod pods;
+pub mod rbac;
 pub(crate) mod relay;
+pub mod withdrawal;
 pub mod workloads;
 
 use std::{
@@ -81,6 +83,12 @@ pub fn allocator_user() -> String {
 pub fn agent_user() -> String {
     format!("system:serviceaccount:{NAMESPACE}:{AGENT_SERVICE_ACCOUNT}")
 }
+/// The withdrawal controller's user on a real API server:
+/// `system:serviceaccount:<NAMESPACE>:<WITHDRAWAL_SERVICE_ACCOUNT>`.
+pub fn withdrawal_user() -> String {
+    format!("system:serviceaccount:{NAMESPACE}:{WITHDRAWAL_SERVICE_ACCOUNT}")
+}
+
 /// kube-controller-manager's `--node-monitor-grace-period`: a node whose Lease was last renewed
 /// this long ago goes NotReady (Kubernetes' default before 1.32, which the seed's scenario is
 /// about; 1.32 raised the default to 50 s).
@@ -428,6 +436,38 @@ impl KubeControlPlane {
     /// The admin kubeconfig (a file named `kubeconfig`; user `admin` in `system:masters`).
     pub fn kubeconfig(&self) -> &Path {
         &self.admin_kubeconfig
+    }
+
+    /// Writes `<dir>/<account>.kubeconfig`, a kubeconfig for this server with a token (one
+    /// hour, bound to no Pod) of ServiceAccount `account` in [`NAMESPACE`]: what a test runs a
+    /// controller or sends a request under that account with. Returns the path.
+    pub async fn write_account_kubeconfig(&self, account: &str) -> Result<PathBuf, KubeError> {
+        let sa: Api<ServiceAccount> = Api::namespaced(self.client(), NAMESPACE);
+        let req = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let token = sa
+            .create_token_request(account, &PostParams::default(), &req)
+            .await
+            .map_err(api_err(format!("TokenRequest for {account}")))?
+            .status
+            .and_then(|s| s.token)
+            .unwrap_or_default();
+        let path = self.dir.join(format!("{account}.kubeconfig"));
+        std::fs::write(
+            &path,
+            kubeconfig_yaml(
+                &self.url(),
+                self.ca_cert(),
+                &format!("system:serviceaccount:{NAMESPACE}:{account}"),
+                &Credentials::Token(token),
+            ),
+        )?;
+        Ok(path)
     }
 
     /// The data directory (logs, PKI, etcd data, kubeconfigs).
