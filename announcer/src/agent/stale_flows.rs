@@ -72,7 +72,10 @@ impl Schedule {
 }
 
 /// Every endpoint address on `node`, in every EndpointSlice of `slices`.
-pub fn endpoint_addresses(slices: &[impl AsRef<EndpointSlice>], node: &NodeName) -> BTreeSet<IpAddr> {
+pub fn endpoint_addresses(
+    slices: &[impl AsRef<EndpointSlice>],
+    node: &NodeName,
+) -> BTreeSet<IpAddr> {
     slices
         .iter()
         .flat_map(|s| s.as_ref().endpoints.iter().flatten())
@@ -170,7 +173,10 @@ mod tests {
         let mut s = Schedule::default();
         s.set_listed(t0, &set(&["node-c"]));
         assert_eq!(s.due(t0), vec![n("node-c")]);
-        assert_eq!(s.due(t0 + SWEEP_FOR - Duration::from_millis(1)), vec![n("node-c")]);
+        assert_eq!(
+            s.due(t0 + SWEEP_FOR - Duration::from_millis(1)),
+            vec![n("node-c")]
+        );
         assert!(s.due(t0 + SWEEP_FOR).is_empty());
     }
 

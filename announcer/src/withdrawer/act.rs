@@ -31,7 +31,7 @@ use super::{
     metrics::{Metrics, Outcome, PodResult, Return},
     pod::{self, REASON, Skip},
     select::{self, Key, OPT_IN_LABEL},
-    slots::{ClaimOutcome, SlotLease},
+    slots::{ClaimOutcome, SlotError, SlotLease},
 };
 use crate::{election::NodeName, withdraw::Decision};
 
@@ -41,6 +41,19 @@ pub const MAX_CONCURRENT_WRITES: usize = 16;
 pub const REASON_CAPPED: &str = "AnnouncerWithdrawalCapped";
 /// The `reportingController` of our Events.
 pub const CONTROLLER: &str = "announcer.dev/withdrawer";
+/// Tries of a slot claim while the API server fails, and the first backoff (doubled each
+/// time, plus up to half again at random): about 1.5 s in all.
+const CLAIM_TRIES: u32 = 4;
+const CLAIM_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether `e` is worth another try: no answer, a server error or throttling.
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
 
 /// What the actor reads and writes.
 #[derive(Clone)]
@@ -96,8 +109,27 @@ impl Actor {
         }
     }
 
+    /// [`SlotLease::claim`], again after a jittered backoff while the API server fails (a
+    /// timeout, a 5xx, a 429): a withdrawal is worth a few hundred milliseconds more, not
+    /// dropping. A refusal (4xx but 429) is final.
+    async fn claim_retrying(&self, node: &NodeName) -> Result<ClaimOutcome, SlotError> {
+        let mut backoff = CLAIM_BACKOFF;
+        for _ in 1..CLAIM_TRIES {
+            match self.slots.claim(node).await {
+                Err(SlotError::Api(e)) if transient(&e) => {
+                    tracing::info!(%node, error = %e, ?backoff, "claiming a slot failed; trying again");
+                    let jitter = backoff.mul_f64(rand::random::<f64>() * 0.5);
+                    tokio::time::sleep(backoff + jitter).await;
+                    backoff *= 2;
+                }
+                other => return other,
+            }
+        }
+        self.slots.claim(node).await
+    }
+
     async fn withdraw(&self, node: &NodeName, reporters: &[NodeName], expected: usize) {
-        let taken = match self.slots.claim(node).await {
+        let taken = match self.claim_retrying(node).await {
             Ok(ClaimOutcome::Granted { taken }) => taken,
             Ok(ClaimOutcome::Full(withdrawn)) => {
                 tracing::warn!(%node, ?withdrawn, "proven unreachable, but every shared slot is held: left to the node lifecycle controller");
@@ -297,5 +329,28 @@ impl Actor {
                 tracing::warn!(error = %e, "could not record Event");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("x", "y")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn server_errors_and_throttling_are_tried_again_and_refusals_are_not() {
+        assert!(transient(&api(500)));
+        assert!(transient(&api(503)));
+        assert!(transient(&api(429)));
+        assert!(!transient(&api(403)));
+        assert!(!transient(&api(404)));
+        assert!(!transient(&api(422)));
     }
 }

@@ -134,13 +134,7 @@ impl Cluster {
                 (Backend::InRepo(api), client)
             }
             ApiKind::Kube => {
-                let cp = KubeControlPlane::start(KubeOptions {
-                    tag: name.into(),
-                    apply_deploy: true,
-                    ..Default::default()
-                })
-                .await
-                .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+                let cp = KubeControlPlane::start_applied(name).await;
                 let client = cp.client();
                 (Backend::Kube(Box::new(cp)), client)
             }

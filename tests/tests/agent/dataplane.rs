@@ -15,7 +15,7 @@ use announcer_tests::{
     env::ApiKind,
     env::agent_cmd::AgentCommand,
     env::cluster::{owned_vips, state_at},
-    env::kube::{KubeControlPlane, KubeOptions},
+    env::kube::KubeControlPlane,
     env::node::{Proc, set_ingress, start_apiserver, wait},
     netns::{CLIENT_IF, NODE_IF, NODE_MAC, NODE_V4, Netns, Pair, fmt_mac, require_root},
     on_both_api_servers,
@@ -109,13 +109,7 @@ pub(crate) async fn start_node_api(
         set_ingress(ns, &addr, vips);
         return NodeApi::InRepo(proc);
     }
-    let mut cp = KubeControlPlane::start(KubeOptions {
-        tag: tag.into(),
-        apply_deploy: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("the real control plane starts: {e}"));
+    let mut cp = KubeControlPlane::start_applied(tag).await;
     let url = cp
         .serve_in(ns, std::net::SocketAddr::from(([127, 0, 0, 1], 6443)))
         .expect("the API server reachable in the node namespace");

@@ -7,10 +7,7 @@
 
 use std::process::{Command, Output};
 
-use announcer_tests::{
-    cli::announcer_bin,
-    env::kube::{KubeControlPlane, KubeOptions},
-};
+use announcer_tests::{cli::announcer_bin, env::kube::KubeControlPlane};
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -93,13 +90,7 @@ fn lb_service(name: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_cluster_prints_each_vip_with_service_pool_owner_and_interface_from_the_api() {
-    let cp = KubeControlPlane::start(KubeOptions {
-        tag: "status-cluster".into(),
-        extra_server_ips: vec![],
-        apply_deploy: true,
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"));
+    let cp = KubeControlPlane::start_applied("status-cluster").await;
 
     apply(
         &cp,

@@ -3,10 +3,7 @@
 
 use std::{net::IpAddr, time::Duration};
 
-use announcer_tests::env::{
-    NAMESPACE,
-    kube::{KubeControlPlane, KubeOptions},
-};
+use announcer_tests::env::{NAMESPACE, kube::KubeControlPlane};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::{Api, api::PostParams};
 use serde_json::json;
@@ -14,13 +11,7 @@ use serde_json::json;
 const LOCALHOST: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
 async fn applied(tag: &str, nodes: &[&str]) -> KubeControlPlane {
-    let cp = KubeControlPlane::start(KubeOptions {
-        tag: tag.into(),
-        apply_deploy: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"));
+    let cp = KubeControlPlane::start_applied(tag).await;
     for n in nodes {
         cp.kubelets()
             .register(n, LOCALHOST, &[])

@@ -30,7 +30,7 @@ use announcer_tests::{
         ApiKind,
         cluster::Cluster,
         kube::{
-            KubeControlPlane, KubeOptions,
+            KubeControlPlane,
             metallb::{self, METALLB_NAMESPACE, apply_yaml},
         },
     },
@@ -128,16 +128,6 @@ fn migrate_from(cp: &KubeControlPlane, extra: &[&str]) -> (String, String) {
     (text(&out.stdout), text(&out.stderr))
 }
 
-async fn control_plane(tag: &str) -> KubeControlPlane {
-    KubeControlPlane::start(KubeOptions {
-        tag: tag.into(),
-        extra_server_ips: vec![],
-        apply_deploy: true,
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"))
-}
-
 /// MetalLB's CRDs and [`METALLB_OBJECTS`] on `cp` (accepted by MetalLB's own schema).
 async fn with_metallb(cp: &KubeControlPlane) {
     metallb::install(cp)
@@ -168,7 +158,7 @@ fn address_pools(cp: &KubeControlPlane) -> serde_json::Map<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_from_cluster_prints_pools_that_our_crd_accepts() {
-    let cp = control_plane("metallb-migrate").await;
+    let cp = KubeControlPlane::start_applied("metallb-migrate").await;
     let kubeconfig = cp.kubeconfig().to_str().expect("utf-8").to_owned();
 
     // Without MetalLB there is nothing to read: an error, not an empty success.
@@ -214,7 +204,7 @@ async fn migrate_from_cluster_prints_pools_that_our_crd_accepts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_prints_the_same_pools_from_the_api_a_file_and_stdin() {
-    let cp = control_plane("metallb-sources").await;
+    let cp = KubeControlPlane::start_applied("metallb-sources").await;
     with_metallb(&cp).await;
     let (from_api, _) = migrate_from(&cp, &["--auto-assign=false"]);
 

@@ -11,7 +11,7 @@ use announcer_tests::env::{
     agent_cmd::PER_SERVICE_ELECTION,
     cluster::Cluster,
     kube::{
-        AGENT_SERVICE_ACCOUNT, ALLOCATOR_SERVICE_ACCOUNT, KubeControlPlane, KubeOptions,
+        AGENT_SERVICE_ACCOUNT, ALLOCATOR_SERVICE_ACCOUNT, KubeControlPlane,
         WITHDRAWAL_SERVICE_ACCOUNT, agent_user, allocator_user,
         rbac::{Grant, Scope, grants},
         withdrawal::Scene,
@@ -482,13 +482,7 @@ async fn rbac_grants_each_account_exactly_what_it_uses_in_its_scope(api) {
 /// grant used, each request within its grant's scope.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_grants_the_withdrawal_account_exactly_what_one_withdrawal_uses() {
-    let cp = KubeControlPlane::start(KubeOptions {
-        tag: "rbac-withdrawal".into(),
-        apply_deploy: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"));
+    let cp = KubeControlPlane::start_applied("rbac-withdrawal").await;
     let scene = Scene::stage(&cp).await;
     scene.crash_and_report().await;
     scene.wait_endpoint(false, T).await;

@@ -12,9 +12,7 @@
 use std::time::Duration;
 
 use announcer::withdrawer::pod::{REASON, withdraw_patch};
-use announcer_tests::env::kube::{
-    KubeControlPlane, KubeOptions, WITHDRAWAL_SERVICE_ACCOUNT, client_for,
-};
+use announcer_tests::env::kube::{KubeControlPlane, WITHDRAWAL_SERVICE_ACCOUNT, client_for};
 use k8s_openapi::{
     api::core::v1::{Namespace, Pod},
     jiff::Timestamp,
@@ -27,16 +25,6 @@ use serde_json::{Value, json};
 
 /// A node no kubelet runs: nothing else writes the Pods' status.
 const NODE: &str = "node-gone";
-
-async fn applied(tag: &str) -> KubeControlPlane {
-    KubeControlPlane::start(KubeOptions {
-        tag: tag.into(),
-        apply_deploy: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"))
-}
 
 /// A client with a token of the withdrawal account.
 async fn withdrawal_client(cp: &KubeControlPlane) -> kube::Client {
@@ -185,7 +173,7 @@ async fn refused(cp: &KubeControlPlane, ns: &str, extra: Value, says: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_withdrawal_account_sets_ready_false_with_its_reason_in_an_opted_in_namespace() {
-    let cp = applied("withdrawal-allowed").await;
+    let cp = KubeControlPlane::start_applied("withdrawal-allowed").await;
     ready_pod(&cp, "shop", true).await;
     let pods: Api<Pod> = Api::namespaced(withdrawal_client(&cp).await, "shop");
     policy_in_force(&pods).await;
@@ -230,14 +218,14 @@ async fn the_withdrawal_account_sets_ready_false_with_its_reason_in_an_opted_in_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_withdrawal_account_is_refused_in_a_namespace_without_the_label() {
-    let cp = applied("withdrawal-unlabelled").await;
+    let cp = KubeControlPlane::start_applied("withdrawal-unlabelled").await;
     ready_pod(&cp, "bank", false).await;
     refused(&cp, "bank", json!({}), "has not opted in").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_withdrawal_account_may_never_write_ready_true() {
-    let cp = applied("withdrawal-true").await;
+    let cp = KubeControlPlane::start_applied("withdrawal-true").await;
     ready_pod(&cp, "shop", true).await;
     // Ready True with our reason (a "no-op" that would restamp the condition).
     refused(
@@ -251,7 +239,7 @@ async fn the_withdrawal_account_may_never_write_ready_true() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_withdrawal_account_may_change_no_other_condition_address_or_label() {
-    let cp = applied("withdrawal-others").await;
+    let cp = KubeControlPlane::start_applied("withdrawal-others").await;
     ready_pod(&cp, "shop", true).await;
     refused(
         &cp,

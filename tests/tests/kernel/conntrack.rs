@@ -46,7 +46,14 @@ fn world(tag: &str) -> Netns {
     ns.ip(&["link", "set", "v0", "up"]);
     ns.ip(&["link", "set", "v1", "up"]);
     ns.ip(&[
-        "neigh", "add", "10.98.0.9", "lladdr", "02:00:00:00:00:09", "dev", "v0", "nud",
+        "neigh",
+        "add",
+        "10.98.0.9",
+        "lladdr",
+        "02:00:00:00:00:09",
+        "dev",
+        "v0",
+        "nud",
         "permanent",
     ]);
     // The Service address is routed (kube-proxy's DNAT comes first) out of that link too.
@@ -85,7 +92,10 @@ fn connect_from_the_same_port() -> bool {
         &SockaddrIn::from(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, CLIENT_PORT)),
     )
     .expect("bind the client port");
-    match connect(fd.as_raw_fd(), &SockaddrIn::from(SocketAddrV4::new(SERVICE, 80))) {
+    match connect(
+        fd.as_raw_fd(),
+        &SockaddrIn::from(SocketAddrV4::new(SERVICE, 80)),
+    ) {
         Ok(()) | Err(nix::errno::Errno::EINPROGRESS) => {}
         Err(e) => panic!("connect: {e}"),
     }
@@ -171,7 +181,8 @@ fn a_sweep_leaves_an_answered_flow_towards_the_address_alone() {
         // Its entry is still there: the connection carries data both ways.
         s.write_all(b"x").expect("write");
         let mut b = [0u8; 1];
-        s.read_exact(&mut b).expect("the echo through the same entry");
+        s.read_exact(&mut b)
+            .expect("the echo through the same entry");
         assert_eq!(&b, b"x");
         drop(s);
         let _ = rx.recv_timeout(Duration::from_secs(1));

@@ -18,7 +18,7 @@ use announcer::{
     },
 };
 use announcer_tests::{
-    apiserver::{ApiServer, ApiServerHandle, Verb},
+    apiserver::{ApiServer, ApiServerHandle, Fault, FaultAction, Scope, Verb},
     env::{NAMESPACE, process::Guarded, withdrawer_cmd::WithdrawerCommand},
 };
 use k8s_openapi::{
@@ -439,4 +439,38 @@ async fn a_node_beyond_the_shared_cap_is_left_to_kubernetes_with_a_warning_on_th
         held,
         "the cap is unchanged"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_claim_the_api_server_fails_is_tried_again_and_the_pod_withdrawn() {
+    let w = World::start("withdrawer-claim-retry").await;
+    // The cap Lease cannot be read: every claim fails with a server error until it is lifted.
+    w.server.add_fault(Fault {
+        scope: Scope {
+            client: Some("withdrawer-0".into()),
+            verb: Some(Verb::Get),
+            resource: Some("leases".into()),
+        },
+        action: FaultAction::Error {
+            code: 500,
+            probability: 1.0,
+        },
+    });
+    w.report("node-a", &[GONE]).await;
+    w.report("node-b", &[GONE]).await;
+    let log = w._dir.0.join("withdrawer.log");
+    let end = Instant::now() + WITHDRAWN_WITHIN;
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("claiming a slot failed; trying again")
+    {
+        assert!(
+            Instant::now() < end,
+            "no retry logged:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    w.server.clear_faults();
+    w.assert_withdrawn("shop").await;
 }

@@ -13,7 +13,7 @@ use announcer::withdrawer::{
 use announcer_tests::env::{
     NAMESPACE,
     kube::{
-        KubeControlPlane, KubeOptions,
+        KubeControlPlane,
         withdrawal::{SUSPECT, Scene},
     },
 };
@@ -22,13 +22,7 @@ use kube::Api;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_kube_apiserver_a_quorum_withdraws_the_pod_and_its_endpoint_goes_unready() {
-    let cp = KubeControlPlane::start(KubeOptions {
-        tag: "withdrawer-real".into(),
-        apply_deploy: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("control plane: {e}"));
+    let cp = KubeControlPlane::start_applied("withdrawer-real").await;
     let scene = Scene::stage(&cp).await;
     scene.crash_and_report().await;
     let started = Instant::now();

@@ -20,8 +20,7 @@
 use std::net::IpAddr;
 
 use netlink_packet_core::{
-    DefaultNla, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage,
-    NetlinkPayload,
+    DefaultNla, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_netfilter::{
     NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily,
@@ -44,6 +43,9 @@ pub enum ConntrackError {
     #[error("conntrack netlink: unparsable answer: {0}")]
     Decode(String),
 }
+
+/// How long a read of the kernel's answer may take.
+pub const RECEIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `CTA_FILTER` (uapi `nfnetlink_conntrack.h`), nested.
 const CTA_FILTER: u16 = 25;
@@ -72,11 +74,18 @@ pub struct Conntrack {
 }
 
 impl Conntrack {
-    /// Opens the socket (in the caller's network namespace).
+    /// Opens the socket (in the caller's network namespace). A read waits at most
+    /// [`RECEIVE_TIMEOUT`]: a sweep never hangs its caller.
     pub fn open() -> Result<Conntrack, ConntrackError> {
         let mut socket = Socket::new(NETLINK_NETFILTER)?;
         socket.bind_auto()?;
         socket.connect(&SocketAddr::new(0, 0))?;
+        nix::sys::socket::setsockopt(
+            &socket,
+            nix::sys::socket::sockopt::ReceiveTimeout,
+            &nix::sys::time::TimeVal::new(RECEIVE_TIMEOUT.as_secs() as i64, 0),
+        )
+        .map_err(std::io::Error::from)?;
         Ok(Conntrack { socket, seq: 0 })
     }
 
@@ -95,7 +104,8 @@ impl Conntrack {
                     ) {
                         Ok(()) => swept.deleted += 1,
                         // Gone meanwhile (expired, or deleted by another sweep).
-                        Err(ConntrackError::Kernel(k)) if k.raw_os_error() == Some(libc::ENOENT) => {}
+                        Err(ConntrackError::Kernel(k))
+                            if k.raw_os_error() == Some(libc::ENOENT) => {}
                         Err(e) => return Err(e),
                     }
                 }
@@ -158,7 +168,11 @@ impl Conntrack {
         family: NetfilterProtoFamily,
         attrs: Vec<ConntrackAttribute>,
     ) -> Result<Vec<Vec<ConntrackAttribute>>, ConntrackError> {
-        let seq = self.send(family, NLM_F_REQUEST | NLM_F_DUMP, ConntrackMessage::Get(attrs))?;
+        let seq = self.send(
+            family,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            ConntrackMessage::Get(attrs),
+        )?;
         let mut out = Vec::new();
         self.receive(seq, |m| match m.payload {
             NetlinkPayload::Done(_) => Ok(true),
@@ -326,7 +340,10 @@ mod tests {
         filter.extend_from_slice(&(FILTER_IP_SRC | FILTER_PROTO_NUM).to_ne_bytes());
         assert_eq!(&buf[28..40], &filter[..]);
         // CTA_STATUS 0 and CTA_STATUS_MASK IPS_SEEN_REPLY, big-endian.
-        assert_eq!(&buf[40..56], &[8, 0, 3, 0, 0, 0, 0, 0, 8, 0, 26, 0, 0, 0, 0, 2]);
+        assert_eq!(
+            &buf[40..56],
+            &[8, 0, 3, 0, 0, 0, 0, 0, 8, 0, 26, 0, 0, 0, 0, 2]
+        );
     }
 
     #[test]

@@ -260,6 +260,18 @@ fn exited(component: &'static str, child: &mut Guarded, log: &Path) -> Result<()
 impl KubeControlPlane {
     /// Starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler, and waits until
     /// the API server is ready (`/readyz`, so RBAC's bootstrap roles exist).
+    /// [`Self::start`] with `deploy/` applied and nothing else asked, for a test: panics,
+    /// naming `tag`, if it does not start.
+    pub async fn start_applied(tag: &str) -> KubeControlPlane {
+        KubeControlPlane::start(KubeOptions {
+            tag: tag.into(),
+            apply_deploy: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("the real control plane ({tag}) with deploy/ applied: {e}"))
+    }
+
     pub async fn start(opts: KubeOptions) -> Result<KubeControlPlane, KubeError> {
         let started = Instant::now();
         let etcd_bin = kube_program("etcd");

@@ -184,10 +184,8 @@ async fn announced_service_with_a_ready_pod(admin: &Client) {
     let pods: Api<Pod> = Api::namespaced(admin.clone(), SHOP);
     pods.create(
         &PostParams::default(),
-        &serde_json::from_value(
-            json!({"metadata": {"name": POD, "labels": {"app": "web"}},
-            "spec": {"nodeName": SUSPECT, "containers": [{"name": "web", "image": "web"}]}}),
-        )
+        &serde_json::from_value(json!({"metadata": {"name": POD, "labels": {"app": "web"}},
+            "spec": {"nodeName": SUSPECT, "containers": [{"name": "web", "image": "web"}]}}))
         .expect("pod"),
     )
     .await

@@ -224,8 +224,8 @@ fn is_ready(p: &Pod) -> bool {
 }
 
 /// The kubelet's status manager after a return, as a loop: every `period` (the kubelet's
-/// `syncBatch` runs every 10 s), every Pod of `node` labelled [`POD_LABEL`] whose Ready
-/// condition is not True gets it back ([`restore_pod_readiness`]'s patch); returns once they
+/// `syncBatch` runs every 10 s), every Pod of `node` in `ns` whose Ready condition is not
+/// True gets it back ([`restore_pod_readiness`]'s patch); returns once they
 /// were all Ready at three checks in a row, or fails after `timeout`.
 ///
 /// Why a loop: the node lifecycle controller also marks a Pod not ready when it sees the Pod
@@ -240,9 +240,7 @@ pub async fn reconcile_pod_readiness(
     timeout: Duration,
 ) -> Result<(), DataPathError> {
     let pods: Api<Pod> = Api::namespaced(client, ns);
-    let lp = ListParams::default()
-        .labels(POD_LABEL)
-        .fields(&format!("spec.nodeName={node}"));
+    let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
     let deadline = std::time::Instant::now() + timeout;
     let mut ready_in_a_row = 0;
     while ready_in_a_row < 3 {
@@ -288,8 +286,9 @@ pub async fn reconcile_pod_readiness(
 /// readiness probe is ready as soon as it runs, which is what these Pods are (their servers
 /// never stopped: a crash here takes the node off the LAN, it does not kill its processes).
 ///
-/// What is modelled: one status patch per Pod of `node` labelled [`POD_LABEL`], setting Ready
-/// and ContainersReady back to True, right after the node reported Ready again (then
+/// What is modelled: one status patch per Pod of `node` in `ns` (every one, whatever its
+/// labels: the status manager reconciles all the node's Pods, and the testbed's host-network
+/// Service Pods are withdrawn with the rest), setting Ready and ContainersReady back to True, right after the node reported Ready again (then
 /// [`reconcile_pod_readiness`] repeats it until it holds, as `syncBatch` would). Not modelled:
 /// the up to 10 s until the next `syncBatch` (here 1 s), container restarts after a reboot,
 /// and readiness probes (none of these Pods has one). Returns the Pods patched.
@@ -300,11 +299,7 @@ pub async fn restore_pod_readiness(
 ) -> Result<Vec<String>, DataPathError> {
     let pods: Api<Pod> = Api::namespaced(client, ns);
     let list = pods
-        .list(
-            &ListParams::default()
-                .labels(POD_LABEL)
-                .fields(&format!("spec.nodeName={node}")),
-        )
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
         .map_err(|source| DataPathError::Api {
             what: format!("listing the Pods of {node}"),
