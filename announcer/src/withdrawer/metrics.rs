@@ -15,7 +15,7 @@ use prometheus_client::{
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// How a withdrawal decision ended.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Outcome {
     /// The node holds a slot; its Pods were written.
     Withdrawn,
@@ -26,7 +26,7 @@ pub enum Outcome {
 }
 
 /// What became of one Pod.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum PodResult {
     /// Its `Ready` was set False by this replica.
     Withdrawn,
@@ -43,13 +43,63 @@ pub enum PodResult {
 }
 
 /// How a slot was freed.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum Return {
     /// The node showed life.
     Returned,
     /// The node lifecycle controller took over, or the Node was deleted.
     HandedOver,
 }
+
+impl Outcome {
+    /// The label value (lowercase, as every announcer metric's).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Withdrawn => "withdrawn",
+            Outcome::Capped => "capped",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+impl PodResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PodResult::Withdrawn => "withdrawn",
+            PodResult::Skipped => "skipped",
+            PodResult::Conflict => "conflict",
+            PodResult::Refused => "refused",
+            PodResult::Gone => "gone",
+            PodResult::Error => "error",
+        }
+    }
+}
+
+impl Return {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Return::Returned => "returned",
+            Return::HandedOver => "handed_over",
+        }
+    }
+}
+
+/// Each label enum encodes as its [`as_str`](Outcome::as_str).
+macro_rules! label_value {
+    ($($t:ty),*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(
+                &self,
+                encoder: &mut prometheus_client::encoding::LabelValueEncoder<'_>,
+            ) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    )*};
+}
+label_value!(Outcome, PodResult, Return);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -205,10 +255,10 @@ mod tests {
         m.returned(Return::Returned, Some(Duration::from_secs(3)));
         let text = m.encode();
         for want in [
-            "announcer_withdrawer_withdrawals_total{outcome=\"Capped\"} 1",
-            "announcer_withdrawer_pods_total{result=\"Withdrawn\"} 1",
+            "announcer_withdrawer_withdrawals_total{outcome=\"capped\"} 1",
+            "announcer_withdrawer_pods_total{result=\"withdrawn\"} 1",
             "announcer_withdrawer_nodes_withdrawn 1",
-            "announcer_withdrawer_returns_total{how=\"Returned\"} 1",
+            "announcer_withdrawer_returns_total{how=\"returned\"} 1",
             "announcer_withdrawer_withdrawn_seconds_count 1",
             "announcer_withdrawer_bad_reports_total 0",
         ] {
