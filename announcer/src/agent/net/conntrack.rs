@@ -1,6 +1,6 @@
 //! Deleting the unreplied TCP flows towards an address from this node's conntrack table,
-//! over netlink (ctnetlink), as `conntrack -D -p tcp --reply-src ADDR --status` would, minus
-//! the replied ones.
+//! over netlink (ctnetlink): what `conntrack -D -p tcp --reply-src ADDR` would delete, minus
+//! every flow that ever saw a reply.
 //!
 //! Why: kube-proxy DNATs a new connection to an endpoint once and conntrack pins the choice
 //! to the flow's 4-tuple. For the second or so between a node's crash and kube-proxy's removal
