@@ -22,7 +22,7 @@
 //!   much of the outage is the address move and how much the endpoint removal.
 //! * `announcer-withdraw` ([`System::withdraws`]): the Services' namespace is opted in to fast
 //!   endpoint withdrawal and [`WITHDRAWER_REPLICAS`] `announcer withdrawer` processes run in
-//!   the first nodes' namespaces (a crash of such a node takes its replica down; it is started
+//!   the last nodes' namespaces (a crash of such a node takes its replica down; it is started
 //!   again when the node returns). The trial also watches every Pod for a false withdrawal
 //!   (`Ready` False for our reason on a node that did not crash,
 //!   [`E2eOutcome::healthy_withdrawn`]) and times the return ([`E2eOutcome::ready_again`]).
@@ -120,7 +120,9 @@ impl E2eBed {
             let client = tb.kube();
             tb.block_on(async move { opt_in(client, SERVICE_NAMESPACE, true).await })
                 .map_err(err("opting the Services' namespace in"))?;
-            withdrawers = nodes.iter().take(WITHDRAWER_REPLICAS).cloned().collect();
+            // The last nodes: the Services' VIPs settle on the last node here, so every crash
+            // trial takes a replica down with its node (the other one acts alone).
+            withdrawers = nodes.iter().rev().take(WITHDRAWER_REPLICAS).cloned().collect();
             for n in &withdrawers {
                 tb.start_withdrawer(n);
             }

@@ -48,7 +48,7 @@ pub const FAST_ARGS: &[&str] = &[
     "--probe-timeout=20ms",
 ];
 
-/// How many `announcer withdrawer` replicas `announcer-withdraw` runs (on the first nodes,
+/// How many `announcer withdrawer` replicas `announcer-withdraw` runs (on the last nodes,
 /// as the Deployment's two replicas would land on two nodes).
 pub const WITHDRAWER_REPLICAS: usize = 2;
 
