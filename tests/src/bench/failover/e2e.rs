@@ -122,7 +122,12 @@ impl E2eBed {
                 .map_err(err("opting the Services' namespace in"))?;
             // The last nodes: the Services' VIPs settle on the last node here, so every crash
             // trial takes a replica down with its node (the other one acts alone).
-            withdrawers = nodes.iter().rev().take(WITHDRAWER_REPLICAS).cloned().collect();
+            withdrawers = nodes
+                .iter()
+                .rev()
+                .take(WITHDRAWER_REPLICAS)
+                .cloned()
+                .collect();
             for n in &withdrawers {
                 tb.start_withdrawer(n);
             }
