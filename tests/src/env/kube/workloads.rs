@@ -152,6 +152,55 @@ pub async fn delete_pod(client: Client, ns: &str, name: &str) -> Result<(), Kube
     Ok(())
 }
 
+/// Watches the EndpointSlices of Service `ns/service` and returns the moment `node` first has
+/// no ready endpoint there, or `None` if that did not happen within `timeout`. Call it before
+/// the change you time: the initial list counts too, so a node already without a ready
+/// endpoint returns at once.
+///
+/// Why a watch and not a poll: the moment is when the endpointslice controller's write
+/// reaches a watcher, which is what kube-proxy reacts to; a poll would add up to its period.
+pub async fn endpoint_not_ready_at(
+    client: Client,
+    ns: &str,
+    service: &str,
+    node: &str,
+    timeout: Duration,
+) -> Option<std::time::Instant> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let api = Api::<EndpointSlice>::namespaced(client, ns);
+    let cfg = watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={service}"));
+    let mut slices: std::collections::BTreeMap<String, EndpointSlice> = Default::default();
+    let watch = async {
+        let mut events = std::pin::pin!(watcher(api, cfg).default_backoff());
+        while let Some(ev) = events.next().await {
+            match ev {
+                Ok(watcher::Event::Apply(s) | watcher::Event::InitApply(s)) => {
+                    slices.insert(s.metadata.name.clone().unwrap_or_default(), s);
+                }
+                Ok(watcher::Event::Delete(s)) => {
+                    slices.remove(&s.metadata.name.clone().unwrap_or_default());
+                }
+                Ok(watcher::Event::Init) => slices.clear(),
+                Ok(watcher::Event::InitDone) | Err(_) => {}
+            }
+            let ready_on_node = slices
+                .values()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .any(|e| {
+                    e.node_name.as_deref() == Some(node)
+                        && e.conditions.as_ref().and_then(|c| c.ready) == Some(true)
+                });
+            if !slices.is_empty() && !ready_on_node {
+                return std::time::Instant::now();
+            }
+        }
+        std::future::pending().await
+    };
+    tokio::time::timeout(timeout, watch).await.ok()
+}
+
 /// The nodes of the ready endpoints in the EndpointSlices of Service `ns/service`, sorted, with
 /// each node as often as it has a ready endpoint.
 pub async fn ready_endpoint_nodes(

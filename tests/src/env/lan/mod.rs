@@ -498,6 +498,14 @@ impl Testbed {
         futures::executor::block_on(handle).expect("testbed task")
     }
 
+    /// Starts `f` on the testbed's runtime and returns at once; `block_on` the handle to wait.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        self.rt.as_ref().expect("runtime until drop").spawn(f)
+    }
+
     /// An admin `kube::Client` (token `admin`, on 127.0.0.1 of the test process).
     pub fn kube(&self) -> kube::Client {
         self.admin.clone()
