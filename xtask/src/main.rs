@@ -72,8 +72,10 @@ enum Cmd {
     },
     /// Run a benchmark: `xdp` (responder cost and flood throughput), `control-plane` (API
     /// reads and writes per second for 3/10/50 agents and 10/100/1,000 Services, both election
-    /// modes) or `failover` (failover time as a client feels it, against keepalived and
-    /// lease-per-service, on the namespace testbed). Arguments after the name go to the
+    /// modes), `failover` (failover time as a client feels it, against keepalived and
+    /// lease-per-service, on the namespace testbed), `heartbeat` (sealing and verifying) or
+    /// `core` (the election core's cost per agent against cluster size, in virtual time).
+    /// Arguments after the name go to the
     /// benchmark, e.g. `cargo xtask bench failover --trials 5 --json`.
     Bench {
         /// Which benchmark.
@@ -185,9 +187,10 @@ fn main() -> Result<()> {
                 "failover" => "bench-failover",
                 // Pure CPU (no BPF, no agents): nothing more to build.
                 "heartbeat" => return run_tests_bin(&root, "bench-heartbeat", json, &args),
+                "core" => return run_tests_bin(&root, "bench-core", json, &args),
                 other => {
                     bail!(
-                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat"
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat, core"
                     )
                 }
             };

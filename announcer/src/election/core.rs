@@ -130,7 +130,7 @@ use super::{
     Beat, ElectionConfig, EventKind, FIRST_PROBES, IfaceName, Input, Instant, LeaseView,
     LeaseWriteResult, NodeEventKind, NodeName, Output, VipSpec,
     lease::Observed,
-    peer::Peer,
+    peer::{Beaten, Peer},
     rendezvous,
     stats::ElectionStats,
     timers::{Step, Timer, Timers},
@@ -369,6 +369,10 @@ pub struct Core {
     dirty: bool,
     /// Bumped whenever a VIP is installed here or stops being ([`Core::owned_version`]).
     owned_version: u64,
+    /// [`Core::poll_timeout`]'s answer since the last input that could change it (`None`:
+    /// not computed yet). A steady heartbeat leaves it: it only moves a peer's silence
+    /// deadline later, so the cached one is at worst early (a tick that finds nothing due).
+    next_timeout: std::cell::Cell<Option<Option<Instant>>>,
 }
 
 impl Core {
@@ -415,6 +419,7 @@ impl Core {
             holding: BTreeSet::new(),
             dirty: false,
             owned_version: 0,
+            next_timeout: std::cell::Cell::new(None),
             config,
         }
     }
@@ -432,7 +437,12 @@ impl Core {
                 self.vips_known = true;
                 force = true;
             }
-            Input::LeaseSeen(view) => self.lease_seen(now, view),
+            Input::LeaseSeen(view) => {
+                if !self.lease_seen(now, view) {
+                    // A plain renewal of a beating peer: see `lease_seen`.
+                    return;
+                }
+            }
             Input::LeaseGone(node) => {
                 if node == self.config.node {
                     self.own_rv = None;
@@ -461,7 +471,14 @@ impl Core {
                     self.synced_at = now;
                 }
             }
-            Input::Heartbeat(beat) => self.heartbeat(now, beat),
+            Input::Heartbeat(beat) => {
+                if !self.heartbeat(now, beat) {
+                    // Nothing a step acts on changed; the timers (`poll_timeout`) already
+                    // say when the next step is due. This is most beats of a healthy
+                    // cluster: without it every datagram ran a full tick, O(N + V).
+                    return;
+                }
+            }
             Input::ProbeAnswered { vip, mac }
                 if self
                     .vips
@@ -536,6 +553,7 @@ impl Core {
                 }
             }
         }
+        self.next_timeout.set(None);
         self.tick(now, force);
     }
 
@@ -550,7 +568,12 @@ impl Core {
         if self.leaving.is_some_and(|l| l.done) {
             return None;
         }
-        self.timers().earliest()
+        if let Some(cached) = self.next_timeout.get() {
+            return cached;
+        }
+        let next = self.timers().earliest();
+        self.next_timeout.set(Some(next));
+        next
     }
 
     /// Every pending deadline, by kind. Anything due at or before the last tick was handled
@@ -877,11 +900,31 @@ impl Core {
         self.view = view_fingerprint(&self.vips);
     }
 
-    fn lease_seen(&mut self, now: Instant, view: LeaseView) {
+    /// Records a Lease; whether it is news a step acts on (then the caller ticks). A peer's
+    /// plain renewal is not: it was beating (not even suspect), we are not alone, and the
+    /// Lease says what it said (released, standby, connected, links, duration); only its
+    /// `resourceVersion`, renew time and when we saw it move, which the timers read. Each peer
+    /// renews every few seconds, so an agent sees N of these per renewal period.
+    fn lease_seen(&mut self, now: Instant, view: LeaseView) -> bool {
         if view.node == self.config.node {
             self.own_rv = Some(view.resource_version);
             self.own_seen = true;
-            return;
+            return true;
+        }
+        let suspect_after = self.config.suspect_after();
+        let alone = self.alone_since.is_some();
+        if let Some(p) = self.peers.get_mut(&view.node)
+            && let Some(o) = p.lease.as_mut()
+            && !alone
+            && p.last_beat.is_some_and(|b| now < b + suspect_after)
+            && p.released == view.released
+            && p.standby == view.standby
+            && p.connected == view.connected
+            && p.links == view.links
+            && o.duration == view.duration
+        {
+            o.update(view.resource_version, view.renew_time, view.duration, now);
+            return false;
         }
         let p = self
             .peers
@@ -922,6 +965,7 @@ impl Core {
         if stepped_back {
             self.count_overlaps_with(now, &view.node);
         }
+        true
     }
 
     /// `from` turned out to have been up and answering while we held VIPs we took from it as
@@ -984,22 +1028,28 @@ impl Core {
         }
     }
 
-    fn heartbeat(&mut self, now: Instant, beat: Beat) {
+    /// Records a heartbeat; whether it changed anything a step acts on (then the caller
+    /// ticks).
+    fn heartbeat(&mut self, now: Instant, beat: Beat) -> bool {
         if beat.node == self.config.node {
-            return;
+            return false;
         }
-        let us = self.config.node.clone();
         let ours = self.config.config_hash;
-        let dead_after = self.config.dead_after();
+        let silent = (self.config.suspect_after(), self.config.dead_after());
         // Only nodes with a Lease have state: a beat from any other name allocates nothing.
         let Some(p) = self.peers.get_mut(&beat.node) else {
-            return;
+            return false;
         };
-        if p.beat(now, &beat, &us, dead_after) {
-            if p.config == ours {
-                p.config_mismatch = None;
-            } else if p.config_mismatch.is_none() {
-                p.config_mismatch = Some(now);
+        match p.beat(now, &beat, &self.config.node, silent) {
+            Beaten::Stale => false,
+            Beaten::Steady => false,
+            Beaten::Changed => {
+                if p.config == ours {
+                    p.config_mismatch = None;
+                } else if p.config_mismatch.is_none() {
+                    p.config_mismatch = Some(now);
+                }
+                true
             }
         }
     }

@@ -75,6 +75,18 @@ pub(crate) struct Peer {
     pub links: Option<Vec<Link>>,
 }
 
+/// What a heartbeat did to a peer's record ([`Peer::beat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Beaten {
+    /// From an older incarnation: ignored.
+    Stale,
+    /// It was beating and the beat says nothing new: only the time of its last beat moved,
+    /// which no step acts on before its timer ([`Timer::PeerSilent`](super::timers::Timer)).
+    Steady,
+    /// It started beating again, or something it says changed.
+    Changed,
+}
+
 impl Peer {
     pub fn new() -> Self {
         Peer {
@@ -128,14 +140,41 @@ impl Peer {
     /// Record a verified heartbeat. A beat from an older incarnation than the last one seen
     /// is ignored (the replay check in the codec already drops those; this keeps the core
     /// safe on its own).
-    pub fn beat(&mut self, now: Instant, beat: &Beat, us: &NodeName, dead_after: Duration) -> bool {
+    /// The beat is [`Beaten::Steady`] only if the last one came within `suspect_after`: a
+    /// suspect that beats again is news (it is a candidate again).
+    pub fn beat(
+        &mut self,
+        now: Instant,
+        beat: &Beat,
+        us: &NodeName,
+        (suspect_after, dead_after): (Duration, Duration),
+    ) -> Beaten {
         if beat.incarnation < self.incarnation {
-            return false;
+            return Beaten::Stale;
         }
-        if self.last_beat.is_none_or(|t| now >= t + dead_after) {
+        let acked_us = beat.acks.iter().any(|n| n == us);
+        let hears_us = beat.hears.iter().any(|n| n == us);
+        let beating = self.last_beat.is_some_and(|t| now < t + dead_after);
+        let steady = self.last_beat.is_some_and(|t| now < t + suspect_after)
+            && self.incarnation_since.is_some()
+            && beat.incarnation == self.incarnation
+            && self.renewals_while_silent == 0
+            && self.timely_renewals_while_silent == 0
+            && self.mac == Some(beat.mac)
+            && self.leaving == beat.leaving
+            && self.api_ok == beat.api_ok
+            && self.ready == beat.ready
+            && self.acked_us == acked_us
+            && self.hears_us == hears_us
+            && self.view == beat.view
+            && self.config == beat.config;
+        self.last_beat = Some(now);
+        if steady {
+            return Beaten::Steady;
+        }
+        if !beating {
             self.beating_since = Some(now);
         }
-        self.last_beat = Some(now);
         self.renewals_while_silent = 0;
         self.timely_renewals_while_silent = 0;
         if beat.incarnation != self.incarnation || self.incarnation_since.is_none() {
@@ -146,14 +185,14 @@ impl Peer {
         self.leaving = beat.leaving;
         self.api_ok = beat.api_ok;
         self.ready = beat.ready;
-        self.acked_us = beat.acks.iter().any(|n| n == us);
-        self.hears_us = beat.hears.iter().any(|n| n == us);
+        self.acked_us = acked_us;
+        self.hears_us = hears_us;
         self.view = beat.view;
         if self.config != beat.config {
             self.config = beat.config;
             self.config_mismatch = None;
         }
-        true
+        Beaten::Changed
     }
 
     /// Alive by the API although its heartbeats do not reach us: its Lease was renewed since

@@ -8,6 +8,7 @@ mod dataplane_down;
 mod links_and_blackouts;
 mod preferred;
 mod silences;
+mod steady_beats;
 
 use announcer_ebpf::wire::MacAddr;
 

@@ -285,10 +285,12 @@ pub struct Beat {
     /// The sender has finished its startup warm-up and takes VIPs.
     pub ready: bool,
     /// Leaving nodes whose VIPs the sender has taken over and announced (handover acks).
+    /// Sorted by name.
     pub acks: Vec<NodeName>,
     /// Peers whose heartbeats the sender hears (one arrived within its dead-after time). On
     /// the wire each recipient learns only whether it is among them, so in a received beat
-    /// this is empty or holds just the receiver.
+    /// this is empty or holds just the receiver. Sorted by name (sealing looks each
+    /// recipient up by binary search).
     pub hears: Vec<NodeName>,
     /// Fingerprint of the sender's configuration as far as it changes the ranking (selectors,
     /// class, families, timings): a peer with another one is mid-roll and may rank

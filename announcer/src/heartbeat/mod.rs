@@ -255,13 +255,17 @@ impl Sealer {
     }
 }
 
+/// The flags of `beat` for recipient `to`. `acks` and `hears` are sorted (the core builds
+/// them from its ordered peers), so each lookup is a binary search: a beat is sealed once per
+/// peer, and a scan would make a beat period cost O(N²).
 fn flag_bits(beat: &Beat, to: &NodeName) -> u8 {
+    debug_assert!(beat.acks.is_sorted() && beat.hears.is_sorted());
     let bit = |on: bool, b: u8| if on { b } else { 0 };
     bit(beat.leaving, wire::flags::LEAVING)
         | bit(beat.api_ok, wire::flags::API_OK)
         | bit(beat.ready, wire::flags::READY)
-        | bit(beat.acks.contains(to), wire::flags::ACK)
-        | bit(beat.hears.contains(to), wire::flags::HEARS)
+        | bit(beat.acks.binary_search(to).is_ok(), wire::flags::ACK)
+        | bit(beat.hears.binary_search(to).is_ok(), wire::flags::HEARS)
 }
 
 /// Why a datagram was not accepted as a heartbeat.

@@ -2,7 +2,7 @@
 //! failover): one shape for the PASS/FAIL lines of the tables and the `verdicts` in the JSON.
 
 /// One judged claim (`pass: None`: informational).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Verdict {
     /// Key in the JSON document.
     pub name: String,

@@ -134,7 +134,9 @@ fn main() -> Result<()> {
 
     // Sealing: one datagram per peer per beat.
     progress("sealing");
-    let hears: Vec<NodeName> = peers.iter().map(|(n, _)| n.clone()).collect();
+    // Sorted, as the core builds it (sealing looks each recipient up by binary search).
+    let mut hears: Vec<NodeName> = peers.iter().map(|(n, _)| n.clone()).collect();
+    hears.sort();
     let ours = beat(&own_name, hears);
     let mut datagram_bytes = 0;
     let seal_ns = median_ns(args.rounds, || {

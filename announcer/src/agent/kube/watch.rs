@@ -40,7 +40,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        reflector::{self, Store, store::WriterDropped},
+        reflector::{self, ObjectRef, Store, store::WriterDropped},
         watcher,
     },
 };
@@ -110,16 +110,19 @@ pub struct WatchCounters {
     restarts: [AtomicU64; WatchedResource::ALL.len()],
     /// Per source: errors from the API server or the connection.
     errors: [AtomicU64; WatchedResource::ALL.len()],
+    /// Per source: changes that planned alike (stored, no re-plan).
+    alike: [AtomicU64; WatchedResource::ALL.len()],
 }
 
 impl WatchCounters {
-    /// `(source, restarts, errors)` for every source.
-    pub fn snapshot(&self) -> [(WatchedResource, u64, u64); WatchedResource::ALL.len()] {
+    /// `(source, restarts, errors, changes that planned alike)` for every source.
+    pub fn snapshot(&self) -> [(WatchedResource, u64, u64, u64); WatchedResource::ALL.len()] {
         WatchedResource::ALL.map(|s| {
             (
                 s,
                 self.restarts[s.index()].load(Ordering::Relaxed),
                 self.errors[s.index()].load(Ordering::Relaxed),
+                self.alike[s.index()].load(Ordering::Relaxed),
             )
         })
     }
@@ -309,8 +312,7 @@ impl Watches {
             cfg(),
             w,
             ctx,
-            |_: &mut Service| {},
-            || {},
+            (|_: &mut Service| {}, services_plan_alike, || {}),
         ));
 
         let (slices, w) = reflector::store();
@@ -321,8 +323,7 @@ impl Watches {
             c,
             w,
             ctx,
-            |_: &mut EndpointSlice| {},
-            || {},
+            (|_: &mut EndpointSlice| {}, never_alike, || {}),
         ));
 
         let (nodes, w) = reflector::store();
@@ -337,8 +338,7 @@ impl Watches {
             cfg(),
             w,
             ctx,
-            strip_images,
-            || {},
+            (strip_images, nodes_plan_alike, || {}),
         ));
 
         let (leases, w) = reflector::store::<Lease>();
@@ -357,8 +357,7 @@ impl Watches {
             c,
             w,
             ctx,
-            |_: &mut Lease| {},
-            after,
+            (|_: &mut Lease| {}, never_alike, after),
         ));
 
         let (pools, w) = reflector::store::<AddressPool>();
@@ -368,8 +367,7 @@ impl Watches {
             cfg(),
             w,
             ctx,
-            |_: &mut AddressPool| {},
-            || {},
+            (|_: &mut AddressPool| {}, never_alike, || {}),
         ));
 
         Watches {
@@ -395,16 +393,20 @@ impl Watches {
     }
 }
 
-/// Spawns one watch: `modify` trims each object before it is stored, `after` runs after each
-/// change has been applied to the store.
+/// Spawns one watch: `modify` trims each object before it is stored; `same` says whether a
+/// new version of an object plans exactly like the stored one (then it is stored but nobody
+/// re-plans); `after` runs after each change has been applied to the store.
 fn spawn<K>(
     source: WatchedResource,
     api: Api<K>,
     cfg: watcher::Config,
     writer: reflector::store::Writer<K>,
     (shared, shutdown): (&Arc<WatchSignals>, &Shutdown),
-    modify: impl FnMut(&mut K) + Send + 'static,
-    after: impl FnMut() + Send + 'static,
+    (modify, same, after): (
+        impl FnMut(&mut K) + Send + 'static,
+        PlanAlike<K>,
+        impl FnMut() + Send + 'static,
+    ),
 ) -> JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -415,8 +417,53 @@ where
         (api, cfg, writer),
         shared.clone(),
         shutdown.clone(),
-        (modify, after),
+        (modify, same, after),
     ))
+}
+
+/// Whether two versions of an object plan alike: a change between them needs no re-plan.
+type PlanAlike<K> = fn(&K, &K) -> bool;
+
+/// Every version counts as a change (EndpointSlices, Leases, pools: what changes in them is
+/// what the agent reads).
+fn never_alike<K>(_: &K, _: &K) -> bool {
+    false
+}
+
+/// Two versions of a Service that differ only in `status.conditions` (the `Announced`
+/// condition every agent writes on a takeover) and the `resourceVersion` plan alike. Without
+/// this, each condition write re-planned every VIP on every agent.
+fn services_plan_alike(old: &Service, new: &Service) -> bool {
+    let bare = |s: &Service| {
+        let mut s = s.clone();
+        s.metadata.resource_version = None;
+        if let Some(st) = s.status.as_mut() {
+            st.conditions = None;
+        }
+        s
+    };
+    bare(old) == bare(new)
+}
+
+/// Two versions of a Node that differ only in the kubelet's status heartbeat
+/// (`lastHeartbeatTime` of its conditions, every 5 min unchanged) and the `resourceVersion`
+/// plan alike.
+fn nodes_plan_alike(old: &Node, new: &Node) -> bool {
+    let bare = |n: &Node| {
+        let mut n = n.clone();
+        n.metadata.resource_version = None;
+        for c in n
+            .status
+            .as_mut()
+            .and_then(|st| st.conditions.as_mut())
+            .into_iter()
+            .flatten()
+        {
+            c.last_heartbeat_time = None;
+        }
+        n
+    };
+    bare(old) == bare(new)
 }
 
 /// The first backoff step between a failed watch and the fresh one that replaces it.
@@ -470,7 +517,7 @@ async fn drive<K>(
     (api, cfg, mut writer): (Api<K>, watcher::Config, reflector::store::Writer<K>),
     shared: Arc<WatchSignals>,
     mut shutdown: Shutdown,
-    (mut modify, mut after): (impl FnMut(&mut K), impl FnMut()),
+    (mut modify, same, mut after): (impl FnMut(&mut K), PlanAlike<K>, impl FnMut()),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -504,11 +551,18 @@ async fn drive<K>(
                 o.managed_fields_mut().clear();
                 modify(o);
             });
+            let alike = match &ev {
+                watcher::Event::Apply(o) => writer
+                    .as_reader()
+                    .get(&ObjectRef::from_obj(o))
+                    .is_some_and(|stored| same(&stored, o)),
+                _ => false,
+            };
             writer.apply_watcher_event(&ev);
             // `Init` only announces a (re)list about to start, before any request: no sign
             // that the API server answers, so it must not clear a failure.
             let answered = !matches!(ev, watcher::Event::Init);
-            let (changed, synced) = match ev {
+            let (event, synced) = match ev {
                 watcher::Event::Apply(_) | watcher::Event::Delete(_) => (true, false),
                 watcher::Event::InitDone => (true, true),
                 watcher::Event::Init | watcher::Event::InitApply(_) => (false, false),
@@ -518,10 +572,13 @@ async fn drive<K>(
             }
             if synced {
                 listed_at = Some(tokio::time::Instant::now());
-            } else if changed && listed_at.is_some() {
+            } else if event && listed_at.is_some() {
                 retry.reset();
             }
-            if changed {
+            if alike {
+                shared.counters.alike[source.index()].fetch_add(1, Ordering::Relaxed);
+            }
+            if event && !alike {
                 after();
                 let signal = match source {
                     WatchedResource::Services
@@ -552,6 +609,60 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+
+    fn service(rv: &str, ingress_ip: &str, condition_message: &str) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": rv},
+            "spec": {"type": "LoadBalancer"},
+            "status": {
+                "loadBalancer": {"ingress": [{"ip": ingress_ip}]},
+                "conditions": [{
+                    "type": "announcer.dev/Announced", "status": "True", "reason": "Announced",
+                    "message": condition_message, "lastTransitionTime": "2026-12-04T20:00:00Z",
+                }],
+            },
+        }))
+        .expect("a Service")
+    }
+
+    #[test]
+    fn a_services_announced_condition_write_needs_no_replan() {
+        let before = service("1", "192.0.2.10", "192.0.2.10 by node-a on eth0");
+        let after = service("2", "192.0.2.10", "192.0.2.10 by node-b on eth0");
+        assert!(services_plan_alike(&before, &after));
+    }
+
+    #[test]
+    fn a_services_new_ingress_address_is_replanned() {
+        let before = service("1", "192.0.2.10", "");
+        let after = service("2", "192.0.2.11", "");
+        assert!(!services_plan_alike(&before, &after));
+    }
+
+    fn node(rv: &str, ready: &str, heartbeat: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-a", "resourceVersion": rv},
+            "status": {"conditions": [{
+                "type": "Ready", "status": ready, "lastHeartbeatTime": heartbeat,
+                "lastTransitionTime": "2026-12-04T20:00:00Z",
+            }]},
+        }))
+        .expect("a Node")
+    }
+
+    #[test]
+    fn a_nodes_status_heartbeat_needs_no_replan() {
+        let before = node("1", "True", "2026-12-04T20:00:00Z");
+        let after = node("2", "True", "2026-12-04T20:05:00Z");
+        assert!(nodes_plan_alike(&before, &after));
+    }
+
+    #[test]
+    fn a_node_turning_not_ready_is_replanned() {
+        let before = node("1", "True", "2026-12-04T20:00:00Z");
+        let after = node("2", "False", "2026-12-04T20:00:40Z");
+        assert!(!nodes_plan_alike(&before, &after));
+    }
 
     #[test]
     fn retry_waits_double_to_the_cap_each_drawn_from_the_upper_half_of_its_step() {
@@ -727,7 +838,7 @@ mod tests {
             w.counters
                 .snapshot()
                 .iter()
-                .all(|(_, restarts, errors)| *restarts >= 1 && *errors >= 1)
+                .all(|(_, restarts, errors, _)| *restarts >= 1 && *errors >= 1)
         };
         for _ in 0..200 {
             if counted() {

@@ -397,11 +397,18 @@ fn api(
             "announcer_watch_restarts",
             "Watches replaced by a fresh list+watch after an error or the end of their stream",
             snap.iter()
-                .map(|(s, restarts, _)| ([("resource", s.name())], *restarts)),
+                .map(|(s, restarts, _, _)| ([("resource", s.name())], *restarts)),
+        )?;
+        counters(
+            enc,
+            "announcer_watch_changes_ignored",
+            "Watched changes that alter nothing the VIP plan reads (Service conditions, Node status heartbeats): stored, not re-planned",
+            snap.iter()
+                .map(|(s, _, _, alike)| ([("resource", s.name())], *alike)),
         )?;
         errors.extend(
             snap.iter()
-                .map(|(s, _, e)| ([("request", "watch"), ("resource", s.name())], *e)),
+                .map(|(s, _, e, _)| ([("request", "watch"), ("resource", s.name())], *e)),
         );
     }
     if let Some(s) = state {

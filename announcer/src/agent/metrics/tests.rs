@@ -108,6 +108,7 @@ fn agent_families_have_names_units_types_and_labels() {
         ("announcer_heartbeat_delay_seconds", "gauge"),
         ("announcer_heartbeats_rejected", "counter"),
         ("announcer_watch_restarts", "counter"),
+        ("announcer_watch_changes_ignored", "counter"),
         ("announcer_api_errors", "counter"),
         ("announcer_peer_heartbeat_age_seconds", "gauge"),
     ] {
