@@ -847,28 +847,36 @@ impl Core {
 
     fn set_vips(&mut self, now: Instant, specs: Vec<VipSpec>) {
         let mut next = BTreeMap::new();
-        for spec in specs {
-            let ranking = rendezvous::ranking_preferring(spec.vip, &spec.eligible, &spec.preferred)
+        let rank = |spec: &VipSpec| -> Vec<NodeName> {
+            rendezvous::ranking_preferring(spec.vip, &spec.eligible, &spec.preferred)
                 .into_iter()
                 .cloned()
-                .collect();
+                .collect()
+        };
+        for spec in specs {
             let old = self.vips.remove(&spec.vip);
             let v = match old {
                 Some(mut v) => {
-                    if v.spec.eligible != spec.eligible
+                    // The ranking depends on the eligible and preferred nodes only: most
+                    // re-plans change neither for most VIPs, and ranking costs N hashes and a
+                    // sort per VIP.
+                    let ranked_alike =
+                        v.spec.eligible == spec.eligible && v.spec.preferred == spec.preferred;
+                    if !ranked_alike
                         || v.spec.local != spec.local
                         || v.spec.interfaces != spec.interfaces
-                        || v.spec.preferred != spec.preferred
                     {
                         v.reported = None;
                     }
+                    if !ranked_alike {
+                        v.ranking = rank(&spec);
+                    }
                     v.spec = spec;
-                    v.ranking = ranking;
                     v
                 }
                 None => Vip {
+                    ranking: rank(&spec),
                     spec,
-                    ranking,
                     installed: None,
                     probes: Vec::new(),
                     handoff: None,
