@@ -1049,8 +1049,7 @@ impl Core {
             return false;
         };
         match p.beat(now, &beat, &self.config.node, silent) {
-            Beaten::Stale => false,
-            Beaten::Steady => false,
+            Beaten::Stale | Beaten::Steady => false,
             Beaten::Changed => {
                 if p.config == ours {
                     p.config_mismatch = None;
