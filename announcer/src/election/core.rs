@@ -119,8 +119,10 @@
 //!   that peer could have claimed, so clients converge on one owner.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     net::IpAddr,
+    rc::Rc,
+    sync::Arc,
     time::Duration,
 };
 
@@ -128,10 +130,10 @@ use announcer_ebpf::wire::MacAddr;
 
 use super::{
     Beat, ElectionConfig, EventKind, FIRST_PROBES, IfaceName, Input, Instant, LeaseView,
-    LeaseWriteResult, NodeEventKind, NodeName, Output, VipSpec,
+    LeaseWriteResult, NodeEventKind, NodeName, NodeSet, Output, VipSpec,
     lease::Observed,
     peer::{Beaten, Peer},
-    rendezvous,
+    rendezvous::Ranking,
     stats::ElectionStats,
     timers::{Step, Timer, Timers},
 };
@@ -254,8 +256,9 @@ struct Standby {
 #[derive(Clone, Debug)]
 struct Vip {
     spec: VipSpec,
-    /// Eligible nodes, best first (rendezvous order), computed once per spec.
-    ranking: Vec<NodeName>,
+    /// Eligible nodes, best first (rendezvous order), kept up to date with the spec: walk it
+    /// with [`Vip::ranked`].
+    ranking: Ranking,
     /// The interface our entry is on, if we have one installed.
     installed: Option<IfaceName>,
     /// One per suspect ranked above us; the VIP is taken when all are silent.
@@ -277,6 +280,60 @@ struct Vip {
     /// this node was away (a crash with the link down), and clients may follow that peer's
     /// announcement, so the first reconcile after the warm-up that keeps it announces it.
     found: bool,
+}
+
+impl Vip {
+    /// Its eligible nodes, best first.
+    fn ranked(&self) -> impl Iterator<Item = &NodeName> {
+        self.ranking
+            .iter(self.spec.vip, &self.spec.eligible, &self.spec.preferred)
+    }
+}
+
+/// How one eligible set became another: the nodes that joined it and those that left.
+#[derive(Debug)]
+struct SetChange {
+    added: Vec<NodeName>,
+    removed: Vec<NodeName>,
+}
+
+impl SetChange {
+    /// Few enough to update a ranking in place rather than rank afresh.
+    fn small(&self) -> bool {
+        self.added.len() + self.removed.len() <= Ranking::KEPT
+    }
+}
+
+/// The changes between eligible sets met in one [`Core::set_vips`], worked out once per pair
+/// of sets. Keyed by address, so it holds both sets: an address is never reused meanwhile.
+#[derive(Default)]
+struct SetChanges(HashMap<(usize, usize), Compared>);
+
+/// Two sets and how the first became the second (`None`: the same nodes).
+struct Compared {
+    _sets: (NodeSet, NodeSet),
+    change: Option<Rc<SetChange>>,
+}
+
+impl SetChanges {
+    /// How `old` became `new`; `None`: the same nodes.
+    fn between(&mut self, old: &NodeSet, new: &NodeSet) -> Option<Rc<SetChange>> {
+        if Arc::ptr_eq(old, new) {
+            return None;
+        }
+        let key = (Arc::as_ptr(old) as usize, Arc::as_ptr(new) as usize);
+        let entry = self.0.entry(key).or_insert_with(|| {
+            let added: Vec<NodeName> = new.difference(old).cloned().collect();
+            let removed: Vec<NodeName> = old.difference(new).cloned().collect();
+            let change = (!added.is_empty() || !removed.is_empty())
+                .then(|| Rc::new(SetChange { added, removed }));
+            Compared {
+                _sets: (old.clone(), new.clone()),
+                change,
+            }
+        });
+        entry.change.clone()
+    }
 }
 
 /// How one node (a peer or this one) stood at a reconcile: what decides the VIPs' owners.
@@ -367,6 +424,10 @@ pub struct Core {
     holding: BTreeSet<IpAddr>,
     /// A Lease or link change that needs a full reconcile at the next tick.
     dirty: bool,
+    /// VIPs new or changed by the last [`Input::Vips`] and not reconciled since: the next
+    /// reconcile looks at these alone unless something else needs all of them (a VIP's owner
+    /// depends on its own spec and the peers' standing only).
+    respecced: Vec<IpAddr>,
     /// Bumped whenever a VIP is installed here or stops being ([`Core::owned_version`]).
     owned_version: u64,
     /// [`Core::poll_timeout`]'s answer since the last input that could change it (`None`:
@@ -418,6 +479,7 @@ impl Core {
             config_mismatch_reported: false,
             holding: BTreeSet::new(),
             dirty: false,
+            respecced: Vec::new(),
             owned_version: 0,
             next_timeout: std::cell::Cell::new(None),
             config,
@@ -434,8 +496,9 @@ impl Core {
             Input::Tick => {}
             Input::Vips(specs) => {
                 self.set_vips(now, specs);
-                self.vips_known = true;
-                force = true;
+                // The first set reconciles everything (entries found at start included);
+                // later ones only what they changed (`respecced`).
+                force = !std::mem::replace(&mut self.vips_known, true);
             }
             Input::LeaseSeen(view) => {
                 if !self.lease_seen(now, view) {
@@ -752,7 +815,7 @@ impl Core {
             .keys()
             .filter(|n| self.candidate(n, now))
             .chain([&self.config.node]);
-        rendezvous::owner_of_key(key.as_bytes(), live) == Some(&self.config.node)
+        super::rendezvous::owner_of_key(key.as_bytes(), live) == Some(&self.config.node)
     }
 
     /// Peers we exchange heartbeats with both ways right now (what our Lease renewals publish
@@ -795,7 +858,7 @@ impl Core {
                             break;
                         }
                         let only = v.spec.interfaces.as_slice();
-                        let top = v.ranking.iter().find(|m| {
+                        let top = v.ranked().find(|m| {
                             if *m == n {
                                 p.can_announce(*ip, only)
                             } else {
@@ -847,45 +910,60 @@ impl Core {
 
     fn set_vips(&mut self, now: Instant, specs: Vec<VipSpec>) {
         let mut next = BTreeMap::new();
-        let rank = |spec: &VipSpec| -> Vec<NodeName> {
-            rendezvous::ranking_preferring(spec.vip, &spec.eligible, &spec.preferred)
-                .into_iter()
-                .cloned()
-                .collect()
-        };
-        for spec in specs {
+        // Most VIPs share their eligible set (one `Arc`), so the change between an old and a
+        // new set is worked out once per pair of sets, not once per VIP.
+        let mut changes = SetChanges::default();
+        for mut spec in specs {
             let old = self.vips.remove(&spec.vip);
             let v = match old {
                 Some(mut v) => {
                     // The ranking depends on the eligible and preferred nodes only: most
-                    // re-plans change neither for most VIPs, and ranking costs N hashes and a
-                    // sort per VIP.
-                    let ranked_alike =
-                        v.spec.eligible == spec.eligible && v.spec.preferred == spec.preferred;
+                    // re-plans change neither for most VIPs, and ranking costs N hashes.
+                    let change = changes.between(&v.spec.eligible, &spec.eligible);
+                    let preferred_alike = v.spec.preferred == spec.preferred;
+                    let ranked_alike = change.is_none() && preferred_alike;
                     if !ranked_alike
                         || v.spec.local != spec.local
                         || v.spec.interfaces != spec.interfaces
                     {
                         v.reported = None;
                     }
-                    if !ranked_alike {
-                        v.ranking = rank(&spec);
+                    if change.is_none() {
+                        // Keep the set we had: equal, and likely shared with other VIPs.
+                        spec.eligible = v.spec.eligible.clone();
+                    }
+                    match change.as_deref() {
+                        None if preferred_alike => {}
+                        Some(c) if preferred_alike && c.small() => v.ranking.update(
+                            spec.vip,
+                            &spec.eligible,
+                            &spec.preferred,
+                            &c.added,
+                            &c.removed,
+                        ),
+                        _ => v.ranking = Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
+                    }
+                    if v.spec != spec || !v.wanted {
+                        self.respecced.push(spec.vip);
                     }
                     v.spec = spec;
                     v
                 }
-                None => Vip {
-                    ranking: rank(&spec),
-                    spec,
-                    installed: None,
-                    probes: Vec::new(),
-                    handoff: None,
-                    took_from: None,
-                    reported: None,
-                    wanted: true,
-                    since: now,
-                    found: false,
-                },
+                None => {
+                    self.respecced.push(spec.vip);
+                    Vip {
+                        ranking: Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
+                        spec,
+                        installed: None,
+                        probes: Vec::new(),
+                        handoff: None,
+                        took_from: None,
+                        reported: None,
+                        wanted: true,
+                        since: now,
+                        found: false,
+                    }
+                }
             };
             let mut v = v;
             v.wanted = true;
@@ -1608,7 +1686,13 @@ impl Core {
             }])
             .collect();
         let revived = self.revived(now);
+        let respecced = std::mem::take(&mut self.respecced);
         if !force && view == self.last_view && revived.is_empty() {
+            for ip in respecced {
+                if self.vips.contains_key(&ip) {
+                    self.reconcile_vip(now, ip, &[]);
+                }
+            }
             return;
         }
         self.last_view = view;
@@ -1676,11 +1760,7 @@ impl Core {
             self.release(ip);
             return;
         }
-        let owner = v
-            .ranking
-            .iter()
-            .find(|n| self.candidate_for(n, ip, now))
-            .cloned();
+        let owner = v.ranked().find(|n| self.candidate_for(n, ip, now)).cloned();
         // The owner is quiet (a heartbeat overdue by half a period) and we are next: ask its
         // data plane now rather than at `dead_after` (`reconcile_ours` probes every suspect
         // above us; silence marks it gone, a heartbeat cancels).
@@ -1689,7 +1769,7 @@ impl Core {
         let early = owner
             .as_ref()
             .is_some_and(|o| *o != me && self.suspect(o, now).is_some())
-            && v.ranking.iter().find(|n| {
+            && v.ranked().find(|n| {
                 Some(*n) != owner.as_ref()
                     && self.candidate_for(n, ip, now)
                     && (self.suspect(n, now).is_none() || self.alive_by_lease(n, now))
@@ -1698,17 +1778,13 @@ impl Core {
         // darken it. See `healthy_for`.
         let last_resort = self.standby.is_some()
             && self.can_announce(&me, ip)
-            && v.ranking.contains(&me)
-            && !v
-                .ranking
-                .iter()
-                .any(|n| *n != me && self.healthy_for(n, ip, now));
+            && v.spec.eligible.contains(&me)
+            && !v.ranked().any(|n| *n != me && self.healthy_for(n, ip, now));
         if owner.as_ref() == Some(&me) || last_resort || early {
             self.reconcile_ours(now, ip, revived);
             return;
         }
-        if v.spec.local.is_none() && v.ranking.iter().find(|n| self.candidate(n, now)) == Some(&me)
-        {
+        if v.spec.local.is_none() && v.ranked().find(|n| self.candidate(n, now)) == Some(&me) {
             // We would be its owner but cannot announce it: the next node that can does.
             let next = owner
                 .as_ref()
@@ -1753,8 +1829,7 @@ impl Core {
         // Who might still answer it? Every member ranked above us whose heartbeats stopped:
         // each one's data plane is asked, at the MAC it answers this VIP with.
         let suspects: Vec<(NodeName, MacAddr)> = v
-            .ranking
-            .iter()
+            .ranked()
             .take_while(|n| **n != me)
             .filter_map(|n| Some((n.clone(), self.suspect_for(n, ip, now)?)))
             .collect();
@@ -1786,7 +1861,7 @@ impl Core {
         }
         // Overlap: we took it while a member ranked above us was cut off, and a peer ranked
         // above us is back with the same incarnation (so it kept answering all along).
-        let above: Vec<&NodeName> = v.ranking.iter().take_while(|n| **n != me).collect();
+        let above: Vec<&NodeName> = v.ranked().take_while(|n| **n != me).collect();
         // Or the node we took it from owns it again with the same incarnation: it was only
         // quiet (heartbeats late, not dead) while its probe went unanswered, so it kept
         // answering too.
@@ -1883,8 +1958,7 @@ impl Core {
         // its probe answers would have shown).
         let displaced = {
             let v = &self.vips[&ip];
-            v.ranking
-                .iter()
+            v.ranked()
                 .take_while(|n| **n != me)
                 .find(|n| {
                     self.peers.get(*n).is_some_and(|p| {
@@ -1941,7 +2015,7 @@ impl Core {
     fn failover(&self, now: Instant, ip: IpAddr) -> Option<Failover> {
         let me = &self.config.node;
         let v = &self.vips[&ip];
-        v.ranking.iter().take_while(|n| *n != me).find_map(|n| {
+        v.ranked().take_while(|n| *n != me).find_map(|n| {
             let p = self.peers.get(n)?;
             let heard = p.last_beat?;
             let owned =
@@ -2127,8 +2201,7 @@ impl Core {
         let ips: Vec<IpAddr> = self.vips.keys().copied().collect();
         for ip in ips {
             let successor = self.vips[&ip]
-                .ranking
-                .iter()
+                .ranked()
                 .any(|n| *n != me && self.candidate_for(n, ip, now));
             if successor || !self.vips[&ip].wanted {
                 self.release(ip);
@@ -2222,12 +2295,12 @@ impl Vip {
                     namespace: String::new(),
                     name: String::new(),
                 },
-                eligible: BTreeSet::new(),
+                eligible: NodeSet::default(),
                 local: None,
                 interfaces: Vec::new(),
-                preferred: BTreeSet::new(),
+                preferred: NodeSet::default(),
             },
-            ranking: Vec::new(),
+            ranking: Ranking::default(),
             installed: None,
             probes: Vec::new(),
             handoff: None,
@@ -2240,19 +2313,31 @@ impl Vip {
     }
 }
 
-/// The fingerprint of a view: every wanted VIP and its eligible nodes, in order. Two agents with
-/// the same fingerprint rank every VIP the same way.
+/// The fingerprint of a view: every wanted VIP and a digest of its eligible nodes, in order.
+/// Two agents with the same fingerprint rank every VIP the same way.
+///
+/// Each distinct eligible set is digested once (most VIPs share one), so this is O(V) plus the
+/// sets' sizes, not O(V·N). The formula changed with that (issue 29): during a roll from an
+/// older version, old and new agents see different views, so a handoff between them waits for
+/// the new owner's probe answer rather than the hold (see `handoffs`).
 fn view_fingerprint(vips: &BTreeMap<IpAddr, Vip>) -> u64 {
+    let mut digests: HashMap<usize, u64> = HashMap::new();
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for (ip, v) in vips.iter().filter(|(_, v)| v.wanted) {
         match ip {
             IpAddr::V4(a) => h.update(&a.octets()),
             IpAddr::V6(a) => h.update(&a.octets()),
         }
-        for n in &v.spec.eligible {
-            h.update(n.as_str().as_bytes());
-            h.update(&[0]);
-        }
+        let set = &v.spec.eligible;
+        let digest = *digests.entry(Arc::as_ptr(set) as usize).or_insert_with(|| {
+            let mut d = xxhash_rust::xxh3::Xxh3::new();
+            for n in set.iter() {
+                d.update(n.as_str().as_bytes());
+                d.update(&[0]);
+            }
+            d.digest()
+        });
+        h.update(&digest.to_le_bytes());
         h.update(&[0xff]);
     }
     h.digest()

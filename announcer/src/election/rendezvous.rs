@@ -14,7 +14,7 @@
 //! deviation `sqrt(M (1/N) (1 - 1/N))`; the simulator and `cargo xtask bench control-plane`
 //! report the measured spread.
 
-use std::net::IpAddr;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use xxhash_rust::xxh3::Xxh3;
 
@@ -71,7 +71,7 @@ pub fn ranking<'a>(
 pub fn ranking_preferring<'a>(
     vip: IpAddr,
     candidates: impl IntoIterator<Item = &'a NodeName>,
-    preferred: &std::collections::BTreeSet<NodeName>,
+    preferred: &BTreeSet<NodeName>,
 ) -> Vec<&'a NodeName> {
     let mut v: Vec<_> = candidates
         .into_iter()
@@ -79,6 +79,117 @@ pub fn ranking_preferring<'a>(
         .collect();
     v.sort_by(|a, b| b.cmp(a));
     v.into_iter().map(|(_, _, n)| n).collect()
+}
+
+/// One VIP's ranking ([`ranking_preferring`]) as the core keeps it: its best
+/// [`Ranking::KEPT`] nodes, with the rest computed only when a walk gets past them.
+///
+/// Why: the core walks a VIP's ranking from the top and stops at the first candidate, almost
+/// always within the first few nodes. A full ranking per VIP costs N names of memory (16 KB per
+/// VIP at 1,000 nodes, 160 MB at 10,000 VIPs) and N hashes and a sort whenever the eligible
+/// nodes change; this keeps 16 and is updated in place when a few nodes join or leave.
+///
+/// Pitfall: the ranking is of `eligible` and `preferred` as given to [`Ranking::new`] and
+/// [`Ranking::update`]; [`Ranking::iter`] must be given the same sets, which the core keeps
+/// beside it in the VIP's spec.
+#[derive(Clone, Debug, Default)]
+pub struct Ranking {
+    /// The best nodes, best first: a prefix of the full ranking.
+    top: Vec<Ranked>,
+    /// `top` holds every eligible node.
+    complete: bool,
+}
+
+/// One ranked node and the key it is ranked by (greater first).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Ranked {
+    preferred: bool,
+    score: u64,
+    node: NodeName,
+}
+
+impl Ranked {
+    fn of(vip: IpAddr, node: &NodeName, preferred: &BTreeSet<NodeName>) -> Self {
+        Ranked {
+            preferred: preferred.contains(node),
+            score: score(node, vip),
+            node: node.clone(),
+        }
+    }
+}
+
+impl Ranking {
+    /// How many of the best nodes are kept.
+    pub const KEPT: usize = 16;
+    /// Below this many kept nodes (of more eligible), [`Ranking::update`] ranks afresh.
+    const REFILL: usize = Self::KEPT / 2;
+
+    /// Ranks `eligible` for `vip`: O(N) hashes, a selection, and a sort of the kept few.
+    pub fn new(vip: IpAddr, eligible: &BTreeSet<NodeName>, preferred: &BTreeSet<NodeName>) -> Self {
+        let mut all: Vec<Ranked> = eligible
+            .iter()
+            .map(|n| Ranked::of(vip, n, preferred))
+            .collect();
+        let complete = all.len() <= Self::KEPT;
+        if !complete {
+            all.select_nth_unstable_by(Self::KEPT - 1, |a, b| b.cmp(a));
+            all.truncate(Self::KEPT);
+            all.shrink_to_fit(); // else each VIP keeps room for N
+        }
+        all.sort_unstable_by(|a, b| b.cmp(a));
+        Ranking { top: all, complete }
+    }
+
+    /// The ranking after `added` joined and `removed` left the eligible nodes (now
+    /// `eligible`), with `preferred` unchanged: O(changes · KEPT) unless the kept nodes run
+    /// low, then [`Ranking::new`].
+    pub fn update(
+        &mut self,
+        vip: IpAddr,
+        eligible: &BTreeSet<NodeName>,
+        preferred: &BTreeSet<NodeName>,
+        added: &[NodeName],
+        removed: &[NodeName],
+    ) {
+        self.top.retain(|r| !removed.contains(&r.node));
+        for n in added {
+            let r = Ranked::of(vip, n, preferred);
+            // A prefix stays a prefix when a node joins behind it, unless it held them all.
+            let at = self.top.partition_point(|t| *t > r);
+            if at < self.top.len() || self.complete {
+                self.top.insert(at, r);
+            }
+        }
+        self.top.truncate(Self::KEPT);
+        self.complete = self.top.len() == eligible.len();
+        if !self.complete && self.top.len() < Self::REFILL {
+            *self = Ranking::new(vip, eligible, preferred);
+        }
+    }
+
+    /// The eligible nodes, best first. Past the kept ones the full ranking is computed from
+    /// `eligible` and `preferred` (which must be the sets it was ranked from), for this walk
+    /// only: O(N log N), and rare (no candidate among the kept nodes).
+    pub fn iter<'a>(
+        &'a self,
+        vip: IpAddr,
+        eligible: &'a BTreeSet<NodeName>,
+        preferred: &'a BTreeSet<NodeName>,
+    ) -> impl Iterator<Item = &'a NodeName> + 'a {
+        let kept = self.top.len();
+        let complete = self.complete;
+        self.top
+            .iter()
+            .map(|r| &r.node)
+            .chain(std::iter::once(()).flat_map(move |()| {
+                let rest = if complete {
+                    Vec::new()
+                } else {
+                    ranking_preferring(vip, eligible, preferred)
+                };
+                rest.into_iter().skip(kept)
+            }))
+    }
 }
 
 #[cfg(test)]
@@ -179,5 +290,97 @@ mod tests {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod ranking_tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    fn set(ids: impl IntoIterator<Item = u32>) -> BTreeSet<NodeName> {
+        ids.into_iter()
+            .map(|i| NodeName::from(format!("node-{i}")))
+            .collect()
+    }
+
+    fn walked(
+        r: &Ranking,
+        vip: IpAddr,
+        e: &BTreeSet<NodeName>,
+        p: &BTreeSet<NodeName>,
+    ) -> Vec<NodeName> {
+        r.iter(vip, e, p).cloned().collect()
+    }
+
+    fn full(vip: IpAddr, e: &BTreeSet<NodeName>, p: &BTreeSet<NodeName>) -> Vec<NodeName> {
+        ranking_preferring(vip, e, p).into_iter().cloned().collect()
+    }
+
+    #[test]
+    fn a_kept_ranking_walks_like_the_full_one() {
+        let preferred = set([3, 17, 40]);
+        for n in [0, 1, 5, 16, 17, 100] {
+            let e = set(0..n);
+            for i in 0..50 {
+                let vip = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + i));
+                let r = Ranking::new(vip, &e, &preferred);
+                assert_eq!(
+                    walked(&r, vip, &e, &preferred),
+                    full(vip, &e, &preferred),
+                    "{n} nodes, {vip}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_ranking_updated_in_place_walks_like_one_ranked_afresh() {
+        // Nodes join and leave one at a time (a Node turning Ready, an endpoint moving);
+        // every step is checked against a full ranking of the new set.
+        let vip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7));
+        let preferred = set([5, 9]);
+        let mut e = set(0..40);
+        let mut r = Ranking::new(vip, &e, &preferred);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for step in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = (x % 60) as u32;
+            let node = NodeName::from(format!("node-{id}"));
+            let (added, removed) = if e.contains(&node) {
+                e.remove(&node);
+                (vec![], vec![node])
+            } else {
+                e.insert(node.clone());
+                (vec![node], vec![])
+            };
+            r.update(vip, &e, &preferred, &added, &removed);
+            assert_eq!(
+                walked(&r, vip, &e, &preferred),
+                full(vip, &e, &preferred),
+                "step {step}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_ranking_whose_kept_nodes_all_leave_ranks_afresh() {
+        let vip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 9));
+        let none = BTreeSet::new();
+        let mut e = set(0..100);
+        let mut r = Ranking::new(vip, &e, &none);
+        let gone: Vec<NodeName> = r
+            .iter(vip, &e, &none)
+            .take(Ranking::KEPT)
+            .cloned()
+            .collect();
+        for n in &gone {
+            e.remove(n);
+        }
+        r.update(vip, &e, &none, &[], &gone);
+        assert_eq!(walked(&r, vip, &e, &none), full(vip, &e, &none));
     }
 }

@@ -73,9 +73,11 @@ impl World {
             api_hung: false,
             held_writes: Vec::new(),
         };
-        let eligible: BTreeSet<NodeName> = (0..n)
-            .map(|i| NodeName::from(format!("node-{i}")))
-            .collect();
+        let eligible: NodeSet = std::sync::Arc::new(
+            (0..n)
+                .map(|i| NodeName::from(format!("node-{i}")))
+                .collect(),
+        );
         for i in 0..n {
             let spec = VipSpec {
                 vip,
@@ -380,7 +382,7 @@ fn restart_with_entry(w: &mut World, node: usize) -> usize {
             namespace: "default".into(),
             name: "web".into(),
         },
-        eligible: [World::name(0), World::name(1)].into_iter().collect(),
+        eligible: std::sync::Arc::new([World::name(0), World::name(1)].into_iter().collect()),
         local: Some("eth0".into()),
         interfaces: Vec::new(),
         preferred: Default::default(),

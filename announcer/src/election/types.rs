@@ -46,6 +46,11 @@ impl fmt::Debug for NodeName {
     }
 }
 
+/// A set of nodes, shared by every VIP that has the same one (most VIPs of a cluster share
+/// their eligible set): a clone is a reference count, and comparing two clones of one set is a
+/// pointer comparison ([`Arc`]'s `PartialEq` for `Eq` types).
+pub type NodeSet = Arc<BTreeSet<NodeName>>;
+
 /// A Service, by namespace and name: where Events about its VIPs are recorded.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceRef {
@@ -77,7 +82,7 @@ pub struct VipSpec {
     pub service: ServiceRef,
     /// Nodes that may announce it: Ready, not excluded, matching the node selector, and with
     /// a ready local endpoint under `externalTrafficPolicy: Local`. Empty: announce nowhere.
-    pub eligible: BTreeSet<NodeName>,
+    pub eligible: NodeSet,
     /// The interface this node would announce it on; `None` if this node has none that fits
     /// (the core then never takes it, and reports why once).
     pub local: Option<IfaceName>,
@@ -89,7 +94,7 @@ pub struct VipSpec {
     /// [`crate::placement`]); among themselves and behind them, rendezvous order
     /// ([`rendezvous::ranking_preferring`](super::rendezvous::ranking_preferring)). Empty: plain
     /// rendezvous.
-    pub preferred: BTreeSet<NodeName>,
+    pub preferred: NodeSet,
 }
 
 /// What the agent knows of one node's Lease (`coordination.k8s.io/v1`), as last listed or

@@ -53,6 +53,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
     net::IpAddr,
+    sync::Arc,
 };
 
 use k8s_openapi::{
@@ -67,7 +68,7 @@ use kube::core::{ParseExpressionError, Selector, SelectorExt};
 use super::refusal::{self, Refusal};
 use crate::{
     dataplane::Vip,
-    election::{IfaceName, NodeName, ServiceRef, VipSpec},
+    election::{IfaceName, NodeName, NodeSet, ServiceRef, VipSpec},
     ipam::{
         ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool,
         OtherNamespaces,
@@ -169,8 +170,9 @@ pub struct VipPlacement {
     pub vip: IpAddr,
     /// Its Service.
     pub service: ServiceRef,
-    /// Nodes that may announce it; empty: nowhere (a [`Problem`] says why).
-    pub eligible: BTreeSet<NodeName>,
+    /// Nodes that may announce it; empty: nowhere (a [`Problem`] says why). Shared between
+    /// the VIPs that have the same set (under `Cluster`, most of them).
+    pub eligible: NodeSet,
     /// The Service has `externalTrafficPolicy: Local`.
     pub local_policy: bool,
     /// Services sharing the address (`announcer.dev/allow-shared-ip`), besides `service`.
@@ -181,7 +183,7 @@ pub struct VipPlacement {
     /// agent's own rule.
     pub interfaces: Vec<String>,
     /// The eligible nodes its pool prefers (`spec.preferredNodes`): ranked first.
-    pub preferred: BTreeSet<NodeName>,
+    pub preferred: NodeSet,
 }
 
 impl VipPlacement {
@@ -376,9 +378,10 @@ where
 /// narrowed to the eligible ones) and its interfaces.
 struct PoolPlacement {
     name: String,
-    nodes: BTreeSet<NodeName>,
+    /// A subset of the plan's base set.
+    nodes: NodeSet,
     interfaces: Vec<String>,
-    preferred: BTreeSet<NodeName>,
+    preferred: NodeSet,
 }
 
 /// The pools, oldest first (creationTimestamp, then name: the order that decides overlaps),
@@ -387,7 +390,7 @@ struct PoolPlacement {
 fn placements<P: Borrow<AddressPool>>(
     pools: &[P],
     nodes: &[&Node],
-    base: &BTreeSet<NodeName>,
+    base: &NodeSet,
 ) -> Vec<(AddressPool, PoolPlacement, Option<String>)> {
     let mut sorted: Vec<&AddressPool> = pools.iter().map(Borrow::borrow).collect();
     sorted.sort_by(|a, b| {
@@ -407,16 +410,18 @@ fn placements<P: Borrow<AddressPool>>(
             let (allowed, error) = match p.spec.node_selector.clone().map(Selector::try_from) {
                 None => (base.clone(), None),
                 Some(Ok(sel)) => (
-                    nodes
-                        .iter()
-                        .filter(|n| sel.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
-                        .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
-                        .filter(|n| base.contains(n))
-                        .collect(),
+                    Arc::new(
+                        nodes
+                            .iter()
+                            .filter(|n| sel.matches(n.metadata.labels.as_ref().unwrap_or(&empty)))
+                            .filter_map(|n| n.metadata.name.as_deref().map(NodeName::from))
+                            .filter(|n| base.contains(n))
+                            .collect(),
+                    ),
                     None,
                 ),
                 Some(Err(e)) => (
-                    BTreeSet::new(),
+                    NodeSet::default(),
                     Some(format!("AddressPool {name}: invalid nodeSelector: {e}")),
                 ),
             };
@@ -424,12 +429,13 @@ fn placements<P: Borrow<AddressPool>>(
                 name,
                 nodes: allowed,
                 interfaces: p.spec.interfaces.clone(),
-                preferred: p
-                    .spec
-                    .preferred_nodes
-                    .iter()
-                    .map(|n| NodeName::from(n.as_str()))
-                    .collect(),
+                preferred: Arc::new(
+                    p.spec
+                        .preferred_nodes
+                        .iter()
+                        .map(|n| NodeName::from(n.as_str()))
+                        .collect(),
+                ),
             };
             (p.clone(), placement, error)
         })
@@ -451,7 +457,8 @@ where
     N: Borrow<Node>,
     P: Borrow<AddressPool>,
 {
-    let base = eligible_nodes(nodes, sel);
+    let base: NodeSet = Arc::new(eligible_nodes(nodes, sel));
+    let nowhere = NodeSet::default();
     let node_refs: Vec<&Node> = nodes.iter().map(Borrow::borrow).collect();
     let pools = placements(pools, &node_refs, &base);
     let all_eps = endpoints(slices.iter().map(Borrow::borrow));
@@ -583,15 +590,26 @@ where
                 );
             }
             // Where this Service alone could announce it.
-            let mut eligible: BTreeSet<NodeName> = if !eps.any_ready {
-                BTreeSet::new()
+            // Under `Cluster` one set (the base or the pool's) is shared by every VIP.
+            let mut eligible: NodeSet = if !eps.any_ready {
+                nowhere.clone()
             } else if local_policy {
-                base.intersection(&eps.nodes).cloned().collect()
+                Arc::new(base.intersection(&eps.nodes).cloned().collect())
             } else {
                 base.clone()
             };
             if let Some((_, place, _)) = pool {
-                eligible.retain(|n| place.nodes.contains(n));
+                eligible = if Arc::ptr_eq(&eligible, &base) {
+                    place.nodes.clone()
+                } else {
+                    Arc::new(
+                        eligible
+                            .iter()
+                            .filter(|n| place.nodes.contains(*n))
+                            .cloned()
+                            .collect(),
+                    )
+                };
             }
             let shared = match claimed.get(&vip) {
                 Some((owner, _, _)) if *owner == sref => continue, // listed twice in one Service
@@ -631,7 +649,7 @@ where
             }
             if let Some(Some(at)) = shared {
                 let v = &mut out.vips[at];
-                v.eligible.extend(eligible);
+                Arc::make_mut(&mut v.eligible).extend(eligible.iter().cloned());
                 v.local_policy &= local_policy;
                 v.shared_with.push(sref.clone());
                 continue;
@@ -658,8 +676,10 @@ where
     }
     // A pool's preferred nodes count only while eligible (sharers included).
     for v in &mut out.vips {
-        let eligible = &v.eligible;
-        v.preferred.retain(|n| eligible.contains(n));
+        if !v.preferred.iter().all(|n| v.eligible.contains(n)) {
+            let eligible = &v.eligible;
+            Arc::make_mut(&mut v.preferred).retain(|n| eligible.contains(n));
+        }
     }
     // No eligible node, once every sharer has contributed its nodes.
     for v in &out.vips {

@@ -11,8 +11,11 @@
 //!   two beats are fed as `Tick`s and timed apart (**tick**).
 //! - **lease**: a peer's Lease renewal (`LeaseSeen` with a new `resourceVersion`); every peer
 //!   renews every 3 s, so an agent sees N/3 of them a second.
-//! - **VIP-set change**: `handle(Vips)` with one VIP of V gone (what any Service,
-//!   EndpointSlice, Node or pool event costs today: the whole set is re-planned).
+//! - **VIP-set change**: `handle(Vips)` with one VIP of V gone, its specs built afresh the way
+//!   the agent's plan builds them (one new eligible set shared by every VIP): what a Service
+//!   or EndpointSlice event costs the core.
+//! - **node change**: `handle(Vips)` with one node gone from every VIP's eligible set (a Node
+//!   turning NotReady), then back.
 //!
 //! Bytes allocated and the live heap come from a counting global allocator. From the figures
 //! the bench derives one agent's share of a core spent in the core alone (the heartbeat
@@ -25,16 +28,18 @@
 
 use std::{
     alloc::{GlobalAlloc, Layout, System},
-    collections::BTreeSet,
     hint::black_box,
     net::{IpAddr, Ipv4Addr},
-    sync::atomic::{AtomicU64, AtomicUsize, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
     time::{Duration, Instant},
 };
 
 use announcer::{
     election::{
-        Beat, Core, ElectionConfig, Input, LeaseView, LeaseWriteResult, NodeName, Output,
+        Beat, Core, ElectionConfig, Input, LeaseView, LeaseWriteResult, NodeName, NodeSet, Output,
         ServiceRef, VipSpec, defaults,
     },
     wire::MacAddr,
@@ -124,7 +129,7 @@ fn vip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 128 | (b & 0x3f), c, d))
 }
 
-fn spec(i: usize, eligible: &BTreeSet<NodeName>) -> VipSpec {
+fn spec(i: usize, eligible: &NodeSet) -> VipSpec {
     VipSpec {
         vip: vip(i),
         service: ServiceRef {
@@ -134,7 +139,7 @@ fn spec(i: usize, eligible: &BTreeSet<NodeName>) -> VipSpec {
         eligible: eligible.clone(),
         local: Some("eth0".into()),
         interfaces: vec![],
-        preferred: BTreeSet::new(),
+        preferred: NodeSet::default(),
     }
 }
 
@@ -224,6 +229,7 @@ struct Cell {
     tick_ns: f64,
     lease_ns: f64,
     vip_change_ms: f64,
+    node_change_ms: f64,
     core_live_mib: f64,
     peak_mib: f64,
     owned: usize,
@@ -298,9 +304,12 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
     for peer in &names[1..] {
         host.handle(Input::Heartbeat(beat(peer, &me, 1)));
     }
-    let eligible: BTreeSet<NodeName> = names.iter().cloned().collect();
-    let specs: Vec<VipSpec> = (0..v).map(|i| spec(i, &eligible)).collect();
-    host.handle(Input::Vips(specs.clone()));
+    // The plan's specs: one eligible set, shared by every VIP; built afresh per re-plan.
+    let specs = |nodes: &[NodeName]| -> Vec<VipSpec> {
+        let eligible: NodeSet = Arc::new(nodes.iter().cloned().collect());
+        (0..v).map(|i| spec(i, &eligible)).collect()
+    };
+    host.handle(Input::Vips(specs(&names)));
     // Run the cluster until it settles (trusted, ready, this node's share of the VIPs taken).
     let interval = defaults::HEARTBEAT_INTERVAL;
     let spacing = interval / (n as u32 - 1).max(1);
@@ -357,12 +366,27 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
     // VIP-set changes: one VIP gone, then back.
     let mut change_samples = Vec::new();
     for k in 0..args.changes {
-        let mut changed = specs.clone();
+        let mut changed = specs(&names);
         changed.remove(k as usize % v);
+        let back = specs(&names);
         let t = Instant::now();
         host.handle(Input::Vips(changed));
         change_samples.push(t.elapsed().as_secs_f64() * 1e3);
-        host.handle(Input::Vips(specs.clone()));
+        host.handle(Input::Vips(back));
+    }
+    // Node changes: one peer gone from every eligible set, then back.
+    let mut node_samples = Vec::new();
+    for k in 0..args.changes {
+        let gone = 1 + k as usize % (n - 1);
+        let fewer: Vec<NodeName> = (0..n)
+            .filter(|i| *i != gone)
+            .map(|i| names[i].clone())
+            .collect();
+        let (changed, back) = (specs(&fewer), specs(&names));
+        let t = Instant::now();
+        host.handle(Input::Vips(changed));
+        node_samples.push(t.elapsed().as_secs_f64() * 1e3);
+        host.handle(Input::Vips(back));
     }
 
     let core_live = LIVE.load(Ordering::Relaxed).saturating_sub(live_before);
@@ -379,7 +403,6 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         (beats_per_s * heartbeat_ns + renewals_per_s * lease_ns + ticks_per_s * tick_ns) / 1e7;
     let owned = host.core.owned().len();
     drop(host);
-    drop(specs);
     Ok(Cell {
         nodes: n,
         vips: v,
@@ -392,6 +415,7 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         tick_ns,
         lease_ns,
         vip_change_ms: median(change_samples),
+        node_change_ms: median(node_samples),
         core_live_mib: core_live as f64 / (1 << 20) as f64,
         peak_mib: peak as f64 / (1 << 20) as f64,
         owned,
@@ -418,7 +442,7 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>9} {:>9} {:>10}",
+        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10}",
         "nodes",
         "vips",
         "heartbeat_ns",
@@ -426,13 +450,14 @@ fn main() -> Result<()> {
         "tick_ns",
         "lease_ns",
         "vip_set_ms",
+        "node_set_ms",
         "live_MiB",
         "peak_MiB",
         "core_cpu_%"
     );
     for c in &cells {
         println!(
-            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.1} {:>9.1} {:>9.1} {:>10.2}",
+            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>10.2}",
             c.nodes,
             c.vips,
             c.heartbeat_ns,
@@ -440,6 +465,7 @@ fn main() -> Result<()> {
             c.tick_ns,
             c.lease_ns,
             c.vip_change_ms,
+            c.node_change_ms,
             c.core_live_mib,
             c.peak_mib,
             c.core_cpu_pct
@@ -448,7 +474,8 @@ fn main() -> Result<()> {
     println!(
         "heartbeat_ns = one received beat (handle, outputs, poll_timeout); alloc_B = bytes \
          allocated per beat; tick_ns = one timer tick; lease_ns = one peer Lease renewal seen; \
-         vip_set_ms = one VIP-set change (one VIP of V gone); live/peak = the core's heap after \
+         vip_set_ms = one VIP-set change (one VIP of V gone); node_set_ms = one node gone from \
+         every VIP's eligible set; live/peak = the core's heap after \
          the run / at most; core_cpu_% = the core's work per agent per second of a healthy \
          cluster, in % of one core (derived: beats, renewals and ticks at the defaults)."
     );

@@ -14,7 +14,7 @@ fn spec(w: &World, eligible: &[usize], local: Option<&str>) -> VipSpec {
             namespace: "default".into(),
             name: "web".into(),
         },
-        eligible: eligible.iter().map(|i| World::name(*i)).collect(),
+        eligible: std::sync::Arc::new(eligible.iter().map(|i| World::name(*i)).collect()),
         local: local.map(Into::into),
         interfaces: Vec::new(),
         preferred: Default::default(),

@@ -42,7 +42,7 @@ fn links(w: &World, i: usize, down: &[&str]) -> Vec<Link> {
 /// still the VIP's), and the core hears that interface as a down link.
 fn apply(w: &mut World, i: usize, down: &[&str]) {
     w.nodes[i].links = Some(links(w, i, down));
-    let eligible: BTreeSet<NodeName> = (0..w.nodes.len()).map(World::name).collect();
+    let eligible: NodeSet = std::sync::Arc::new((0..w.nodes.len()).map(World::name).collect());
     let specs = [(w.vip, "eth0"), (eth1_vip(), "eth1")]
         .into_iter()
         .map(|(vip, iface)| VipSpec {

@@ -17,7 +17,7 @@ fn spec_on(vip: IpAddr, eligible: &[usize], local: Option<&str>) -> VipSpec {
             namespace: "default".into(),
             name: format!("web-{vip}"),
         },
-        eligible: eligible.iter().map(|i| World::name(*i)).collect(),
+        eligible: std::sync::Arc::new(eligible.iter().map(|i| World::name(*i)).collect()),
         local: local.map(Into::into),
         interfaces: Vec::new(),
         preferred: Default::default(),

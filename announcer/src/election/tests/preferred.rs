@@ -19,10 +19,10 @@ fn specs(w: &World, preferred: usize) -> Vec<VipSpec> {
             namespace: "default".into(),
             name: "web".into(),
         },
-        eligible: (0..w.nodes.len()).map(World::name).collect(),
+        eligible: std::sync::Arc::new((0..w.nodes.len()).map(World::name).collect()),
         local: Some("eth0".into()),
         interfaces: Vec::new(),
-        preferred: [World::name(preferred)].into_iter().collect(),
+        preferred: std::sync::Arc::new([World::name(preferred)].into_iter().collect()),
     }]
 }
 

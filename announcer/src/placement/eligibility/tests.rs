@@ -113,8 +113,8 @@ fn nodes(names: &[&str]) -> Vec<Node> {
     names.iter().map(|n| node(n, "True", &[])).collect()
 }
 
-fn set(names: &[&str]) -> BTreeSet<NodeName> {
-    names.iter().map(|n| NodeName::from(*n)).collect()
+fn set(names: &[&str]) -> NodeSet {
+    std::sync::Arc::new(names.iter().map(|n| NodeName::from(*n)).collect())
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -126,6 +126,31 @@ fn reasons(p: &Placement) -> Vec<(&str, &str)> {
         .iter()
         .map(|p| (p.vip.as_deref().unwrap_or(""), p.reason.event_reason()))
         .collect()
+}
+
+#[test]
+fn cluster_policy_vips_share_one_eligible_set() {
+    // 10,000 VIPs on 1,000 nodes would otherwise hold 10 million names (issue 29).
+    let p = plan(
+        &[
+            svc("default", "web", &["10.0.0.5"]),
+            svc("default", "api", &["10.0.0.6", "fd00::6"]),
+        ],
+        &[
+            slice("default", "web", &[("a", Some(true))]),
+            slice("default", "api", &[("b", Some(true))]),
+        ],
+        &nodes(&["a", "b", "c"]),
+        &Selection::default(),
+    );
+    assert_eq!(p.vips.len(), 3);
+    for v in &p.vips[1..] {
+        assert!(
+            std::sync::Arc::ptr_eq(&v.eligible, &p.vips[0].eligible),
+            "{} has a set of its own",
+            v.vip
+        );
+    }
 }
 
 #[test]
@@ -417,7 +442,7 @@ fn node_must_be_ready_and_not_excluded() {
         node("excluded", "True", &[(EXCLUDE_LABEL, "")]),
         no_status,
     ];
-    assert_eq!(eligible_nodes(&ns, &Selection::default()), set(&["ready"]));
+    assert_eq!(eligible_nodes(&ns, &Selection::default()), *set(&["ready"]));
 }
 
 #[test]
@@ -434,7 +459,7 @@ fn ignore_exclude_label_lets_labelled_control_plane_nodes_announce() {
         ..Selection::default()
     };
     // Readiness still counts.
-    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+    assert_eq!(eligible_nodes(&ns, &sel), *set(&["cp1", "cp2"]));
     // And so does the node selector.
     let sel = Selection {
         ignore_exclude_label: true,
@@ -444,7 +469,7 @@ fn ignore_exclude_label_lets_labelled_control_plane_nodes_announce() {
         )
         .unwrap()
     };
-    assert_eq!(eligible_nodes(&ns, &sel), set(&["cp1", "cp2"]));
+    assert_eq!(eligible_nodes(&ns, &sel), *set(&["cp1", "cp2"]));
 }
 
 #[test]
@@ -483,7 +508,7 @@ fn node_selector_supports_labels_and_expressions() {
         node("spot", "True", &with(&[("spot", "1")])),
         node("no-nic", "True", &[("l2", "on"), ("zone", "z2")]),
     ];
-    assert_eq!(eligible_nodes(&ns, &sel), set(&["all", "tier-core"]));
+    assert_eq!(eligible_nodes(&ns, &sel), *set(&["all", "tier-core"]));
 }
 
 #[test]
@@ -1075,7 +1100,7 @@ fn a_pools_preferred_nodes_rank_first_while_eligible() {
     for vip in ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"] {
         let ranking = crate::election::rendezvous::ranking_preferring(
             ip(vip),
-            &spec.eligible,
+            spec.eligible.iter(),
             &spec.preferred,
         );
         assert_eq!(ranking[0].as_str(), "b", "{vip}");
@@ -1083,7 +1108,7 @@ fn a_pools_preferred_nodes_rank_first_while_eligible() {
     // Without preferences, rendezvous order (a first for some of these addresses).
     let plain: Vec<_> = ["10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8"]
         .iter()
-        .map(|v| crate::election::rendezvous::ranking(ip(v), &spec.eligible)[0].to_string())
+        .map(|v| crate::election::rendezvous::ranking(ip(v), spec.eligible.iter())[0].to_string())
         .collect();
     assert!(plain.iter().any(|n| n == "a"), "{plain:?}");
 }

@@ -313,10 +313,12 @@ impl<A: Agent> World<A> {
                     namespace: "default".into(),
                     name: format!("svc-{i}"),
                 },
-                eligible: (0..self.nodes.len())
-                    .filter(|j| elig[i] & bit(*j) != 0)
-                    .map(|j| self.nodes[j].name.clone())
-                    .collect(),
+                eligible: std::sync::Arc::new(
+                    (0..self.nodes.len())
+                        .filter(|j| elig[i] & bit(*j) != 0)
+                        .map(|j| self.nodes[j].name.clone())
+                        .collect(),
+                ),
                 local: self.iface_for(node, i).map(IfaceName::from),
                 interfaces: Vec::new(),
                 preferred: Default::default(),
