@@ -16,6 +16,10 @@
 //!   or EndpointSlice event costs the core.
 //! - **node change**: `handle(Vips)` with one node gone from every VIP's eligible set (a Node
 //!   turning NotReady), then back.
+//! - **plan**: the placement (`eligibility::plan_placed`) of V Services (one VIP each; every
+//!   tenth under `externalTrafficPolicy: Local`), V EndpointSlices (3 ready endpoints each)
+//!   and N Nodes, as the agent computes it from its watch stores on every relevant event; and
+//!   the heap those objects take as full API objects (what unstripped watch caches hold).
 //!
 //! Bytes allocated and the live heap come from a counting global allocator. From the figures
 //! the bench derives one agent's share of a core spent in the core alone (the heartbeat
@@ -42,11 +46,22 @@ use announcer::{
         Beat, Core, ElectionConfig, Input, LeaseView, LeaseWriteResult, NodeName, NodeSet, Output,
         ServiceRef, VipSpec, defaults,
     },
+    placement::eligibility::{self, SERVICE_NAME_LABEL, Selection},
     wire::MacAddr,
 };
 use announcer_tests::bench::verdict::{Verdict, any_failed, failed_names};
 use anyhow::{Result, bail, ensure};
 use clap::Parser;
+use k8s_openapi::{
+    api::{
+        core::v1::{
+            LoadBalancerIngress, LoadBalancerStatus, Node, NodeCondition, NodeStatus, Service,
+            ServiceSpec, ServiceStatus,
+        },
+        discovery::v1::{Endpoint, EndpointConditions, EndpointSlice},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 
 /// Counts what the process allocates: bytes live now, their high-water mark, and bytes
 /// allocated in all. The figures are process-wide; the bench runs on one thread.
@@ -230,6 +245,8 @@ struct Cell {
     lease_ns: f64,
     vip_change_ms: f64,
     node_change_ms: f64,
+    plan_ms: f64,
+    objects_mib: f64,
     core_live_mib: f64,
     peak_mib: f64,
     owned: usize,
@@ -275,6 +292,91 @@ fn beat_round(
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// A cluster's API objects as an agent's watch stores hold them.
+struct Objects {
+    services: Vec<Service>,
+    slices: Vec<EndpointSlice>,
+    nodes: Vec<Node>,
+}
+
+impl Objects {
+    fn new(names: &[NodeName], v: usize) -> Self {
+        let nodes = names
+            .iter()
+            .map(|n| Node {
+                metadata: ObjectMeta {
+                    name: Some(n.to_string()),
+                    ..Default::default()
+                },
+                status: Some(NodeStatus {
+                    conditions: Some(vec![NodeCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let meta = |i: usize| ObjectMeta {
+            namespace: Some("bench".into()),
+            name: Some(format!("svc-{i}")),
+            ..Default::default()
+        };
+        let services = (0..v)
+            .map(|i| Service {
+                metadata: meta(i),
+                spec: Some(ServiceSpec {
+                    type_: Some("LoadBalancer".into()),
+                    external_traffic_policy: Some(
+                        if i % 10 == 0 { "Local" } else { "Cluster" }.into(),
+                    ),
+                    ..Default::default()
+                }),
+                status: Some(ServiceStatus {
+                    load_balancer: Some(LoadBalancerStatus {
+                        ingress: Some(vec![LoadBalancerIngress {
+                            ip: Some(vip(i).to_string()),
+                            ..Default::default()
+                        }]),
+                    }),
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        let slices = (0..v)
+            .map(|i| EndpointSlice {
+                metadata: ObjectMeta {
+                    name: Some(format!("svc-{i}-abcde")),
+                    labels: Some([(SERVICE_NAME_LABEL.to_owned(), format!("svc-{i}"))].into()),
+                    ..meta(i)
+                },
+                address_type: "IPv4".into(),
+                endpoints: Some(
+                    (0..3)
+                        .map(|k| Endpoint {
+                            addresses: vec![format!("10.244.{}.{}", k, i % 250)],
+                            node_name: Some(names[(i * 7 + k * 131) % names.len()].to_string()),
+                            conditions: Some(EndpointConditions {
+                                ready: Some(true),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ports: None,
+            })
+            .collect();
+        Objects {
+            services,
+            slices,
+            nodes,
+        }
+    }
 }
 
 fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
@@ -391,6 +493,31 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
 
     let core_live = LIVE.load(Ordering::Relaxed).saturating_sub(live_before);
     let peak = PEAK.load(Ordering::Relaxed).saturating_sub(live_before);
+
+    // The placement from watch stores of this size.
+    let before_objects = LIVE.load(Ordering::Relaxed);
+    let objects = Objects::new(&names, v);
+    let objects_mib = (LIVE.load(Ordering::Relaxed) - before_objects) as f64 / (1 << 20) as f64;
+    let mut plan_samples = Vec::new();
+    let sel = Selection::default();
+    for _ in 0..args.changes {
+        let t = Instant::now();
+        let plan = eligibility::plan_placed::<_, _, _, announcer::ipam::AddressPool>(
+            &objects.services,
+            &objects.slices,
+            &objects.nodes,
+            &[],
+            &sel,
+        );
+        plan_samples.push(t.elapsed().as_secs_f64() * 1e3);
+        ensure!(
+            plan.vips.len() == v,
+            "the plan has {} VIPs of {v}",
+            plan.vips.len()
+        );
+    }
+    let plan_ms = median(plan_samples);
+    drop(objects);
     let heartbeat_ns = beat_time.as_nanos() as f64 / beats.max(1) as f64;
     let tick_ns = tick_time.as_nanos() as f64 / ticks.max(1) as f64;
     let lease_ns = median(lease_samples);
@@ -416,6 +543,8 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         lease_ns,
         vip_change_ms: median(change_samples),
         node_change_ms: median(node_samples),
+        plan_ms,
+        objects_mib,
         core_live_mib: core_live as f64 / (1 << 20) as f64,
         peak_mib: peak as f64 / (1 << 20) as f64,
         owned,
@@ -442,7 +571,7 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10}",
+        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10}",
         "nodes",
         "vips",
         "heartbeat_ns",
@@ -453,11 +582,13 @@ fn main() -> Result<()> {
         "node_set_ms",
         "live_MiB",
         "peak_MiB",
+        "plan_ms",
+        "objects_MiB",
         "core_cpu_%"
     );
     for c in &cells {
         println!(
-            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>10.2}",
+            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.2}",
             c.nodes,
             c.vips,
             c.heartbeat_ns,
@@ -468,6 +599,8 @@ fn main() -> Result<()> {
             c.node_change_ms,
             c.core_live_mib,
             c.peak_mib,
+            c.plan_ms,
+            c.objects_mib,
             c.core_cpu_pct
         );
     }
@@ -475,7 +608,8 @@ fn main() -> Result<()> {
         "heartbeat_ns = one received beat (handle, outputs, poll_timeout); alloc_B = bytes \
          allocated per beat; tick_ns = one timer tick; lease_ns = one peer Lease renewal seen; \
          vip_set_ms = one VIP-set change (one VIP of V gone); node_set_ms = one node gone from \
-         every VIP's eligible set; live/peak = the core's heap after \
+         every VIP's eligible set; plan_ms = the placement from watch stores of N Nodes, V Services \
+         and V EndpointSlices; objects_MiB = those objects' heap, unstripped; live/peak = the core's heap after \
          the run / at most; core_cpu_% = the core's work per agent per second of a healthy \
          cluster, in % of one core (derived: beats, renewals and ticks at the defaults)."
     );
