@@ -58,7 +58,7 @@ use std::{
 
 use k8s_openapi::{
     api::{
-        core::v1::{Node, Service},
+        core::v1::{LoadBalancerIngress, Node, Service},
         discovery::v1::EndpointSlice,
     },
     apimachinery::pkg::apis::meta::v1::LabelSelector,
@@ -70,7 +70,7 @@ use crate::{
     dataplane::Vip,
     election::{IfaceName, NodeName, NodeSet, ServiceRef, VipSpec},
     ipam::{
-        ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool,
+        ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool, AddressPoolSpec,
         OtherNamespaces,
     },
 };
@@ -327,7 +327,7 @@ fn ours(svc: &Service, sel: &Selection) -> bool {
 
 /// Ready endpoints of a Service: whether any exists, and the nodes hosting one.
 #[derive(Default)]
-struct Endpoints {
+pub(super) struct Endpoints {
     any_ready: bool,
     nodes: BTreeSet<NodeName>,
 }
@@ -376,6 +376,7 @@ where
 
 /// Where a pool's addresses may be announced: the nodes its `nodeSelector` allows (already
 /// narrowed to the eligible ones) and its interfaces.
+#[derive(Clone, Debug, PartialEq)]
 struct PoolPlacement {
     name: String,
     /// A subset of the plan's base set.
@@ -391,7 +392,7 @@ fn placements<P: Borrow<AddressPool>>(
     pools: &[P],
     nodes: &[&Node],
     base: &NodeSet,
-) -> Vec<(AddressPool, PoolPlacement, Option<String>)> {
+) -> Vec<(AddressPoolSpec, PoolPlacement, Option<String>)> {
     let mut sorted: Vec<&AddressPool> = pools.iter().map(Borrow::borrow).collect();
     sorted.sort_by(|a, b| {
         let key = |p: &AddressPool| {
@@ -437,13 +438,16 @@ fn placements<P: Borrow<AddressPool>>(
                         .collect(),
                 ),
             };
-            (p.clone(), placement, error)
+            (p.spec.clone(), placement, error)
         })
         .collect()
 }
 
 /// Computes the placement. Deterministic: the same objects in any order give the same one.
 /// Takes objects or `Arc`s of them (as reflector stores hold them).
+///
+/// This plans from scratch; [`super::planner::Planner`] keeps the same placement up to date
+/// one object at a time, through the same rules ([`Rules::place`]).
 pub fn plan_placed<S, E, N, P>(
     services: &[S],
     slices: &[E],
@@ -457,242 +461,303 @@ where
     N: Borrow<Node>,
     P: Borrow<AddressPool>,
 {
-    let base: NodeSet = Arc::new(eligible_nodes(nodes, sel));
-    let nowhere = NodeSet::default();
-    let node_refs: Vec<&Node> = nodes.iter().map(Borrow::borrow).collect();
-    let pools = placements(pools, &node_refs, &base);
+    let rules = Rules::new(nodes, pools, sel);
     let all_eps = endpoints(slices.iter().map(Borrow::borrow));
     let none = Endpoints::default();
     let mut ours: Vec<(ServiceRef, &Service)> = services
         .iter()
         .map(Borrow::borrow)
-        .filter(|s| ours(s, sel))
-        .filter_map(|s| {
-            let namespace = s.metadata.namespace.clone()?;
-            let name = s.metadata.name.clone()?;
-            Some((ServiceRef { namespace, name }, s))
-        })
+        .filter_map(|s| Some((our_ref(s, sel)?, s)))
         .collect();
     ours.sort_by(|a, b| a.0.cmp(&b.0));
-    let node_addrs = refusal::node_addresses(nodes);
-    let conflicts = sharing_conflicts(&ours);
-
-    // Each address's first claimant, its sharing key, and where its placement is in `out.vips`
-    // (`None` while every sharer so far was refused for a sharing conflict).
-    let mut claimed: BTreeMap<IpAddr, (ServiceRef, Option<&str>, Option<usize>)> = BTreeMap::new();
     let mut out = Placement::default();
-    for (sref, svc) in ours {
-        let local_policy = svc
-            .spec
-            .as_ref()
-            .and_then(|s| s.external_traffic_policy.as_deref())
-            == Some("Local");
-        let share_key = svc
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ALLOW_SHARED_IP_ANNOTATION))
-            .map(String::as_str)
-            .filter(|k| !k.is_empty());
+    let mut by_addr: BTreeMap<IpAddr, Vec<Claimant<'_>>> = BTreeMap::new();
+    for (sref, svc) in &ours {
         let eps = all_eps
             .get(&(sref.namespace.as_str(), sref.name.as_str()))
             .unwrap_or(&none);
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref());
-        let mut problems = Vec::new();
-        let mut problem = |vip: Option<String>, reason, message: String| {
-            problems.push(Problem {
-                service: sref.clone(),
-                vip,
-                reason,
-                message,
-            })
-        };
-        for ing in ingress.into_iter().flatten() {
-            let Some(text) = ing.ip.as_deref() else {
+        out.problems.extend(unparsed(sref, svc));
+        for ip in addresses(svc) {
+            by_addr.entry(ip).or_default().push(Claimant { sref, svc, eps });
+        }
+    }
+    for (ip, claimants) in by_addr {
+        let (vip, problems) = rules.place(ip, &claimants);
+        out.vips.extend(vip);
+        out.problems.extend(problems);
+    }
+    out.problems
+        .sort_by(|a, b| (&a.service, &a.vip, &a.message).cmp(&(&b.service, &b.vip, &b.message)));
+    out
+}
+
+/// The Service's namespace/name if it is one of ours ([`ours`]).
+pub(super) fn our_ref(svc: &Service, sel: &Selection) -> Option<ServiceRef> {
+    if !ours(svc, sel) {
+        return None;
+    }
+    let namespace = svc.metadata.namespace.clone()?;
+    let name = svc.metadata.name.clone()?;
+    Some(ServiceRef { namespace, name })
+}
+
+/// The Service's ingress entries.
+fn ingress(svc: &Service) -> impl Iterator<Item = &LoadBalancerIngress> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .into_iter()
+        .flatten()
+}
+
+/// The addresses the Service's ingress entries claim, each once.
+pub(super) fn addresses(svc: &Service) -> BTreeSet<IpAddr> {
+    ingress(svc)
+        .filter_map(|i| i.ip.as_deref()?.parse().ok())
+        .collect()
+}
+
+/// The problems of the Service's ingress entries that claim no address: no IP, or text that
+/// is no IP address.
+pub(super) fn unparsed(sref: &ServiceRef, svc: &Service) -> Vec<Problem> {
+    let mut out = Vec::new();
+    for ing in ingress(svc) {
+        let (vip, reason, message) = match ing.ip.as_deref() {
+            None => {
                 let what = match &ing.hostname {
                     Some(h) => format!("ingress hostname {h:?} has no IP"),
                     None => "an ingress entry has no IP".to_owned(),
                 };
-                problem(
-                    ing.hostname.clone(),
-                    ProblemReason::NoIp,
-                    format!("{what}: only IP addresses can be announced at layer 2"),
-                );
-                continue;
-            };
-            let vip = match text.parse::<IpAddr>() {
-                Ok(ip) => ip,
-                Err(_) => {
-                    let why = format!("{text:?} is not an IP address");
-                    problem(
-                        Some(text.to_owned()),
-                        ProblemReason::BadAddress(why.clone()),
-                        format!("cannot announce ingress IP: {why}"),
-                    );
-                    continue;
-                }
-            };
-            if let Some(r) = Refusal::of_address(vip) {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::Refused(r.clone()),
-                    format!("not announcing {vip}: {r}"),
-                );
-                continue;
+                let message = format!("{what}: only IP addresses can be announced at layer 2");
+                (ing.hostname.clone(), ProblemReason::NoIp, message)
             }
-            if let Err(e) = Vip::new(vip, None) {
-                let why = e.to_string();
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::BadAddress(why.clone()),
-                    format!("cannot announce ingress IP: {why}"),
-                );
-                continue;
+            Some(text) if text.parse::<IpAddr>().is_err() => {
+                let why = format!("{text:?} is not an IP address");
+                let message = format!("cannot announce ingress IP: {why}");
+                (Some(text.to_owned()), ProblemReason::BadAddress(why), message)
             }
-            let family_on = match vip {
-                IpAddr::V4(_) => sel.ipv4,
-                IpAddr::V6(_) => sel.ipv6,
-            };
-            if !family_on {
-                let fam = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::FamilyDisabled,
-                    format!("not announcing {vip}: {fam} is disabled in the agent's configuration"),
-                );
-                continue;
-            }
-            let pool = pools.iter().find(|(p, _, _)| p.spec.contains(vip));
-            let refused = match node_addrs.get(&vip) {
-                Some(n) => Some(Refusal::NodeAddress(n.clone())),
-                None if pool.is_none() && !pools.is_empty() && !sel.announce_outside_pools => {
-                    Some(Refusal::OutsidePools)
-                }
-                None => None,
-            };
-            if let Some(r) = refused {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::Refused(r.clone()),
-                    format!("not announcing {vip}: {r}"),
-                );
-                continue;
-            }
-            if let Some((_, _, Some(why))) = pool {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::NoEligibleNode,
-                    format!("not announcing {vip}: {why}"),
-                );
-            }
-            // Where this Service alone could announce it.
-            // Under `Cluster` one set (the base or the pool's) is shared by every VIP.
-            let mut eligible: NodeSet = if !eps.any_ready {
-                nowhere.clone()
-            } else if local_policy {
-                Arc::new(base.intersection(&eps.nodes).cloned().collect())
-            } else {
-                base.clone()
-            };
-            if let Some((_, place, _)) = pool {
-                eligible = if Arc::ptr_eq(&eligible, &base) {
-                    place.nodes.clone()
-                } else {
-                    Arc::new(
-                        eligible
-                            .iter()
-                            .filter(|n| place.nodes.contains(*n))
-                            .cloned()
-                            .collect(),
-                    )
-                };
-            }
-            let shared = match claimed.get(&vip) {
-                Some((owner, _, _)) if *owner == sref => continue, // listed twice in one Service
-                Some((_, key, at)) if key.is_some() && *key == share_key => Some(*at),
-                Some((owner, _, _)) => {
-                    let owner = owner.clone();
-                    problem(
-                        Some(text.to_owned()),
-                        ProblemReason::Duplicate(owner.clone()),
-                        format!(
-                            "not announcing {vip}: Service {owner} already claims it (share an address only with the same {ALLOW_SHARED_IP_ANNOTATION} key)"
-                        ),
-                    );
-                    continue;
-                }
-                None => {
-                    claimed.insert(vip, (sref.clone(), share_key, None));
-                    None
-                }
-            };
-            if let Some((older, why)) = conflicts.get(&(vip, sref.clone())) {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::SharingConflict(older.clone()),
-                    format!(
-                        "not announcing {vip} for {sref}: it shares the address with the older Service {older}, but {why}"
-                    ),
-                );
-                continue;
-            }
-            if !eps.any_ready {
-                problem(
-                    Some(text.to_owned()),
-                    ProblemReason::NoReadyEndpoints,
-                    format!("not announcing {vip}: the Service has no ready endpoints"),
-                );
-            }
-            if let Some(Some(at)) = shared {
-                let v = &mut out.vips[at];
-                Arc::make_mut(&mut v.eligible).extend(eligible.iter().cloned());
-                v.local_policy &= local_policy;
-                v.shared_with.push(sref.clone());
-                continue;
-            }
-            if let Some(c) = claimed.get_mut(&vip) {
-                c.2 = Some(out.vips.len());
-            }
-            out.vips.push(VipPlacement {
-                vip,
-                service: sref.clone(),
-                eligible,
-                local_policy,
-                shared_with: Vec::new(),
-                pool: pool.map(|(_, p, _)| p.name.clone()),
-                interfaces: pool
-                    .map(|(_, p, _)| p.interfaces.clone())
-                    .unwrap_or_default(),
-                preferred: pool
-                    .map(|(_, p, _)| p.preferred.clone())
-                    .unwrap_or_default(),
-            });
-        }
-        out.problems.extend(problems);
+            Some(_) => continue,
+        };
+        out.push(Problem {
+            service: sref.clone(),
+            vip,
+            reason,
+            message,
+        });
     }
-    // A pool's preferred nodes count only while eligible (sharers included).
-    for v in &mut out.vips {
+    out
+}
+
+/// One Service claiming an address, with its ready endpoints.
+pub(super) struct Claimant<'a> {
+    pub sref: &'a ServiceRef,
+    pub svc: &'a Service,
+    pub eps: &'a Endpoints,
+}
+
+/// What every address's placement depends on besides its claimants: the nodes that may
+/// announce anything, the pools and their nodes, the nodes' own addresses, the selection.
+/// Equal rules give equal placements, so a planner re-places every address only when these
+/// change.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct Rules {
+    base: NodeSet,
+    pools: Vec<(AddressPoolSpec, PoolPlacement, Option<String>)>,
+    node_addrs: BTreeMap<IpAddr, NodeName>,
+    sel: Selection,
+}
+
+impl Rules {
+    pub(super) fn new<N, P>(nodes: &[N], pools: &[P], sel: &Selection) -> Self
+    where
+        N: Borrow<Node>,
+        P: Borrow<AddressPool>,
+    {
+        let base: NodeSet = Arc::new(eligible_nodes(nodes, sel));
+        let node_refs: Vec<&Node> = nodes.iter().map(Borrow::borrow).collect();
+        Rules {
+            pools: placements(pools, &node_refs, &base),
+            base,
+            node_addrs: refusal::node_addresses(nodes),
+            sel: sel.clone(),
+        }
+    }
+
+    /// The placement of `ip` and its problems, from its claimants in namespace/name order
+    /// (every entry of theirs that parses to `ip`, in order).
+    pub(super) fn place(
+        &self,
+        ip: IpAddr,
+        claimants: &[Claimant<'_>],
+    ) -> (Option<VipPlacement>, Vec<Problem>) {
+        let (sel, base, pools) = (&self.sel, &self.base, &self.pools);
+        let conflicts = sharing_conflicts(ip, claimants);
+        // The address's first claimant and its sharing key, once one got past the checks.
+        let mut claimed: Option<(&ServiceRef, Option<&str>)> = None;
+        let mut placed: Option<VipPlacement> = None;
+        let mut problems = Vec::new();
+        for c in claimants {
+            let (sref, svc, eps) = (c.sref, c.svc, c.eps);
+            let local_policy = svc
+                .spec
+                .as_ref()
+                .and_then(|s| s.external_traffic_policy.as_deref())
+                == Some("Local");
+            let share_key = svc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ALLOW_SHARED_IP_ANNOTATION))
+                .map(String::as_str)
+                .filter(|k| !k.is_empty());
+            let mut problem = |reason, message: String, text: &str| {
+                problems.push(Problem {
+                    service: sref.clone(),
+                    vip: Some(text.to_owned()),
+                    reason,
+                    message,
+                })
+            };
+            let entries = ingress(svc)
+                .filter_map(|i| i.ip.as_deref())
+                .filter(|t| t.parse::<IpAddr>().ok() == Some(ip));
+            for text in entries {
+                let vip = ip;
+                if let Some(r) = Refusal::of_address(vip) {
+                    let message = format!("not announcing {vip}: {r}");
+                    problem(ProblemReason::Refused(r), message, text);
+                    continue;
+                }
+                if let Err(e) = Vip::new(vip, None) {
+                    let why = e.to_string();
+                    let message = format!("cannot announce ingress IP: {why}");
+                    problem(ProblemReason::BadAddress(why), message, text);
+                    continue;
+                }
+                let family_on = match vip {
+                    IpAddr::V4(_) => sel.ipv4,
+                    IpAddr::V6(_) => sel.ipv6,
+                };
+                if !family_on {
+                    let fam = if vip.is_ipv4() { "IPv4" } else { "IPv6" };
+                    let message = format!(
+                        "not announcing {vip}: {fam} is disabled in the agent's configuration"
+                    );
+                    problem(ProblemReason::FamilyDisabled, message, text);
+                    continue;
+                }
+                let pool = pools.iter().find(|(p, _, _)| p.contains(vip));
+                let refused = match self.node_addrs.get(&vip) {
+                    Some(n) => Some(Refusal::NodeAddress(n.clone())),
+                    None if pool.is_none()
+                        && !pools.is_empty()
+                        && !sel.announce_outside_pools =>
+                    {
+                        Some(Refusal::OutsidePools)
+                    }
+                    None => None,
+                };
+                if let Some(r) = refused {
+                    let message = format!("not announcing {vip}: {r}");
+                    problem(ProblemReason::Refused(r), message, text);
+                    continue;
+                }
+                if let Some((_, _, Some(why))) = pool {
+                    let message = format!("not announcing {vip}: {why}");
+                    problem(ProblemReason::NoEligibleNode, message, text);
+                }
+                // Where this Service alone could announce it. Under `Cluster` one set (the
+                // base or the pool's) is shared by every VIP.
+                let mut eligible: NodeSet = if !eps.any_ready {
+                    NodeSet::default()
+                } else if local_policy {
+                    Arc::new(base.intersection(&eps.nodes).cloned().collect())
+                } else {
+                    base.clone()
+                };
+                if let Some((_, place, _)) = pool {
+                    eligible = if Arc::ptr_eq(&eligible, base) {
+                        place.nodes.clone()
+                    } else {
+                        Arc::new(
+                            eligible
+                                .iter()
+                                .filter(|n| place.nodes.contains(*n))
+                                .cloned()
+                                .collect(),
+                        )
+                    };
+                }
+                let shares = match claimed {
+                    Some((owner, _)) if owner == sref => continue, // listed twice in one Service
+                    Some((_, key)) if key.is_some() && key == share_key => true,
+                    Some((owner, _)) => {
+                        let message = format!(
+                            "not announcing {vip}: Service {owner} already claims it (share an address only with the same {ALLOW_SHARED_IP_ANNOTATION} key)"
+                        );
+                        problem(ProblemReason::Duplicate(owner.clone()), message, text);
+                        continue;
+                    }
+                    None => {
+                        claimed = Some((sref, share_key));
+                        false
+                    }
+                };
+                if let Some((older, why)) = conflicts.get(sref) {
+                    let message = format!(
+                        "not announcing {vip} for {sref}: it shares the address with the older Service {older}, but {why}"
+                    );
+                    problem(ProblemReason::SharingConflict(older.clone()), message, text);
+                    continue;
+                }
+                if !eps.any_ready {
+                    let message =
+                        format!("not announcing {vip}: the Service has no ready endpoints");
+                    problem(ProblemReason::NoReadyEndpoints, message, text);
+                }
+                // Sharers so far may all have been refused for a conflict: then this one
+                // places it.
+                if shares && let Some(v) = placed.as_mut() {
+                    Arc::make_mut(&mut v.eligible).extend(eligible.iter().cloned());
+                    v.local_policy &= local_policy;
+                    v.shared_with.push(sref.clone());
+                    continue;
+                }
+                placed = Some(VipPlacement {
+                    vip,
+                    service: sref.clone(),
+                    eligible,
+                    local_policy,
+                    shared_with: Vec::new(),
+                    pool: pool.map(|(_, p, _)| p.name.clone()),
+                    interfaces: pool
+                        .map(|(_, p, _)| p.interfaces.clone())
+                        .unwrap_or_default(),
+                    preferred: pool
+                        .map(|(_, p, _)| p.preferred.clone())
+                        .unwrap_or_default(),
+                });
+            }
+        }
+        let Some(mut v) = placed else {
+            return (None, problems);
+        };
+        // A pool's preferred nodes count only while eligible (sharers included).
         if !v.preferred.iter().all(|n| v.eligible.contains(n)) {
             let eligible = &v.eligible;
             Arc::make_mut(&mut v.preferred).retain(|n| eligible.contains(n));
         }
-    }
-    // No eligible node, once every sharer has contributed its nodes.
-    for v in &out.vips {
-        let any_ready = std::iter::once(&v.service).chain(&v.shared_with).any(|s| {
-            all_eps
-                .get(&(s.namespace.as_str(), s.name.as_str()))
-                .is_some_and(|e| e.any_ready)
-        });
+        // No eligible node, once every sharer has contributed its nodes.
+        let any_ready = claimants
+            .iter()
+            .filter(|c| *c.sref == v.service || v.shared_with.contains(c.sref))
+            .any(|c| c.eps.any_ready);
         if any_ready && v.eligible.is_empty() {
             let why = if v.pool.is_some()
                 && pools
                     .iter()
-                    .any(|(_, p, _)| Some(&p.name) == v.pool.as_ref() && p.nodes != base)
+                    .any(|(_, p, _)| Some(&p.name) == v.pool.as_ref() && p.nodes != *base)
             {
                 "no Ready, selected node matches its AddressPool's nodeSelector (or, under externalTrafficPolicy: Local, hosts a ready endpoint)"
             } else if v.local_policy {
@@ -700,18 +765,15 @@ where
             } else {
                 "no node is Ready, selected and not excluded from load balancers"
             };
-            out.problems.push(Problem {
+            problems.push(Problem {
                 service: v.service.clone(),
                 vip: Some(v.vip.to_string()),
                 reason: ProblemReason::NoEligibleNode,
                 message: format!("not announcing {}: {why}", v.vip),
             });
         }
+        (Some(v), problems)
     }
-    out.vips.sort_by_key(|v| v.vip);
-    out.problems
-        .sort_by(|a, b| (&a.service, &a.vip, &a.message).cmp(&(&b.service, &b.vip, &b.message)));
-    out
 }
 
 /// What decides whether two Services may share an address's placement.
@@ -782,48 +844,29 @@ impl<'a> Sharer<'a> {
     }
 }
 
-/// The Services refused an address they would share (same sharing key as its first claimant by
-/// namespace/name) because they disagree with an older sharer: by (address, Service), the older
-/// one and why. Sharers are taken oldest first; each must agree with every one kept before it.
+/// The claimants of `ip` refused it although they would share it (same sharing key as its
+/// first claimant by namespace/name) because they disagree with an older sharer: the older one
+/// and why. Sharers are taken oldest first; each must agree with every one kept before it.
 fn sharing_conflicts(
-    ours: &[(ServiceRef, &Service)],
-) -> BTreeMap<(IpAddr, ServiceRef), (ServiceRef, String)> {
-    let mut by_addr: BTreeMap<IpAddr, Vec<Sharer<'_>>> = BTreeMap::new();
-    for (sref, svc) in ours {
-        let ingress = svc
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref());
-        let mut seen = BTreeSet::new();
-        for ip in ingress
-            .into_iter()
-            .flatten()
-            .filter_map(|i| i.ip.as_deref())
-        {
-            if let Ok(ip) = ip.parse::<IpAddr>()
-                && seen.insert(ip)
-            {
-                by_addr.entry(ip).or_default().push(Sharer::of(sref, svc));
-            }
-        }
-    }
+    ip: IpAddr,
+    claimants: &[Claimant<'_>],
+) -> BTreeMap<ServiceRef, (ServiceRef, String)> {
+    let _ = ip;
     let mut out = BTreeMap::new();
-    for (ip, claimants) in by_addr {
-        // `ours` is sorted by namespace/name: the first claimant's key decides who shares.
-        let Some(key) = claimants.first().and_then(|c| c.key) else {
-            continue;
-        };
-        let mut group: Vec<&Sharer<'_>> = claimants.iter().filter(|c| c.key == Some(key)).collect();
-        group.sort_by(|a, b| a.age.cmp(&b.age));
-        let mut kept: Vec<&Sharer<'_>> = Vec::new();
-        for s in group {
-            match kept.iter().find_map(|k| s.conflict(k).map(|why| (k, why))) {
-                Some((older, why)) => {
-                    out.insert((ip, s.sref.clone()), (older.sref.clone(), why));
-                }
-                None => kept.push(s),
+    let sharers: Vec<Sharer<'_>> = claimants.iter().map(|c| Sharer::of(c.sref, c.svc)).collect();
+    // Claimants come in namespace/name order: the first one's key decides who shares.
+    let Some(key) = sharers.first().and_then(|c| c.key) else {
+        return out;
+    };
+    let mut group: Vec<&Sharer<'_>> = sharers.iter().filter(|c| c.key == Some(key)).collect();
+    group.sort_by(|a, b| a.age.cmp(&b.age));
+    let mut kept: Vec<&Sharer<'_>> = Vec::new();
+    for s in group {
+        match kept.iter().find_map(|k| s.conflict(k).map(|why| (k, why))) {
+            Some((older, why)) => {
+                out.insert(s.sref.clone(), (older.sref.clone(), why));
             }
+            None => kept.push(s),
         }
     }
     out
