@@ -70,8 +70,8 @@ use crate::{
     dataplane::Vip,
     election::{IfaceName, NodeName, NodeSet, ServiceRef, VipSpec},
     ipam::{
-        ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool, AddressPoolSpec,
-        OtherNamespaces,
+        ALLOW_SHARED_IP_ANNOTATION, ALLOW_SHARED_IP_NAMESPACES_ANNOTATION, AddressPool,
+        AddressPoolSpec, OtherNamespaces,
     },
 };
 
@@ -326,10 +326,34 @@ fn ours(svc: &Service, sel: &Selection) -> bool {
 }
 
 /// Ready endpoints of a Service: whether any exists, and the nodes hosting one.
-#[derive(Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct Endpoints {
     any_ready: bool,
     nodes: BTreeSet<NodeName>,
+}
+
+impl Endpoints {
+    /// The ready endpoints of one slice.
+    pub(super) fn of(slice: &EndpointSlice) -> Self {
+        let mut e = Endpoints::default();
+        for ep in slice.endpoints.iter().flatten() {
+            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            if !ready {
+                continue;
+            }
+            e.any_ready = true;
+            if let Some(n) = &ep.node_name {
+                e.nodes.insert(NodeName::from(n.as_str()));
+            }
+        }
+        e
+    }
+
+    /// Adds another slice's.
+    pub(super) fn add(&mut self, other: &Endpoints) {
+        self.any_ready |= other.any_ready;
+        self.nodes.extend(other.nodes.iter().cloned());
+    }
 }
 
 /// Ready endpoints of every Service, by (namespace, name), from one pass over the slices.
@@ -349,17 +373,9 @@ fn endpoints<'a>(
         else {
             continue;
         };
-        let e = out.entry((ns, svc.as_str())).or_default();
-        for ep in s.endpoints.iter().flatten() {
-            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-            if !ready {
-                continue;
-            }
-            e.any_ready = true;
-            if let Some(n) = &ep.node_name {
-                e.nodes.insert(NodeName::from(n.as_str()));
-            }
-        }
+        out.entry((ns, svc.as_str()))
+            .or_default()
+            .add(&Endpoints::of(s));
     }
     out
 }
@@ -478,7 +494,10 @@ where
             .unwrap_or(&none);
         out.problems.extend(unparsed(sref, svc));
         for ip in addresses(svc) {
-            by_addr.entry(ip).or_default().push(Claimant { sref, svc, eps });
+            by_addr
+                .entry(ip)
+                .or_default()
+                .push(Claimant { sref, svc, eps });
         }
     }
     for (ip, claimants) in by_addr {
@@ -535,7 +554,11 @@ pub(super) fn unparsed(sref: &ServiceRef, svc: &Service) -> Vec<Problem> {
             Some(text) if text.parse::<IpAddr>().is_err() => {
                 let why = format!("{text:?} is not an IP address");
                 let message = format!("cannot announce ingress IP: {why}");
-                (Some(text.to_owned()), ProblemReason::BadAddress(why), message)
+                (
+                    Some(text.to_owned()),
+                    ProblemReason::BadAddress(why),
+                    message,
+                )
             }
             Some(_) => continue,
         };
@@ -650,10 +673,7 @@ impl Rules {
                 let pool = pools.iter().find(|(p, _, _)| p.contains(vip));
                 let refused = match self.node_addrs.get(&vip) {
                     Some(n) => Some(Refusal::NodeAddress(n.clone())),
-                    None if pool.is_none()
-                        && !pools.is_empty()
-                        && !sel.announce_outside_pools =>
-                    {
+                    None if pool.is_none() && !pools.is_empty() && !sel.announce_outside_pools => {
                         Some(Refusal::OutsidePools)
                     }
                     None => None,
@@ -853,7 +873,10 @@ fn sharing_conflicts(
 ) -> BTreeMap<ServiceRef, (ServiceRef, String)> {
     let _ = ip;
     let mut out = BTreeMap::new();
-    let sharers: Vec<Sharer<'_>> = claimants.iter().map(|c| Sharer::of(c.sref, c.svc)).collect();
+    let sharers: Vec<Sharer<'_>> = claimants
+        .iter()
+        .map(|c| Sharer::of(c.sref, c.svc))
+        .collect();
     // Claimants come in namespace/name order: the first one's key decides who shares.
     let Some(key) = sharers.first().and_then(|c| c.key) else {
         return out;

@@ -3,6 +3,7 @@
 //! `AddressPool`s.
 //!
 //! * [`eligibility`]: the rules, from the objects to the plan and the problems to report;
+//! * [`planner`]: the same plan kept up to date one object at a time;
 //! * [`refusal`]: the addresses an agent never announces, whatever a Service's status says
 //!   (a node's own, link-local, multicast…, and the announcing link's network and broadcast);
 //! * [`selector`]: label selectors in their string form (`--node-selector 'zone in (a,b)'`),
@@ -15,5 +16,6 @@
 //! allocation rules of [`crate::ipam`].
 
 pub mod eligibility;
+pub mod planner;
 pub mod refusal;
 pub mod selector;
