@@ -20,6 +20,9 @@
 //!   tenth under `externalTrafficPolicy: Local`), V EndpointSlices (3 ready endpoints each)
 //!   and N Nodes, as the agent computes it from its watch stores on every relevant event; and
 //!   the heap those objects take as full API objects (what unstripped watch caches hold).
+//! - **replan**: the same placement kept by a `placement::planner::Planner` fed every object,
+//!   then one event and `replan`: a Service rewritten, an EndpointSlice whose endpoint moved
+//!   to another node, a Node turning NotReady (which re-places every VIP).
 //!
 //! Bytes allocated and the live heap come from a counting global allocator. From the figures
 //! the bench derives one agent's share of a core spent in the core alone (the heartbeat
@@ -46,7 +49,10 @@ use announcer::{
         Beat, Core, ElectionConfig, Input, LeaseView, LeaseWriteResult, NodeName, NodeSet, Output,
         ServiceRef, VipSpec, defaults,
     },
-    placement::eligibility::{self, SERVICE_NAME_LABEL, Selection},
+    placement::{
+        eligibility::{self, SERVICE_NAME_LABEL, Selection},
+        planner::Planner,
+    },
     wire::MacAddr,
 };
 use announcer_tests::bench::verdict::{Verdict, any_failed, failed_names};
@@ -246,6 +252,9 @@ struct Cell {
     vip_change_ms: f64,
     node_change_ms: f64,
     plan_ms: f64,
+    replan_service_us: f64,
+    replan_slice_us: f64,
+    replan_node_ms: f64,
     objects_mib: f64,
     core_live_mib: f64,
     peak_mib: f64,
@@ -517,6 +526,66 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         );
     }
     let plan_ms = median(plan_samples);
+    // The same placement kept up to date, one event at a time.
+    let mut planner = Planner::new(sel.clone());
+    for n in &objects.nodes {
+        planner.apply_node(Arc::new(n.clone()));
+    }
+    for s in &objects.services {
+        planner.apply_service(Arc::new(s.clone()));
+    }
+    for s in &objects.slices {
+        planner.apply_slice(s);
+    }
+    ensure!(
+        planner.replan().placed.len() == v,
+        "the planner placed fewer than {v} VIPs"
+    );
+    let (mut service_samples, mut slice_samples, mut flip_samples) = (vec![], vec![], vec![]);
+    for k in 0..args.changes as usize {
+        let i = (k * 7919 + 1) % v; // a Cluster-policy Service (every tenth is Local)
+        let svc = Arc::new(objects.services[i].clone());
+        let t = Instant::now();
+        planner.apply_service(svc);
+        black_box(planner.replan());
+        service_samples.push(t.elapsed().as_secs_f64() * 1e6);
+
+        let mut slice = objects.slices[i - i % 10].clone(); // a Local-policy Service's
+        if let Some(ep) = slice.endpoints.as_mut().and_then(|e| e.first_mut()) {
+            ep.node_name = Some(names[(k * 31 + 5) % n].to_string());
+        }
+        let t = Instant::now();
+        planner.apply_slice(&slice);
+        black_box(planner.replan());
+        slice_samples.push(t.elapsed().as_secs_f64() * 1e6);
+
+        let mut node = objects.nodes[1 + k % (n - 1)].clone();
+        let flip = |node: &mut Node, status: &str| {
+            if let Some(c) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+                c[0].status = status.into();
+            }
+        };
+        flip(&mut node, "False");
+        let t = Instant::now();
+        planner.apply_node(Arc::new(node.clone()));
+        let delta = planner.replan();
+        flip_samples.push(t.elapsed().as_secs_f64() * 1e3);
+        // Every Cluster-policy VIP; a Local one only where the node hosts an endpoint.
+        ensure!(
+            delta.placed.len() >= v - v.div_ceil(10),
+            "a node flip re-placed {} of {v}",
+            delta.placed.len()
+        );
+        flip(&mut node, "True");
+        planner.apply_node(Arc::new(node));
+        planner.replan();
+    }
+    let (replan_service_us, replan_slice_us, replan_node_ms) = (
+        median(service_samples),
+        median(slice_samples),
+        median(flip_samples),
+    );
+    drop(planner);
     drop(objects);
     let heartbeat_ns = beat_time.as_nanos() as f64 / beats.max(1) as f64;
     let tick_ns = tick_time.as_nanos() as f64 / ticks.max(1) as f64;
@@ -544,6 +613,9 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         vip_change_ms: median(change_samples),
         node_change_ms: median(node_samples),
         plan_ms,
+        replan_service_us,
+        replan_slice_us,
+        replan_node_ms,
         objects_mib,
         core_live_mib: core_live as f64 / (1 << 20) as f64,
         peak_mib: peak as f64 / (1 << 20) as f64,
@@ -571,7 +643,7 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10}",
+        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "nodes",
         "vips",
         "heartbeat_ns",
@@ -583,12 +655,15 @@ fn main() -> Result<()> {
         "live_MiB",
         "peak_MiB",
         "plan_ms",
+        "svc_us",
+        "slice_us",
+        "node_ms",
         "objects_MiB",
         "core_cpu_%"
     );
     for c in &cells {
         println!(
-            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>10.2}",
+            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>10.0} {:>10.1} {:>10.1} {:>10.2}",
             c.nodes,
             c.vips,
             c.heartbeat_ns,
@@ -600,6 +675,9 @@ fn main() -> Result<()> {
             c.core_live_mib,
             c.peak_mib,
             c.plan_ms,
+            c.replan_service_us,
+            c.replan_slice_us,
+            c.replan_node_ms,
             c.objects_mib,
             c.core_cpu_pct
         );
@@ -609,7 +687,9 @@ fn main() -> Result<()> {
          allocated per beat; tick_ns = one timer tick; lease_ns = one peer Lease renewal seen; \
          vip_set_ms = one VIP-set change (one VIP of V gone); node_set_ms = one node gone from \
          every VIP's eligible set; plan_ms = the placement from watch stores of N Nodes, V Services \
-         and V EndpointSlices; objects_MiB = those objects' heap, unstripped; live/peak = the core's heap after \
+         and V EndpointSlices, from scratch; svc_us / slice_us / node_ms = the same kept by a \
+         Planner, one Service rewritten / one endpoint moved to another node / one Node \
+         NotReady (every Cluster-policy VIP re-placed), then replan; objects_MiB = those objects' heap, unstripped; live/peak = the core's heap after \
          the run / at most; core_cpu_% = the core's work per agent per second of a healthy \
          cluster, in % of one core (derived: beats, renewals and ticks at the defaults)."
     );
