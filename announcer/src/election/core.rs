@@ -494,6 +494,12 @@ impl Core {
         let mut force = false;
         match input {
             Input::Tick => {}
+            Input::VipsChanged { placed, gone } => {
+                if !self.vips_known {
+                    return;
+                }
+                self.change_vips(now, placed, gone);
+            }
             Input::Vips(specs) => {
                 self.set_vips(now, specs);
                 // The first set reconciles everything (entries found at start included);
@@ -908,75 +914,35 @@ impl Core {
 
     // ---- inputs ----
 
+    /// The full VIP set: each spec upserted, every VIP not listed dropped.
     fn set_vips(&mut self, now: Instant, specs: Vec<VipSpec>) {
-        let mut next = BTreeMap::new();
+        let listed: BTreeSet<IpAddr> = specs.iter().map(|s| s.vip).collect();
+        let unlisted: Vec<IpAddr> = self
+            .vips
+            .keys()
+            .filter(|ip| !listed.contains(ip))
+            .copied()
+            .collect();
+        self.change_vips(now, specs, unlisted);
+    }
+
+    /// Upserts `placed`, drops `gone`: O((placed + gone) · log V) plus the view's fingerprint.
+    fn change_vips(&mut self, now: Instant, placed: Vec<VipSpec>, gone: Vec<IpAddr>) {
         // Most VIPs share their eligible set (one `Arc`), so the change between an old and a
         // new set is worked out once per pair of sets, not once per VIP.
         let mut changes = SetChanges::default();
-        for mut spec in specs {
-            let old = self.vips.remove(&spec.vip);
-            let v = match old {
-                Some(mut v) => {
-                    // The ranking depends on the eligible and preferred nodes only: most
-                    // re-plans change neither for most VIPs, and ranking costs N hashes.
-                    let change = changes.between(&v.spec.eligible, &spec.eligible);
-                    let preferred_alike = v.spec.preferred == spec.preferred;
-                    let ranked_alike = change.is_none() && preferred_alike;
-                    if !ranked_alike
-                        || v.spec.local != spec.local
-                        || v.spec.interfaces != spec.interfaces
-                    {
-                        v.reported = None;
-                    }
-                    if change.is_none() {
-                        // Keep the set we had: equal, and likely shared with other VIPs.
-                        spec.eligible = v.spec.eligible.clone();
-                    }
-                    match change.as_deref() {
-                        None if preferred_alike => {}
-                        Some(c) if preferred_alike && c.small() => v.ranking.update(
-                            spec.vip,
-                            &spec.eligible,
-                            &spec.preferred,
-                            &c.added,
-                            &c.removed,
-                        ),
-                        _ => v.ranking = Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
-                    }
-                    if v.spec != spec || !v.wanted {
-                        self.respecced.push(spec.vip);
-                    }
-                    v.spec = spec;
-                    v
-                }
-                None => {
-                    self.respecced.push(spec.vip);
-                    Vip {
-                        ranking: Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
-                        spec,
-                        installed: None,
-                        probes: Vec::new(),
-                        handoff: None,
-                        took_from: None,
-                        reported: None,
-                        wanted: true,
-                        since: now,
-                        found: false,
-                    }
-                }
-            };
-            let mut v = v;
-            v.wanted = true;
-            next.insert(v.spec.vip, v);
+        for spec in placed {
+            self.upsert_vip(now, spec, &mut changes);
         }
-        // VIPs no longer wanted: drop their entries.
-        for (ip, v) in std::mem::take(&mut self.vips) {
-            if let Some(iface) = v.installed {
+        for ip in gone {
+            // No longer wanted: drop the entry.
+            if let Some(v) = self.vips.remove(&ip)
+                && let Some(iface) = v.installed
+            {
                 self.out.push_back(Output::Remove { vip: ip, iface });
                 self.stats.releases += 1;
             }
         }
-        self.vips = next;
         self.forget_links();
         let vips = &self.vips;
         self.probing
@@ -984,6 +950,54 @@ impl Core {
         self.holding
             .retain(|ip| vips.get(ip).is_some_and(|v| v.handoff.is_some()));
         self.view = view_fingerprint(&self.vips);
+    }
+
+    fn upsert_vip(&mut self, now: Instant, mut spec: VipSpec, changes: &mut SetChanges) {
+        let Some(v) = self.vips.get_mut(&spec.vip) else {
+            self.respecced.push(spec.vip);
+            let v = Vip {
+                ranking: Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
+                spec,
+                installed: None,
+                probes: Vec::new(),
+                handoff: None,
+                took_from: None,
+                reported: None,
+                wanted: true,
+                since: now,
+                found: false,
+            };
+            self.vips.insert(v.spec.vip, v);
+            return;
+        };
+        // The ranking depends on the eligible and preferred nodes only: most re-plans change
+        // neither for most VIPs, and ranking costs N hashes.
+        let change = changes.between(&v.spec.eligible, &spec.eligible);
+        let preferred_alike = v.spec.preferred == spec.preferred;
+        let ranked_alike = change.is_none() && preferred_alike;
+        if !ranked_alike || v.spec.local != spec.local || v.spec.interfaces != spec.interfaces {
+            v.reported = None;
+        }
+        if change.is_none() {
+            // Keep the set we had: equal, and likely shared with other VIPs.
+            spec.eligible = v.spec.eligible.clone();
+        }
+        match change.as_deref() {
+            None if preferred_alike => {}
+            Some(c) if preferred_alike && c.small() => v.ranking.update(
+                spec.vip,
+                &spec.eligible,
+                &spec.preferred,
+                &c.added,
+                &c.removed,
+            ),
+            _ => v.ranking = Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
+        }
+        if v.spec != spec || !v.wanted {
+            self.respecced.push(spec.vip);
+        }
+        v.spec = spec;
+        v.wanted = true;
     }
 
     /// Records a Lease; whether it is news a step acts on (then the caller ticks). A peer's

@@ -9,6 +9,7 @@ mod links_and_blackouts;
 mod preferred;
 mod silences;
 mod steady_beats;
+mod vip_changes;
 
 use announcer_ebpf::wire::MacAddr;
 

@@ -312,8 +312,17 @@ pub struct Beat {
 pub enum Input {
     /// Nothing happened but time passed (a timer from [`Core::poll_timeout`](super::Core::poll_timeout) fired).
     Tick,
-    /// The full set of VIPs the cluster wants, recomputed after any watch change.
+    /// The full set of VIPs the cluster wants.
     Vips(Vec<VipSpec>),
+    /// Some VIPs of the set changed: `placed` are new or changed, `gone` are no longer
+    /// wanted; the others stay as they were. What a watch event usually costs: O(changes),
+    /// where [`Input::Vips`] is O(V). Before the first [`Input::Vips`] it is ignored.
+    VipsChanged {
+        /// New or changed VIPs.
+        placed: Vec<VipSpec>,
+        /// VIPs no longer wanted.
+        gone: Vec<IpAddr>,
+    },
     /// A node Lease was listed, added or modified.
     LeaseSeen(LeaseView),
     /// A node Lease was deleted.
