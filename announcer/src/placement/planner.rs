@@ -31,13 +31,13 @@ use super::eligibility::{
 };
 use crate::{election::ServiceRef, ipam::AddressPool};
 
-/// What one [`Planner::replan`] changed.
+/// What [`Planner::replan`] changed (or several, [merged](PlanDelta::merge)).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlanDelta {
-    /// Addresses placed anew or differently, by address.
-    pub placed: Vec<VipPlacement>,
+    /// Addresses placed anew or differently, as they are placed now.
+    pub placed: BTreeMap<IpAddr, VipPlacement>,
     /// Addresses no longer placed.
-    pub gone: Vec<IpAddr>,
+    pub gone: BTreeSet<IpAddr>,
     /// Whether any problem appeared or went away.
     pub problems_changed: bool,
 }
@@ -46,6 +46,111 @@ impl PlanDelta {
     /// Nothing changed.
     pub fn is_empty(&self) -> bool {
         self.placed.is_empty() && self.gone.is_empty() && !self.problems_changed
+    }
+
+    /// This delta followed by `later`, as one.
+    pub fn merge(&mut self, later: PlanDelta) {
+        for (ip, v) in later.placed {
+            self.gone.remove(&ip);
+            self.placed.insert(ip, v);
+        }
+        for ip in later.gone {
+            self.placed.remove(&ip);
+            self.gone.insert(ip);
+        }
+        self.problems_changed |= later.problems_changed;
+    }
+}
+
+/// The four kinds of object a [`Planner`] is fed, so that a watch can feed it whatever it
+/// watches.
+pub trait Planned: Sized {
+    /// An object was created or changed.
+    fn apply(planner: &mut Planner, obj: Arc<Self>);
+    /// An object was deleted.
+    fn delete(planner: &mut Planner, obj: &Self);
+    /// A complete list (after a relist): the objects of this kind not in it are deleted.
+    fn resync(planner: &mut Planner, all: Vec<Arc<Self>>);
+}
+
+impl Planned for Service {
+    fn apply(planner: &mut Planner, obj: Arc<Self>) {
+        planner.apply_service(obj);
+    }
+    fn delete(planner: &mut Planner, obj: &Self) {
+        planner.delete_service(obj);
+    }
+    fn resync(planner: &mut Planner, all: Vec<Arc<Self>>) {
+        let keep: BTreeSet<ServiceRef> = all.iter().filter_map(|s| service_ref(s)).collect();
+        let gone: Vec<ServiceRef> = planner
+            .services
+            .keys()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        for sref in gone {
+            planner.forget_service(&sref);
+        }
+        for s in all {
+            planner.apply_service(s);
+        }
+    }
+}
+
+impl Planned for EndpointSlice {
+    fn apply(planner: &mut Planner, obj: Arc<Self>) {
+        planner.apply_slice(&obj);
+    }
+    fn delete(planner: &mut Planner, obj: &Self) {
+        planner.delete_slice(obj);
+    }
+    fn resync(planner: &mut Planner, all: Vec<Arc<Self>>) {
+        let keep: BTreeSet<(String, String)> = all.iter().filter_map(|s| slice_key(s)).collect();
+        let gone: Vec<(String, String)> = planner
+            .slices
+            .keys()
+            .filter(|k| !keep.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            let before = planner.slices.remove(&key);
+            planner.slice_moved(&key, before);
+        }
+        for s in all {
+            planner.apply_slice(&s);
+        }
+    }
+}
+
+impl Planned for Node {
+    fn apply(planner: &mut Planner, obj: Arc<Self>) {
+        planner.apply_node(obj);
+    }
+    fn delete(planner: &mut Planner, obj: &Self) {
+        planner.delete_node(obj);
+    }
+    fn resync(planner: &mut Planner, all: Vec<Arc<Self>>) {
+        planner.nodes.clear();
+        planner.rules_stale = true;
+        for n in all {
+            planner.apply_node(n);
+        }
+    }
+}
+
+impl Planned for AddressPool {
+    fn apply(planner: &mut Planner, obj: Arc<Self>) {
+        planner.apply_pool(obj);
+    }
+    fn delete(planner: &mut Planner, obj: &Self) {
+        planner.delete_pool(obj);
+    }
+    fn resync(planner: &mut Planner, all: Vec<Arc<Self>>) {
+        planner.pools.clear();
+        planner.rules_stale = true;
+        for p in all {
+            planner.apply_pool(p);
+        }
     }
 }
 
@@ -249,8 +354,12 @@ impl Planner {
             let before = self.placed.remove(&ip).unwrap_or_default();
             delta.problems_changed |= before.problems != now.problems;
             match (&before.vip, &now.vip) {
-                (Some(_), None) => delta.gone.push(ip),
-                (b, Some(n)) if b.as_ref() != Some(n) => delta.placed.push(n.clone()),
+                (Some(_), None) => {
+                    delta.gone.insert(ip);
+                }
+                (b, Some(n)) if b.as_ref() != Some(n) => {
+                    delta.placed.insert(ip, n.clone());
+                }
                 _ => {}
             }
             if now != Placed::default() {

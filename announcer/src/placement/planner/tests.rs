@@ -299,8 +299,16 @@ fn the_delta_of_a_replan_is_what_changed_in_the_placement() {
             .filter(|ip| !new.contains_key(ip))
             .copied()
             .collect();
-        assert_eq!(delta.placed.iter().collect::<Vec<_>>(), placed, "event {i}");
-        assert_eq!(delta.gone, gone, "event {i}");
+        assert_eq!(
+            delta.placed.values().collect::<Vec<_>>(),
+            placed,
+            "event {i}"
+        );
+        assert_eq!(
+            delta.gone.iter().copied().collect::<Vec<_>>(),
+            gone,
+            "event {i}"
+        );
         assert_eq!(
             delta.problems_changed,
             before.problems != after.problems,
@@ -367,9 +375,9 @@ fn a_service_moved_to_another_address_replaces_only_its_own() {
         .ip = Some("10.0.2.3".into());
     planner.apply_service(Arc::new(web));
     let delta = planner.replan();
-    let placed: Vec<IpAddr> = delta.placed.iter().map(|v| v.vip).collect();
+    let placed: Vec<IpAddr> = delta.placed.keys().copied().collect();
     assert_eq!(placed, ["10.0.2.3".parse::<IpAddr>().unwrap()]);
-    assert_eq!(delta.gone, ["10.0.2.1".parse::<IpAddr>().unwrap()]);
+    assert_eq!(delta.gone, ["10.0.2.1".parse::<IpAddr>().unwrap()].into());
 }
 
 #[test]
@@ -389,7 +397,7 @@ fn a_node_that_stops_being_ready_replaces_every_cluster_policy_vip() {
     planner.apply_node(Arc::new(n));
     let delta = planner.replan();
     assert_eq!(delta.placed.len(), 2);
-    assert!(delta.placed.iter().all(|v| !v.eligible.contains("n2")));
+    assert!(delta.placed.values().all(|v| !v.eligible.contains("n2")));
 }
 
 #[test]
@@ -401,4 +409,42 @@ fn a_node_change_that_keeps_the_rules_replaces_nothing() {
     n.metadata.annotations = Some([("note".to_owned(), "changed".to_owned())].into());
     planner.apply_node(Arc::new(n));
     assert!(planner.replan().is_empty());
+}
+
+#[test]
+fn a_relist_without_a_service_drops_its_vip() {
+    let (mut planner, _, _) = two_services();
+    // The relist lists only `api`: `web` was deleted while the watch was down.
+    let api = planner
+        .services
+        .values()
+        .find(|s| s.metadata.name.as_deref() == Some("api"));
+    let api = api.cloned().unwrap();
+    Service::resync(&mut planner, vec![api]);
+    let delta = planner.replan();
+    assert_eq!(delta.gone, ["10.0.2.1".parse::<IpAddr>().unwrap()].into());
+    assert!(delta.placed.is_empty());
+}
+
+#[test]
+fn merged_deltas_applied_in_order_rebuild_the_placement() {
+    // What the agent does: the watch tasks merge each replan's delta until the election
+    // thread takes them, and it applies what it takes to the VIPs it has.
+    let sel = Selection::default();
+    let mut rng = Rng(0xfeed_beef_1234_5678);
+    let (mut stores, mut planner) = (Stores::default(), Planner::new(sel.clone()));
+    let (mut pending, mut applied) = (PlanDelta::default(), BTreeMap::new());
+    for i in 0..3000 {
+        step(&mut rng, &mut stores, &mut planner);
+        pending.merge(planner.replan());
+        if rng.chance(20) {
+            let taken = std::mem::take(&mut pending);
+            for ip in &taken.gone {
+                applied.remove(ip);
+            }
+            applied.extend(taken.placed);
+            let vips: Vec<&VipPlacement> = applied.values().collect();
+            assert_eq!(vips, planner.vips().collect::<Vec<_>>(), "event {i}");
+        }
+    }
 }
