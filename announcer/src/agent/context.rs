@@ -18,7 +18,12 @@ use kube::{Client, runtime::events::EventType};
 use super::{
     config::AgentArgs,
     error::AgentError,
-    kube::{announced::Announced, events::Events, watch::Watches},
+    kube::{
+        announced::Announced,
+        events::Events,
+        plan_feed::{self, PlanFeed},
+        watch::Watches,
+    },
     metrics::{Recorder, Sources},
     net::{
         iface::{self, IfaceConfig, LocalIface},
@@ -32,7 +37,8 @@ use super::{
 use crate::{
     election::{Core, IfaceName, ServiceRef, VipSpec},
     placement::{
-        eligibility::{self, Placement, Selection},
+        eligibility::{Placement, Problem, Selection, VipPlacement},
+        planner::Planner,
         refusal::Refusal,
         selector,
     },
@@ -307,22 +313,30 @@ impl Context {
         states
     }
 
-    /// The placement of every VIP, from the watch stores (`None` before the first lists).
+    /// The placement of every VIP (`None` before the first lists): the watches' planner,
+    /// started here with the agent's selection the first time. O(V): a copy of every VIP.
     pub(super) fn plan(&self) -> Option<Placement> {
+        self.with_feed(|f| f.planner().map(Planner::placement))?
+    }
+
+    /// Runs `f` on the watches' plan feed with its planner started (`None` before the first
+    /// lists). The first start reads the stores: O(objects).
+    fn with_feed<T>(&self, f: impl FnOnce(&mut PlanFeed) -> T) -> Option<T> {
         if !self.kube.synced {
             return None;
         }
-        let services = self.kube.watches.services.state();
-        let slices = self.kube.watches.slices.state();
-        let nodes = self.kube.watches.nodes.state();
-        let pools = self.kube.watches.pools.state();
-        Some(eligibility::plan_placed(
-            &services,
-            &slices,
-            &nodes,
-            &pools,
+        let w = &self.kube.watches;
+        let mut feed = plan_feed::lock(&w.plan);
+        feed.start(
             &self.kube.selection,
-        ))
+            plan_feed::Stores {
+                services: &w.services,
+                slices: &w.slices,
+                nodes: &w.nodes,
+                pools: &w.pools,
+            },
+        );
+        Some(f(&mut feed))
     }
 
     /// The interface for `vip` on this node, or why there is none. `interfaces` (its
@@ -385,35 +399,89 @@ impl Context {
         true
     }
 
-    /// The core's VIP specs, with problems reported (by one node per Service).
+    /// The core's VIP specs, every one, with problems reported (by one node per Service).
+    /// Changes the watches noted until now are in them: [`Context::spec_changes`] gives only
+    /// later ones.
     pub(super) fn specs(
         &mut self,
         core: &Core,
         services: &mut BTreeMap<IpAddr, String>,
     ) -> Option<Vec<VipSpec>> {
-        let plan = self.plan()?;
-        self.report_problems(&plan, |key| {
+        // Under one lock: a change fed meanwhile is either in these or left pending.
+        let (vips, problems) = self.with_feed(|feed| {
+            feed.take();
+            let p = feed.planner()?;
+            let vips: Vec<VipPlacement> = p.vips().cloned().collect();
+            Some((vips, p.problems().cloned().collect::<Vec<_>>()))
+        })??;
+        self.report_problems(&problems, |key| {
             core.is_reporter(key, std::time::Instant::now())
         });
         services.clear();
         self.kube.vip_services.clear();
-        let mut specs = Vec::with_capacity(plan.vips.len());
-        for v in &plan.vips {
-            services.insert(v.vip, v.service.to_string());
-            let all = std::iter::once(&v.service).chain(&v.shared_with).cloned();
-            self.kube.vip_services.insert(v.vip, all.collect());
-            let local = self.choose(v.vip, &v.interfaces);
-            specs.push(v.spec(local));
+        Some(vips.iter().map(|v| self.spec_of(v, services)).collect())
+    }
+
+    /// What changed in the core's VIP specs since the last [`Context::specs`] or call:
+    /// the new or changed specs and the addresses gone; `None` if nothing did (the watch
+    /// events changed nothing the placement depends on). O(changes).
+    pub(super) fn spec_changes(
+        &mut self,
+        core: &Core,
+        services: &mut BTreeMap<IpAddr, String>,
+    ) -> Option<(Vec<VipSpec>, Vec<IpAddr>)> {
+        if !self.kube.synced {
+            return None;
         }
-        Some(specs)
+        let (delta, problems) = {
+            let mut feed = plan_feed::lock(&self.kube.watches.plan);
+            let delta = feed.take();
+            let planner = feed.planner()?;
+            let problems = delta
+                .problems_changed
+                .then(|| planner.problems().cloned().collect::<Vec<_>>());
+            (delta, problems)
+        };
+        if let Some(problems) = problems {
+            self.report_problems(&problems, |key| {
+                core.is_reporter(key, std::time::Instant::now())
+            });
+        }
+        if delta.placed.is_empty() && delta.gone.is_empty() {
+            return None;
+        }
+        for ip in &delta.gone {
+            services.remove(ip);
+            self.kube.vip_services.remove(ip);
+        }
+        let placed = delta
+            .placed
+            .values()
+            .map(|v| self.spec_of(v, services))
+            .collect();
+        Some((placed, delta.gone.into_iter().collect()))
+    }
+
+    /// A VIP's spec with the interface this node would use; `services` and
+    /// `kube.vip_services` learn its Services.
+    fn spec_of(&mut self, v: &VipPlacement, services: &mut BTreeMap<IpAddr, String>) -> VipSpec {
+        services.insert(v.vip, v.service.to_string());
+        let all = std::iter::once(&v.service).chain(&v.shared_with).cloned();
+        self.kube.vip_services.insert(v.vip, all.collect());
+        let local = self.choose(v.vip, &v.interfaces);
+        v.spec(local)
     }
 
     /// Logs each problem once, and raises it as an Event if `reporter` says this node is
     /// the one to (so that N nodes do not raise the same Event N times).
-    pub(super) fn report_problems(&mut self, plan: &Placement, reporter: impl Fn(&str) -> bool) {
-        self.report.recorder.refusals(&plan.problems);
+    pub(super) fn report_problems(
+        &mut self,
+        problems: &[Problem],
+        reporter: impl Fn(&str) -> bool,
+    ) {
+        self.report.recorder.refusals(problems);
         let mut now_seen = BTreeSet::new();
-        for p in &plan.problems {
+        for p in problems {
             let key = format!("{}|{}", p.service, p.message);
             now_seen.insert(key.clone());
             if self.report.reported.contains(&key) {

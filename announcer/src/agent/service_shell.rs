@@ -62,7 +62,7 @@ pub(super) async fn run(mut ctx: Context) -> Result<(), AgentError> {
             Ok(()) = changed.changed() => {
                 changed.borrow_and_update();
                 if let Some(plan) = ctx.plan() {
-                    ctx.report_problems(&plan, |_| true);
+                    ctx.report_problems(&plan.problems, |_| true);
                     let _ = plan_tx.send(plan);
                 }
             }

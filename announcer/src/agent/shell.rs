@@ -4,7 +4,7 @@
 //! [`Shell::next_input`] waits for the next thing that happens and turns it into the core's
 //! inputs, and [`Shell::execute`] carries out one of the core's outputs.
 //!
-//! Inputs: the core's timer, watch changes (recomputed into [`Input::Vips`]), Lease events,
+//! Inputs: the core's timer, watch changes (the planner's, as [`Input::VipsChanged`]), Lease events,
 //! verified heartbeats, probe answers, Lease-write results, link changes and SIGTERM. Outputs:
 //! Lease writes (in a task, one at a time, the result fed back), sealed heartbeats to every
 //! peer's advertised address, map writes and bursts ([`super::net::plane::Plane`]), probes,
@@ -133,6 +133,8 @@ struct Shell {
     services: BTreeMap<IpAddr, String>,
     /// Bumped whenever `services` is recomputed.
     services_version: u64,
+    /// The core got a whole VIP set: later watch changes go to it as changes.
+    specs_sent: bool,
     /// `/state`'s owned list.
     owned: OwnedCache,
     loss: LossTracker,
@@ -264,8 +266,10 @@ impl Shell {
             Instant::now(),
             Input::WatchHealth(*healthy.borrow_and_update()),
         );
+        let mut specs_sent = false;
         if let Some(specs) = ctx.specs(&core, &mut services) {
             core.handle(Instant::now(), Input::Vips(specs));
+            specs_sent = true;
         }
 
         let term = ctx.term.clone();
@@ -295,6 +299,7 @@ impl Shell {
             peers: BTreeMap::new(),
             services,
             services_version: 0,
+            specs_sent,
             owned: OwnedCache::default(),
             loss,
             probes_sent: HashMap::new(),
@@ -364,7 +369,7 @@ impl Shell {
             }
             Ok(()) = self.changed.changed() => {
                 self.changed.borrow_and_update();
-                self.vip_specs().map(Input::Vips).into_iter().collect()
+                self.vip_changes()
             }
             () = self.links.changed() => self.link_check(),
             () = sleep_until(retry), if retry.is_some() => {
@@ -408,7 +413,24 @@ impl Shell {
     /// The VIPs from the watches ([`Context::specs`]), which also refreshes `services`.
     fn vip_specs(&mut self) -> Option<Vec<crate::election::VipSpec>> {
         self.services_version += 1;
-        self.ctx.specs(&self.core, &mut self.services)
+        let specs = self.ctx.specs(&self.core, &mut self.services);
+        self.specs_sent |= specs.is_some();
+        specs
+    }
+
+    /// What the watches changed in the VIPs since the core last heard ([`Context::spec_changes`]):
+    /// nothing if the placement did not change, the whole set if the core has none yet.
+    fn vip_changes(&mut self) -> Vec<Input> {
+        if !self.specs_sent {
+            return self.vip_specs().map(Input::Vips).into_iter().collect();
+        }
+        match self.ctx.spec_changes(&self.core, &mut self.services) {
+            Some((placed, gone)) => {
+                self.services_version += 1;
+                vec![Input::VipsChanged { placed, gone }]
+            }
+            None => Vec::new(),
+        }
     }
 
     fn beat_input(&mut self, v: Verified) -> Input {

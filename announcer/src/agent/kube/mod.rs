@@ -17,6 +17,7 @@ pub mod events;
 pub mod lease_per_service;
 pub mod node_lease;
 pub mod other_announcers;
+pub mod plan_feed;
 pub mod watch;
 
 use kube::Client;

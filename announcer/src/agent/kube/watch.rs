@@ -50,8 +50,11 @@ use tokio::{
     task::JoinHandle,
 };
 
+use super::plan_feed::{self, SharedPlan};
 use crate::{
-    agent::shutdown::Shutdown, ipam::AddressPool, placement::eligibility::SERVICE_NAME_LABEL,
+    agent::shutdown::Shutdown,
+    ipam::AddressPool,
+    placement::{eligibility::SERVICE_NAME_LABEL, planner::Planned},
 };
 
 /// One of the watched resources.
@@ -243,6 +246,9 @@ pub struct Watches {
     pub tasks: Vec<JoinHandle<()>>,
     /// Restarts and errors per watch.
     pub counters: Arc<WatchCounters>,
+    /// The placement, kept up to date by the watch tasks once started
+    /// ([`PlanFeed::start`](super::plan_feed::PlanFeed::start)).
+    pub plan: SharedPlan,
 }
 
 /// What the watch tasks report into: the health board and flag, the change signal, the
@@ -304,6 +310,18 @@ impl Watches {
         let cfg = watcher::Config::default;
         let ctx = (&shared, &shutdown);
         let mut tasks = Vec::new();
+        let plan = SharedPlan::default();
+        // Feeds the planner each event its store applied.
+        fn feeds<K>(plan: &SharedPlan, store: &Store<K>) -> impl FnMut(&watcher::Event<K>) + use<K>
+        where
+            K: Planned + Resource + Clone,
+            K::DynamicType: Default + Eq + Hash + Clone,
+        {
+            let (plan, store) = (plan.clone(), store.clone());
+            move |ev| {
+                plan_feed::lock(&plan).feed(ev, &store);
+            }
+        }
 
         let (services, w) = reflector::store();
         tasks.push(spawn(
@@ -313,6 +331,7 @@ impl Watches {
             w,
             ctx,
             (|_: &mut Service| {}, services_plan_alike, || {}),
+            feeds(&plan, &services),
         ));
 
         let (slices, w) = reflector::store();
@@ -324,6 +343,7 @@ impl Watches {
             w,
             ctx,
             (|_: &mut EndpointSlice| {}, never_alike, || {}),
+            feeds(&plan, &slices),
         ));
 
         let (nodes, w) = reflector::store();
@@ -339,6 +359,7 @@ impl Watches {
             w,
             ctx,
             (strip_images, nodes_plan_alike, || {}),
+            feeds(&plan, &nodes),
         ));
 
         let (leases, w) = reflector::store::<Lease>();
@@ -358,6 +379,7 @@ impl Watches {
             w,
             ctx,
             (|_: &mut Lease| {}, never_alike, after),
+            |_: &watcher::Event<Lease>| {},
         ));
 
         let (pools, w) = reflector::store::<AddressPool>();
@@ -368,6 +390,7 @@ impl Watches {
             w,
             ctx,
             (|_: &mut AddressPool| {}, never_alike, || {}),
+            feeds(&plan, &pools),
         ));
 
         Watches {
@@ -381,6 +404,7 @@ impl Watches {
             lease_events,
             tasks,
             counters: shared.counters.clone(),
+            plan,
         }
     }
 
@@ -395,7 +419,8 @@ impl Watches {
 
 /// Spawns one watch: `modify` trims each object before it is stored; `same` says whether a
 /// new version of an object plans exactly like the stored one (then it is stored but nobody
-/// re-plans); `after` runs after each change has been applied to the store.
+/// re-plans); `after` runs after each change has been applied to the store, and `feed` after
+/// every event has (the planner's).
 fn spawn<K>(
     source: WatchedResource,
     api: Api<K>,
@@ -407,6 +432,7 @@ fn spawn<K>(
         PlanAlike<K>,
         impl FnMut() + Send + 'static,
     ),
+    feed: impl FnMut(&watcher::Event<K>) + Send + 'static,
 ) -> JoinHandle<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -418,6 +444,7 @@ where
         shared.clone(),
         shutdown.clone(),
         (modify, same, after),
+        feed,
     ))
 }
 
@@ -518,6 +545,7 @@ async fn drive<K>(
     shared: Arc<WatchSignals>,
     mut shutdown: Shutdown,
     (mut modify, same, mut after): (impl FnMut(&mut K), PlanAlike<K>, impl FnMut()),
+    mut feed: impl FnMut(&watcher::Event<K>),
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone,
@@ -559,6 +587,7 @@ async fn drive<K>(
                 _ => false,
             };
             writer.apply_watcher_event(&ev);
+            feed(&ev);
             // `Init` only announces a (re)list about to start, before any request: no sign
             // that the API server answers, so it must not clear a failure.
             let answered = !matches!(ev, watcher::Event::Init);
