@@ -259,6 +259,8 @@ struct Vip {
     /// Eligible nodes, best first (rendezvous order), kept up to date with the spec: walk it
     /// with [`Vip::ranked`].
     ranking: Ranking,
+    /// Its share of the view's fingerprint ([`view_part`]); 0 while not wanted.
+    view_part: u64,
     /// The interface our entry is on, if we have one installed.
     installed: Option<IfaceName>,
     /// One per suspect ranked above us; the VIP is taken when all are silent.
@@ -307,7 +309,10 @@ impl SetChange {
 /// The changes between eligible sets met in one [`Core::set_vips`], worked out once per pair
 /// of sets. Keyed by address, so it holds both sets: an address is never reused meanwhile.
 #[derive(Default)]
-struct SetChanges(HashMap<(usize, usize), Compared>);
+struct SetChanges {
+    compared: HashMap<(usize, usize), Compared>,
+    digests: HashMap<usize, (NodeSet, u64)>,
+}
 
 /// Two sets and how the first became the second (`None`: the same nodes).
 struct Compared {
@@ -322,7 +327,7 @@ impl SetChanges {
             return None;
         }
         let key = (Arc::as_ptr(old) as usize, Arc::as_ptr(new) as usize);
-        let entry = self.0.entry(key).or_insert_with(|| {
+        let entry = self.compared.entry(key).or_insert_with(|| {
             let added: Vec<NodeName> = new.difference(old).cloned().collect();
             let removed: Vec<NodeName> = old.difference(new).cloned().collect();
             let change = (!added.is_empty() || !removed.is_empty())
@@ -333,6 +338,22 @@ impl SetChanges {
             }
         });
         entry.change.clone()
+    }
+
+    /// The digest of a set's nodes, in order.
+    fn digest(&mut self, set: &NodeSet) -> u64 {
+        let entry = self
+            .digests
+            .entry(Arc::as_ptr(set) as usize)
+            .or_insert_with(|| {
+                let mut d = xxhash_rust::xxh3::Xxh3::new();
+                for n in set.iter() {
+                    d.update(n.as_str().as_bytes());
+                    d.update(&[0]);
+                }
+                (set.clone(), d.digest())
+            });
+        entry.1
     }
 }
 
@@ -936,9 +957,11 @@ impl Core {
         }
         for ip in gone {
             // No longer wanted: drop the entry.
-            if let Some(v) = self.vips.remove(&ip)
-                && let Some(iface) = v.installed
-            {
+            let Some(v) = self.vips.remove(&ip) else {
+                continue;
+            };
+            self.view = self.view.wrapping_sub(v.view_part);
+            if let Some(iface) = v.installed {
                 self.out.push_back(Output::Remove { vip: ip, iface });
                 self.stats.releases += 1;
             }
@@ -949,14 +972,16 @@ impl Core {
             .retain(|ip| vips.get(ip).is_some_and(|v| !v.probes.is_empty()));
         self.holding
             .retain(|ip| vips.get(ip).is_some_and(|v| v.handoff.is_some()));
-        self.view = view_fingerprint(&self.vips);
     }
 
     fn upsert_vip(&mut self, now: Instant, mut spec: VipSpec, changes: &mut SetChanges) {
+        let part = view_part(spec.vip, changes.digest(&spec.eligible));
         let Some(v) = self.vips.get_mut(&spec.vip) else {
             self.respecced.push(spec.vip);
+            self.view = self.view.wrapping_add(part);
             let v = Vip {
                 ranking: Ranking::new(spec.vip, &spec.eligible, &spec.preferred),
+                view_part: part,
                 spec,
                 installed: None,
                 probes: Vec::new(),
@@ -996,6 +1021,8 @@ impl Core {
         if v.spec != spec || !v.wanted {
             self.respecced.push(spec.vip);
         }
+        self.view = self.view.wrapping_sub(v.view_part).wrapping_add(part);
+        v.view_part = part;
         v.spec = spec;
         v.wanted = true;
     }
@@ -2315,6 +2342,7 @@ impl Vip {
                 preferred: NodeSet::default(),
             },
             ranking: Ranking::default(),
+            view_part: 0,
             installed: None,
             probes: Vec::new(),
             handoff: None,
@@ -2327,32 +2355,20 @@ impl Vip {
     }
 }
 
-/// The fingerprint of a view: every wanted VIP and a digest of its eligible nodes, in order.
-/// Two agents with the same fingerprint rank every VIP the same way.
+/// One wanted VIP's share of the view's fingerprint ([`Beat::view`]): the view is the
+/// wrapping sum of the shares, so that a change to one VIP updates it in O(1). Two agents with
+/// the same view rank every VIP the same way (up to a 2^-64 chance).
 ///
-/// Each distinct eligible set is digested once (most VIPs share one), so this is O(V) plus the
-/// sets' sizes, not O(V·N). The formula changed with that (issue 29): during a roll from an
-/// older version, old and new agents see different views, so a handoff between them waits for
-/// the new owner's probe answer rather than the hold (see `handoffs`).
-fn view_fingerprint(vips: &BTreeMap<IpAddr, Vip>) -> u64 {
-    let mut digests: HashMap<usize, u64> = HashMap::new();
+/// The formula changed with issue 29 (it hashed every VIP's every eligible node in order, O(V·N)
+/// per change): during a roll from an older version, old and new agents see different views,
+/// so a handoff between them waits for the new owner's probe answer rather than the hold (see
+/// `handoffs`), and no longer.
+fn view_part(vip: IpAddr, eligible_digest: u64) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for (ip, v) in vips.iter().filter(|(_, v)| v.wanted) {
-        match ip {
-            IpAddr::V4(a) => h.update(&a.octets()),
-            IpAddr::V6(a) => h.update(&a.octets()),
-        }
-        let set = &v.spec.eligible;
-        let digest = *digests.entry(Arc::as_ptr(set) as usize).or_insert_with(|| {
-            let mut d = xxhash_rust::xxh3::Xxh3::new();
-            for n in set.iter() {
-                d.update(n.as_str().as_bytes());
-                d.update(&[0]);
-            }
-            d.digest()
-        });
-        h.update(&digest.to_le_bytes());
-        h.update(&[0xff]);
+    match vip {
+        IpAddr::V4(a) => h.update(&a.octets()),
+        IpAddr::V6(a) => h.update(&a.octets()),
     }
+    h.update(&eligible_digest.to_le_bytes());
     h.digest()
 }

@@ -14,6 +14,8 @@
 //! - **VIP-set change**: `handle(Vips)` with one VIP of V gone, its specs built afresh the way
 //!   the agent's plan builds them (one new eligible set shared by every VIP): what a Service
 //!   or EndpointSlice event costs the core.
+//! - **VIP change**: `handle(VipsChanged)` with one VIP's eligible set changed, as the agent
+//!   gives the core a watch event's change (the planner's delta).
 //! - **node change**: `handle(Vips)` with one node gone from every VIP's eligible set (a Node
 //!   turning NotReady), then back.
 //! - **plan**: the placement (`eligibility::plan_placed`) of V Services (one VIP each; every
@@ -250,6 +252,7 @@ struct Cell {
     tick_ns: f64,
     lease_ns: f64,
     vip_change_ms: f64,
+    vip_delta_us: f64,
     node_change_ms: f64,
     plan_ms: f64,
     replan_service_us: f64,
@@ -485,6 +488,26 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         change_samples.push(t.elapsed().as_secs_f64() * 1e3);
         host.handle(Input::Vips(back));
     }
+    // VIP changes as the agent gives them: one VIP's eligible set changed, then back.
+    let mut delta_samples = Vec::new();
+    for k in 0..args.changes as usize {
+        let i = (k * 7919 + 3) % v;
+        let fewer: NodeSet = Arc::new(names.iter().skip(1 + k % (n - 1)).cloned().collect());
+        let (changed, back) = (
+            spec(i, &fewer),
+            spec(i, &Arc::new(names.iter().cloned().collect())),
+        );
+        let t = Instant::now();
+        host.handle(Input::VipsChanged {
+            placed: vec![changed],
+            gone: vec![],
+        });
+        delta_samples.push(t.elapsed().as_secs_f64() * 1e6);
+        host.handle(Input::VipsChanged {
+            placed: vec![back],
+            gone: vec![],
+        });
+    }
     // Node changes: one peer gone from every eligible set, then back.
     let mut node_samples = Vec::new();
     for k in 0..args.changes {
@@ -611,6 +634,7 @@ fn run_cell(n: usize, v: usize, args: &Args) -> Result<Cell> {
         tick_ns,
         lease_ns,
         vip_change_ms: median(change_samples),
+        vip_delta_us: median(delta_samples),
         node_change_ms: median(node_samples),
         plan_ms,
         replan_service_us,
@@ -643,7 +667,7 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "{:>6} {:>6} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "nodes",
         "vips",
         "heartbeat_ns",
@@ -651,6 +675,7 @@ fn main() -> Result<()> {
         "tick_ns",
         "lease_ns",
         "vip_set_ms",
+        "vip_delta_us",
         "node_set_ms",
         "live_MiB",
         "peak_MiB",
@@ -663,7 +688,7 @@ fn main() -> Result<()> {
     );
     for c in &cells {
         println!(
-            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>10.0} {:>10.1} {:>10.1} {:>10.2}",
+            "{:>6} {:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>12.2} {:>12.0} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>10.0} {:>10.1} {:>10.1} {:>10.2}",
             c.nodes,
             c.vips,
             c.heartbeat_ns,
@@ -671,6 +696,7 @@ fn main() -> Result<()> {
             c.tick_ns,
             c.lease_ns,
             c.vip_change_ms,
+            c.vip_delta_us,
             c.node_change_ms,
             c.core_live_mib,
             c.peak_mib,
@@ -685,7 +711,8 @@ fn main() -> Result<()> {
     println!(
         "heartbeat_ns = one received beat (handle, outputs, poll_timeout); alloc_B = bytes \
          allocated per beat; tick_ns = one timer tick; lease_ns = one peer Lease renewal seen; \
-         vip_set_ms = one VIP-set change (one VIP of V gone); node_set_ms = one node gone from \
+         vip_set_ms = one VIP-set change (one VIP of V gone); \
+         vip_delta_us = one VIP changed, as the agent gives it (VipsChanged); node_set_ms = one node gone from \
          every VIP's eligible set; plan_ms = the placement from watch stores of N Nodes, V Services \
          and V EndpointSlices, from scratch; svc_us / slice_us / node_ms = the same kept by a \
          Planner, one Service rewritten / one endpoint moved to another node / one Node \

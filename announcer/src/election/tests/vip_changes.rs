@@ -106,3 +106,61 @@ fn a_change_before_the_first_vip_set_is_ignored() {
     assert!(core.owned().is_empty());
     assert!(!core.is_ready(), "not ready before the VIP set is known");
 }
+
+/// The view a core's next heartbeat carries.
+fn view_of(core: &mut Core, t: Instant) -> u64 {
+    core.handle(t, Input::Tick);
+    let mut view = None;
+    while let Some(o) = core.poll_output() {
+        if let Output::SendHeartbeat(b) = o {
+            view = Some(b.view);
+        }
+    }
+    view.expect("a heartbeat")
+}
+
+#[test]
+fn cores_that_learnt_the_same_vips_by_changes_or_whole_have_the_same_view() {
+    let t = Instant::now();
+    let core = || {
+        let mut c = Core::new(ElectionConfig::new("node-0"), t, 1);
+        c.handle(t, Input::WatchHealth(true));
+        c
+    };
+    let (a, b, c) = (
+        spec(second_vip(), 0..3),
+        spec("10.0.0.7".parse().unwrap(), 0..2),
+        spec("10.0.0.8".parse().unwrap(), [1]),
+    );
+    let mut whole = core();
+    whole.handle(t, Input::Vips(vec![a.clone(), b.clone()]));
+    let mut grown = core();
+    grown.handle(t, Input::Vips(vec![b.clone()]));
+    grown.handle(
+        t,
+        Input::VipsChanged {
+            placed: vec![a.clone()],
+            gone: vec![],
+        },
+    );
+    let mut shrunk = core();
+    shrunk.handle(t, Input::Vips(vec![a.clone(), b.clone(), c.clone()]));
+    shrunk.handle(
+        t,
+        Input::VipsChanged {
+            placed: vec![],
+            gone: vec![c.vip],
+        },
+    );
+    let later = t + Duration::from_secs(1);
+    let view = view_of(&mut whole, later);
+    assert_eq!(view_of(&mut grown, later), view);
+    assert_eq!(view_of(&mut shrunk, later), view);
+    let mut other = core();
+    other.handle(t, Input::Vips(vec![a, c]));
+    assert_ne!(
+        view_of(&mut other, later),
+        view,
+        "another set, another view"
+    );
+}
