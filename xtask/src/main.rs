@@ -73,8 +73,9 @@ enum Cmd {
     /// Run a benchmark: `xdp` (responder cost and flood throughput), `control-plane` (API
     /// reads and writes per second for 3/10/50 agents and 10/100/1,000 Services, both election
     /// modes), `failover` (failover time as a client feels it, against keepalived and
-    /// lease-per-service, on the namespace testbed), `heartbeat` (sealing and verifying) or
-    /// `core` (the election core's cost per agent against cluster size, in virtual time).
+    /// lease-per-service, on the namespace testbed), `heartbeat` (sealing and verifying),
+    /// `core` (the election core's cost per agent against cluster size, in virtual time) or
+    /// `scale` (issue 29's targets T1–T6 in one table, from the others' measurements).
     /// Arguments after the name go to the
     /// benchmark, e.g. `cargo xtask bench failover --trials 5 --json`.
     Bench {
@@ -188,9 +189,25 @@ fn main() -> Result<()> {
                 // Pure CPU (no BPF, no agents): nothing more to build.
                 "heartbeat" => return run_tests_bin(&root, "bench-heartbeat", json, &args),
                 "core" => return run_tests_bin(&root, "bench-core", json, &args),
+                "scale" => {
+                    // It runs the other benchmarks' binaries, and real agents for some parts.
+                    release_agent(&root, None)?;
+                    cargo(
+                        &root,
+                        &[
+                            "build",
+                            "--release",
+                            "--quiet",
+                            "-p",
+                            "announcer-tests",
+                            "--bins",
+                        ],
+                    )?;
+                    return run_tests_bin(&root, "bench-scale", json, &args);
+                }
                 other => {
                     bail!(
-                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat, core"
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat, core, scale"
                     )
                 }
             };

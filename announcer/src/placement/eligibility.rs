@@ -615,7 +615,7 @@ impl Rules {
         claimants: &[Claimant<'_>],
     ) -> (Option<VipPlacement>, Vec<Problem>) {
         let (sel, base, pools) = (&self.sel, &self.base, &self.pools);
-        let conflicts = sharing_conflicts(ip, claimants);
+        let conflicts = sharing_conflicts(claimants);
         // The address's first claimant and its sharing key, once one got past the checks.
         let mut claimed: Option<(&ServiceRef, Option<&str>)> = None;
         let mut placed: Option<VipPlacement> = None;
@@ -864,15 +864,14 @@ impl<'a> Sharer<'a> {
     }
 }
 
-/// The claimants of `ip` refused it although they would share it (same sharing key as its
+/// The claimants of an address refused it although they would share it (same sharing key as its
 /// first claimant by namespace/name) because they disagree with an older sharer: the older one
 /// and why. Sharers are taken oldest first; each must agree with every one kept before it.
-fn sharing_conflicts(
-    ip: IpAddr,
-    claimants: &[Claimant<'_>],
-) -> BTreeMap<ServiceRef, (ServiceRef, String)> {
-    let _ = ip;
+fn sharing_conflicts(claimants: &[Claimant<'_>]) -> BTreeMap<ServiceRef, (ServiceRef, String)> {
     let mut out = BTreeMap::new();
+    if claimants.len() < 2 {
+        return out; // the usual case: nobody to disagree with
+    }
     let sharers: Vec<Sharer<'_>> = claimants
         .iter()
         .map(|c| Sharer::of(c.sref, c.svc))
