@@ -607,6 +607,44 @@ impl Rules {
         }
     }
 
+    /// If `new` differs from these rules only in node sets (the base and the pools' nodes,
+    /// which follow from it: a Node turned Ready or NotReady, or relabelled), each old set
+    /// with the one that replaces it and whether their nodes differ. A placement whose
+    /// eligible set is one of the old sets (not merged from sharers, in no pool that prefers
+    /// nodes, neither set empty) is the same with the new set: no need to place it again.
+    pub(super) fn substitutions(&self, new: &Rules) -> Option<Vec<(NodeSet, NodeSet, bool)>> {
+        let same_but_nodes = self.sel == new.sel
+            && self.node_addrs == new.node_addrs
+            && self.pools.len() == new.pools.len()
+            && self.pools.iter().zip(&new.pools).all(|(a, b)| {
+                a.0 == b.0
+                    && a.2 == b.2
+                    && a.1.name == b.1.name
+                    && a.1.interfaces == b.1.interfaces
+                    && a.1.preferred == b.1.preferred
+            });
+        if !same_but_nodes {
+            return None;
+        }
+        let pair = |a: &NodeSet, b: &NodeSet| (a.clone(), b.clone(), a != b);
+        let mut out = vec![pair(&self.base, &new.base)];
+        out.extend(
+            self.pools
+                .iter()
+                .zip(&new.pools)
+                .map(|(a, b)| pair(&a.1.nodes, &b.1.nodes)),
+        );
+        Some(out)
+    }
+
+    /// Whether the pool named `name` prefers any node (then its VIPs' preferred nodes depend
+    /// on their eligible sets).
+    pub(super) fn pool_prefers(&self, name: &str) -> bool {
+        self.pools
+            .iter()
+            .any(|(_, p, _)| p.name == name && !p.preferred.is_empty())
+    }
+
     /// The placement of `ip` and its problems, from its claimants in namespace/name order
     /// (every entry of theirs that parses to `ip`, in order).
     pub(super) fn place(

@@ -29,7 +29,10 @@ use super::eligibility::{
     self, Claimant, Endpoints, Placement, Problem, Rules, SERVICE_NAME_LABEL, Selection,
     VipPlacement,
 };
-use crate::{election::ServiceRef, ipam::AddressPool};
+use crate::{
+    election::{NodeSet, ServiceRef},
+    ipam::AddressPool,
+};
 
 /// What [`Planner::replan`] changed (or several, [merged](PlanDelta::merge)).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -317,21 +320,21 @@ impl Planner {
     /// Places again what the inputs since the last call changed: O(changed addresses) unless
     /// the rules changed (a Node's readiness, labels or addresses; a pool), then every address.
     pub fn replan(&mut self) -> PlanDelta {
+        let mut delta = PlanDelta {
+            problems_changed: std::mem::take(&mut self.unparsed_changed),
+            ..PlanDelta::default()
+        };
         if std::mem::take(&mut self.rules_stale) {
             let nodes: Vec<&Node> = self.nodes.values().map(|n| &**n).collect();
             let pools: Vec<&AddressPool> = self.pools.values().map(|p| &**p).collect();
             let rules = Rules::new(&nodes, &pools, &self.sel);
             // Equal rules: keep the old ones, whose node sets the placed VIPs share.
             if rules != self.rules {
+                let substitutions = self.rules.substitutions(&rules);
                 self.rules = rules;
-                self.dirty.extend(self.claimants.keys().copied());
-                self.dirty.extend(self.placed.keys().copied());
+                self.rules_changed(substitutions.as_deref(), &mut delta);
             }
         }
-        let mut delta = PlanDelta {
-            problems_changed: std::mem::take(&mut self.unparsed_changed),
-            ..PlanDelta::default()
-        };
         let none = Endpoints::default();
         for ip in std::mem::take(&mut self.dirty) {
             let now = match self.claimants.get(&ip) {
@@ -396,6 +399,52 @@ impl Planner {
     }
 
     // ---- bookkeeping ----
+
+    /// The rules changed: every address is placed again, except those whose placement only
+    /// takes the new node set in place of the old (see [`Rules::substitutions`]): a Node
+    /// turning NotReady changes one set that thousands of VIPs share.
+    fn rules_changed(
+        &mut self,
+        substitutions: Option<&[(NodeSet, NodeSet, bool)]>,
+        delta: &mut PlanDelta,
+    ) {
+        let all: BTreeSet<IpAddr> = self
+            .claimants
+            .keys()
+            .chain(self.placed.keys())
+            .copied()
+            .collect();
+        for ip in all {
+            let swapped = substitutions.and_then(|subs| {
+                if self.dirty.contains(&ip) {
+                    return None; // an event of its own: placed again anyway
+                }
+                let rules = &self.rules;
+                let v = self.placed.get_mut(&ip)?.vip.as_mut()?;
+                let prefers = v.pool.as_deref().is_some_and(|p| rules.pool_prefers(p));
+                if !v.shared_with.is_empty() || prefers || v.eligible.is_empty() {
+                    return None;
+                }
+                let (_, new, changed) = subs
+                    .iter()
+                    .find(|(old, _, _)| Arc::ptr_eq(old, &v.eligible))?;
+                if new.is_empty() {
+                    return None; // a problem to report: placed again
+                }
+                v.eligible = new.clone();
+                Some(changed.then(|| v.clone()))
+            });
+            match swapped {
+                Some(Some(v)) => {
+                    delta.placed.insert(ip, v);
+                }
+                Some(None) => {}
+                None => {
+                    self.dirty.insert(ip);
+                }
+            }
+        }
+    }
 
     fn forget_service(&mut self, sref: &ServiceRef) {
         self.services.remove(sref);

@@ -258,7 +258,7 @@ fn a_planner_fed_one_event_at_a_time_places_like_a_plan_from_scratch() {
     let sel = Selection::default();
     // What the events reached, so that a generator gone blind fails the test.
     let (mut most_vips, mut reasons) = (0, BTreeSet::new());
-    for seed in 1..=40u64 {
+    for seed in 1..=100u64 {
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let (mut stores, mut planner) = (Stores::default(), Planner::new(sel.clone()));
         for i in 0..300 {
