@@ -163,6 +163,8 @@ pub struct Plane {
     /// removed (a node that let a VIP go must not keep pointing clients at itself) or
     /// announced again.
     bursts: BTreeMap<(IpAddr, IfaceName), tokio::task::JoinHandle<()>>,
+    /// How many bursts were left after the last sweep of finished ones.
+    bursts_swept: usize,
     /// The solicited-node groups of the installed IPv6 VIPs (without them a NIC filter or a
     /// snooping switch drops the NS before XDP).
     mcast: Memberships,
@@ -183,6 +185,7 @@ impl Plane {
             ifaces: BTreeMap::new(),
             installed: BTreeSet::new(),
             bursts: BTreeMap::new(),
+            bursts_swept: 0,
             mcast: Memberships::new(),
             down: BTreeMap::new(),
             changes: Vec::new(),
@@ -474,7 +477,12 @@ impl Plane {
                 tokio::time::sleep(rest.interval).await;
                 announce::burst(&sock, mac, vip, None, &rest).await;
             });
-            self.bursts.retain(|_, t| !t.is_finished());
+            // Finished bursts are dropped in batches: one sweep per doubling, not per burst
+            // (a node that takes 10,000 VIPs at once would otherwise sweep 10,000² times).
+            if self.bursts.len() >= 2 * self.bursts_swept.max(64) {
+                self.bursts.retain(|_, t| !t.is_finished());
+                self.bursts_swept = self.bursts.len();
+            }
             self.bursts.insert((vip, iface.clone()), task);
         }
         Ok(())
