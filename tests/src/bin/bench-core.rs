@@ -24,7 +24,8 @@
 //!   the heap those objects take as full API objects (what unstripped watch caches hold).
 //! - **replan**: the same placement kept by a `placement::planner::Planner` fed every object,
 //!   then one event and `replan`: a Service rewritten, an EndpointSlice whose endpoint moved
-//!   to another node, a Node turning NotReady (which re-places every VIP).
+//!   to another node, a Node turning NotReady (the node set every `Cluster` VIP shares is
+//!   swapped in place; `Local` VIPs are placed again).
 //!
 //! Bytes allocated and the live heap come from a counting global allocator. From the figures
 //! the bench derives one agent's share of a core spent in the core alone (the heartbeat
@@ -716,7 +717,7 @@ fn main() -> Result<()> {
          every VIP's eligible set; plan_ms = the placement from watch stores of N Nodes, V Services \
          and V EndpointSlices, from scratch; svc_us / slice_us / node_ms = the same kept by a \
          Planner, one Service rewritten / one endpoint moved to another node / one Node \
-         NotReady (every Cluster-policy VIP re-placed), then replan; objects_MiB = those objects' heap, unstripped; live/peak = the core's heap after \
+         NotReady (the shared set swapped, Local VIPs placed again), then replan; objects_MiB = those objects' heap, unstripped; live/peak = the core's heap after \
          the run / at most; core_cpu_% = the core's work per agent per second of a healthy \
          cluster, in % of one core (derived: beats, renewals and ticks at the defaults)."
     );

@@ -181,7 +181,7 @@ fn main() -> Result<()> {
         Verdict {
             name: "t5_replan_ms".into(),
             text: format!(
-                "re-plan off the election thread: one Service {svc:.0} us, one EndpointSlice {slice:.0} us, one Node NotReady (every Cluster VIP re-placed) {flip:.1} ms; the election thread then takes one changed VIP in {core_us:.0} us (mostly the tick after it); an event that changes no placement stops at the planner",
+                "re-plan off the election thread: one Service {svc:.0} us, one EndpointSlice {slice:.0} us, one Node NotReady (the shared node set swapped in place, `Local` VIPs placed again) {flip:.1} ms; the election thread then takes one changed VIP in {core_us:.0} us (mostly the tick after it); an event that changes no placement stops at the planner",
             ),
             value: Some(worst),
             limit: Some(20.0),
