@@ -227,7 +227,7 @@ fn main() -> Result<()> {
         ),
     });
 
-    println!("{:<4} {:<6} {:>10}  {}", "", "", "measured", "goal / what");
+    println!("{:<11} {:>10}  goal / what", "", "measured");
     for r in &rows {
         let value = r
             .verdict
