@@ -252,6 +252,13 @@ pub struct AgentFlags {
     /// Pause between announcement rounds.
     #[arg(long, value_parser = dur, default_value = human!(BurstConfig::default().interval))]
     pub burst_interval: Duration,
+    /// Announcement frames this node sends per second at most (gratuitous ARPs count 2 per
+    /// VIP and round, unsolicited NAs 1), first rounds before repeats; up to 200 go out at
+    /// once. The default, 1000, is a quarter of a Catalyst 9400's ARP policer: a node taking
+    /// 10,000 IPv4 VIPs has every first round out within 20 s instead of flooding the gateway's
+    /// control plane, whose policer would drop announcements (docs/configure.md).
+    #[arg(long, default_value_t = crate::dataplane::pace::PaceConfig::DEFAULT.rate)]
+    pub announce_rate: u32,
     /// While owning, re-send one gratuitous ARP / unsolicited NA per VIP every this long,
     /// spread over the interval (off unless set; at least 1s, 10s or more advised: RFC 5227
     /// §2.4 defends an address at most every 10s). For switches and routers that age entries
@@ -311,6 +318,14 @@ impl AgentFlags {
         }
     }
 
+    /// The announcements' pace.
+    pub fn pace(&self) -> crate::dataplane::pace::PaceConfig {
+        crate::dataplane::pace::PaceConfig {
+            rate: self.announce_rate,
+            ..crate::dataplane::pace::PaceConfig::DEFAULT
+        }
+    }
+
     /// Checks that the timings make sense together; the error says which flag to change.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |msg: String| Err(ConfigError(msg));
@@ -343,6 +358,9 @@ impl AgentFlags {
         }
         if self.burst_count == 0 {
             return bad("--burst-count (announcement.count) must be at least 1".into());
+        }
+        if self.announce_rate == 0 {
+            return bad("--announce-rate (announcement.rate) must be at least 1 frame per second".into());
         }
         if let Some(every) = self.announce_refresh_interval
             && every < crate::agent::refresh::MIN_INTERVAL

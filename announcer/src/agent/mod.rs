@@ -148,6 +148,7 @@ pub async fn run(
                 pin_root,
                 args.xdp_mode.into(),
                 args.burst(),
+                args.pace(),
                 !args.no_dataplane,
             ),
             iface_cfg: IfaceConfig {

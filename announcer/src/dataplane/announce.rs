@@ -312,9 +312,10 @@ pub struct BurstReport {
 }
 
 /// A burst ready to run: the frames of one round, how many rounds, and the pause between them.
-/// Shared by [`burst`] and [`burst_blocking`], which differ only in how they sleep.
+/// Shared by [`burst`] and [`burst_blocking`], which differ only in how they sleep, and by
+/// the agent, which sends its rounds through a [`super::pace::Pacer`].
 #[derive(Debug)]
-struct PreparedBurst {
+pub struct PreparedBurst {
     vip: IpAddr,
     frames: Vec<Frame>,
     rounds: u32,
@@ -340,7 +341,7 @@ impl PreparedBurst {
     /// Prepares the burst, or, if `vlan` is not a valid VLAN id, logs and returns the report of a
     /// burst in which every frame failed (a frame tagged for the wrong VLAN would announce the
     /// VIP on the wrong network, so nothing is sent).
-    fn new(
+    pub fn new(
         mac: MacAddr,
         vip: IpAddr,
         vlan: Option<u16>,
@@ -368,6 +369,28 @@ impl PreparedBurst {
             rounds,
             interval,
         })
+    }
+
+    /// Rounds to send, the first included.
+    pub fn rounds(&self) -> u32 {
+        self.rounds
+    }
+
+    /// The least pause between two rounds.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Frames per round: 2 for IPv4 (both forms), 1 for IPv6.
+    pub fn frames_per_round(&self) -> u32 {
+        self.frames.len() as u32
+    }
+
+    /// Sends round `round` on `sock`; failures are logged and counted.
+    pub fn send_round_on(&self, round: u32, sock: &PacketSocket) -> BurstReport {
+        let mut report = BurstReport::default();
+        self.send_round(round, |f| sock.send(f), &mut report);
+        report
     }
 
     /// Sends every frame of round `round` through `send`, counting and logging failures

@@ -9,6 +9,7 @@
 //! * [`loader`]: attach the program to an interface, swap it in place, detach it.
 //! * [`table`]: the VIP entries the program answers from, and its counters ([`Dataplane`]).
 //! * [`announce`]: gratuitous ARP and unsolicited NA bursts over `AF_PACKET`.
+//! * [`pace`]: the rate announcements go out at, first rounds before repeats.
 //! * [`mcast`]: the solicited-node multicast groups of IPv6 VIPs, joined so that NIC filters
 //!   and MLD-snooping switches deliver their Neighbor Solicitations.
 //! * [`logs`]: the program's rare events, forwarded into `tracing`.
@@ -21,6 +22,7 @@ pub mod error;
 pub mod loader;
 pub mod logs;
 pub mod mcast;
+pub mod pace;
 pub mod pins;
 pub mod sys;
 pub mod table;

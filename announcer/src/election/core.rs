@@ -421,6 +421,10 @@ pub struct Core {
     synced_at: Instant,
     /// VIPs with a probe pending, so that timers and probes do not scan every VIP.
     probing: BTreeSet<IpAddr>,
+    /// Per MAC, the VIP whose first probe to it was sent or joined last: where
+    /// [`Core::send_probe`] looks for a probe in flight before it scans every probing VIP
+    /// (10,000 VIPs of one silent node would otherwise scan each other: 10⁸ steps).
+    first_probes: HashMap<MacAddr, IpAddr>,
     stats: ElectionStats,
     /// Failovers not yet collected by [`Core::take_failovers`].
     failovers: VecDeque<Failover>,
@@ -488,6 +492,7 @@ impl Core {
             peers_api_ok_since: None,
             synced_at: now,
             probing: BTreeSet::new(),
+            first_probes: HashMap::new(),
             stats: ElectionStats::default(),
             failovers: VecDeque::new(),
             view: 0,
@@ -2113,6 +2118,10 @@ impl Core {
     /// Sends a probe of `mac` about `ip` unless one to that MAC is in flight (both asking the
     /// first suspect of their VIP, see [`Probe::first`]); the deadline (`now + wait`, or that
     /// of the one in flight).
+    ///
+    /// Amortised O(1): the VIP that last sent or joined a first probe to `mac` is asked first
+    /// ([`Core::first_probes`]); only when its probe no longer counts are all probing VIPs
+    /// scanned, which happens at most once per frame sent or VIP dropped.
     fn send_probe(
         &mut self,
         now: Instant,
@@ -2121,17 +2130,20 @@ impl Core {
         wait: Duration,
         first: bool,
     ) -> Instant {
-        let in_flight = self
-            .probing
-            .iter()
-            .filter_map(|other| self.vips.get(other))
-            .flat_map(|v| v.probes.iter())
-            .find(|p| {
-                first && p.first && p.mac == mac && !p.answered && !p.silent && p.deadline > now
-            })
-            .map(|p| p.deadline);
-        if let Some(d) = in_flight {
-            return d;
+        if first {
+            let in_flight = match self.first_probes.get(&mac) {
+                // No first probe was ever sent to this MAC: none can be in flight.
+                None => None,
+                Some(witness) => self.first_probe_in_flight(*witness, mac, now).or_else(|| {
+                    self.probing
+                        .iter()
+                        .find_map(|other| self.first_probe_in_flight(*other, mac, now))
+                }),
+            };
+            self.first_probes.insert(mac, ip);
+            if let Some(d) = in_flight {
+                return d;
+            }
         }
         if let Some(iface) = self.vips.get(&ip).and_then(|v| v.spec.local.clone()) {
             self.stats.probes += 1;
@@ -2142,6 +2154,17 @@ impl Core {
             });
         }
         now + wait
+    }
+
+    /// The deadline of `ip`'s first probe to `mac`, if one is in flight: sent, neither
+    /// answered nor concluded, and its deadline still ahead.
+    fn first_probe_in_flight(&self, ip: IpAddr, mac: MacAddr, now: Instant) -> Option<Instant> {
+        self.vips
+            .get(&ip)?
+            .probes
+            .iter()
+            .find(|p| p.first && p.mac == mac && !p.answered && !p.silent && p.deadline > now)
+            .map(|p| p.deadline)
     }
 
     /// Drive pending probes: an answered probe is repeated at its deadline; silence past the

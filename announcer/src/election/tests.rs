@@ -6,6 +6,7 @@ use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 mod adversary;
 mod dataplane_down;
 mod links_and_blackouts;
+mod mass_failover;
 mod preferred;
 mod silences;
 mod steady_beats;

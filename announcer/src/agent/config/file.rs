@@ -153,6 +153,8 @@ pub struct AnnouncementSection {
     pub interval: Option<Dur>,
     /// `--announce-refresh-interval`: re-announce each owned VIP this often (off if unset).
     pub refresh_interval: Option<Dur>,
+    /// `--announce-rate`: announcement frames per second, at most.
+    pub rate: Option<u32>,
 }
 
 /// A duration written the humantime way (`100ms`, `3s`, `1m30s`); a bare number is rejected
@@ -418,6 +420,7 @@ impl ConfigFile {
         }
         if let Some(a) = &self.announcement {
             set(&keep, "burst_count", a.count, &mut flags.burst_count);
+            set(&keep, "announce_rate", a.rate, &mut flags.announce_rate);
             set(
                 &keep,
                 "burst_interval",

@@ -33,15 +33,17 @@ use announcer_ebpf::wire::MacAddr;
 use crate::{
     dataplane::{
         Dataplane, Error, Lifetime, Vip,
-        announce::{self, BurstConfig, PacketSocket},
+        announce::{BurstConfig, PacketSocket, PreparedBurst},
         loader::{self, Mode},
         mcast::Memberships,
+        pace::PaceConfig,
         pins::PinLayout,
         sys::{netif, xdp_query},
     },
     election::IfaceName,
 };
 
+use super::announcements::{Announcements, Job};
 use crate::election::Link;
 
 /// When to try attaching again after a failure: [`Backoff::FIRST`] after the first, doubling
@@ -159,12 +161,9 @@ pub struct Plane {
     ifaces: BTreeMap<IfaceName, Iface>,
     /// What is installed (also kept when disabled).
     installed: BTreeSet<(IpAddr, IfaceName)>,
-    /// The rest of each VIP's burst, running in the background: aborted when the VIP is
-    /// removed (a node that let a VIP go must not keep pointing clients at itself) or
-    /// announced again.
-    bursts: BTreeMap<(IpAddr, IfaceName), tokio::task::JoinHandle<()>>,
-    /// How many bursts were left after the last sweep of finished ones.
-    bursts_swept: usize,
+    /// The VIPs' bursts, paced: cancelled when the VIP is removed (a node that let a VIP go
+    /// must not keep pointing clients at itself), replaced when it is announced again.
+    announcements: Announcements,
     /// The solicited-node groups of the installed IPv6 VIPs (without them a NIC filter or a
     /// snooping switch drops the NS before XDP).
     mcast: Memberships,
@@ -175,8 +174,15 @@ pub struct Plane {
 }
 
 impl Plane {
-    /// A data plane pinned under `root`, attaching in `mode`; `enabled: false` records only.
-    pub fn new(root: PathBuf, mode: Mode, burst: BurstConfig, enabled: bool) -> Self {
+    /// A data plane pinned under `root`, attaching in `mode`, announcing with `burst` at the
+    /// pace of `pace`; `enabled: false` records only.
+    pub fn new(
+        root: PathBuf,
+        mode: Mode,
+        burst: BurstConfig,
+        pace: PaceConfig,
+        enabled: bool,
+    ) -> Self {
         Plane {
             root,
             mode,
@@ -184,8 +190,7 @@ impl Plane {
             enabled,
             ifaces: BTreeMap::new(),
             installed: BTreeSet::new(),
-            bursts: BTreeMap::new(),
-            bursts_swept: 0,
+            announcements: Announcements::new(pace),
             mcast: Memberships::new(),
             down: BTreeMap::new(),
             changes: Vec::new(),
@@ -438,9 +443,7 @@ impl Plane {
     /// Delete the entry.
     pub fn remove(&mut self, vip: IpAddr, iface: &IfaceName) -> Result<(), Error> {
         self.installed.remove(&(vip, iface.clone()));
-        if let Some(rest) = self.bursts.remove(&(vip, iface.clone())) {
-            rest.abort();
-        }
+        self.announcements.cancel(vip, iface);
         if !self.enabled {
             return Ok(());
         }
@@ -450,40 +453,22 @@ impl Plane {
         self.iface(iface)?.dp.remove(Vip::new(vip, None)?)
     }
 
-    /// Start the announcement burst for `vip` (runs in the background; its first round goes
-    /// out before this returns to the runtime).
+    /// Start the announcement burst for `vip`: its rounds go out through the pacer (round 0
+    /// on this thread, before this returns, unless a mass takeover has used up the bucket;
+    /// the rest from a background task).
     pub fn announce(&mut self, vip: IpAddr, iface: &IfaceName) -> Result<(), Error> {
         if !self.enabled {
             return Ok(());
         }
         let burst = self.burst;
-        if let Some(rest) = self.bursts.remove(&(vip, iface.clone())) {
-            rest.abort();
-        }
         let i = self.iface(iface)?;
         let (sock, mac) = (i.sock.clone(), i.mac);
-        // Round 0 now, on this thread: the first frame is what moves clients at failover.
-        let first = BurstConfig {
-            count: 1,
-            interval: burst.interval,
-        };
-        announce::burst_blocking(&sock, mac, vip, None, &first);
-        if burst.count > 1 {
-            let rest = BurstConfig {
-                count: burst.count - 1,
-                interval: burst.interval,
-            };
-            let task = tokio::spawn(async move {
-                tokio::time::sleep(rest.interval).await;
-                announce::burst(&sock, mac, vip, None, &rest).await;
-            });
-            // Finished bursts are dropped in batches: one sweep per doubling, not per burst
-            // (a node that takes 10,000 VIPs at once would otherwise sweep 10,000² times).
-            if self.bursts.len() >= 2 * self.bursts_swept.max(64) {
-                self.bursts.retain(|_, t| !t.is_finished());
-                self.bursts_swept = self.bursts.len();
-            }
-            self.bursts.insert((vip, iface.clone()), task);
+        match PreparedBurst::new(mac, vip, None, &burst) {
+            Ok(burst) => self
+                .announcements
+                .announce(vip, iface, Job { burst, sock }),
+            // Logged where it was found; nothing to send.
+            Err(_) => self.announcements.cancel(vip, iface),
         }
         Ok(())
     }
@@ -537,6 +522,7 @@ mod tests {
             std::env::temp_dir().join("announcer-plane-test"),
             Mode::Generic,
             BurstConfig::default(),
+            PaceConfig::default(),
             true,
         );
         (

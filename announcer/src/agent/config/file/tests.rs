@@ -75,7 +75,7 @@ election: lease-per-service
 heartbeat: {interval: 50ms, misses: 4, port: 7000}
 lease: {duration: 20s, renew: 5s}
 serviceLease: {duration: 10s, renewDeadline: 4s, retry: 1s}
-announcement: {count: 2, interval: 1500ms, refreshInterval: 30s}
+announcement: {count: 2, interval: 1500ms, refreshInterval: 30s, rate: 250}
 grace: 8s
 probeTimeout: 150ms
 warmup: 1s
@@ -110,6 +110,7 @@ fn every_key_is_applied() {
     assert_eq!(a.burst_count, 2);
     assert_eq!(a.burst_interval, Duration::from_millis(1500));
     assert_eq!(a.announce_refresh_interval, Some(Duration::from_secs(30)));
+    assert_eq!(a.announce_rate, 250);
     assert!(a.ignore_exclude_label);
     assert!(a.force_classless);
     assert_eq!(a.grace, Duration::from_secs(8));
@@ -268,6 +269,14 @@ fn missing_or_bad_file_is_a_usage_error_naming_it() {
         e.to_string().contains(&path) && e.to_string().contains("heartbeat"),
         "{e}"
     );
+}
+
+#[test]
+fn an_announcement_rate_of_zero_is_refused_naming_the_key() {
+    let f = TempFile::new("announcement: {rate: 0}\n");
+    let a = parse(&["--config", f.0.to_str().expect("utf-8")]).expect("parses");
+    let e = a.validate().expect_err("zero").to_string();
+    assert!(e.contains("announcement.rate"), "{e}");
 }
 
 #[test]
