@@ -186,6 +186,7 @@ fn main() -> Result<()> {
                 "xdp" => "bench-xdp",
                 "control-plane" => "bench-control-plane",
                 "failover" => "bench-failover",
+                "mass-failover" => "bench-mass-failover",
                 // Pure CPU (no BPF, no agents): nothing more to build.
                 "heartbeat" => return run_tests_bin(&root, "bench-heartbeat", json, &args),
                 "core" => return run_tests_bin(&root, "bench-core", json, &args),
@@ -207,7 +208,7 @@ fn main() -> Result<()> {
                 }
                 other => {
                     bail!(
-                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, heartbeat, core, scale"
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, mass-failover, heartbeat, core, scale"
                     )
                 }
             };

@@ -49,6 +49,8 @@ struct Backlog {
     first_rounds: u64,
     most_waited: Duration,
     since: Instant,
+    /// Every first round is out (logged once).
+    firsts_out: bool,
 }
 
 /// The paced announcements of one plane.
@@ -138,7 +140,8 @@ impl Shared {
 }
 
 impl Queue {
-    /// Sends every round the pacer allows now.
+    /// Sends every round the pacer allows now. A backlog (first rounds that had to wait) is
+    /// logged twice: when its last first round is out, and when its last repeat is.
     fn send_due(&mut self, now: Instant) {
         while let Some(due) = self.pacer.poll(now) {
             due.payload.burst.send_round_on(due.round, &due.payload.sock);
@@ -147,20 +150,32 @@ impl Queue {
                     first_rounds: 0,
                     most_waited: Duration::ZERO,
                     since: now - due.waited,
+                    firsts_out: false,
                 });
                 b.first_rounds += 1;
                 b.most_waited = b.most_waited.max(due.waited);
             }
         }
-        if self.pacer.waiting_first_rounds() == 0
-            && let Some(b) = self.backlog.take()
-        {
+        let Some(b) = &mut self.backlog else {
+            return;
+        };
+        let took_ms = now.saturating_duration_since(b.since).as_millis() as u64;
+        if !b.firsts_out && self.pacer.waiting_first_rounds() == 0 {
+            b.firsts_out = true;
             tracing::info!(
                 first_rounds_delayed = b.first_rounds,
                 most_waited_ms = b.most_waited.as_millis() as u64,
-                took_ms = now.saturating_duration_since(b.since).as_millis() as u64,
+                took_ms,
                 "first announcement rounds caught up (paced)"
             );
+        }
+        if b.firsts_out && self.pacer.in_progress() == 0 {
+            tracing::info!(
+                first_rounds_delayed = b.first_rounds,
+                took_ms,
+                "announcement backlog done (paced)"
+            );
+            self.backlog = None;
         }
     }
 }

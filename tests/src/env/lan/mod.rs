@@ -110,7 +110,7 @@ pub use peers::{
     PEER_RANGE, Peer, PeerKind,
 };
 pub use prober::{DEFAULT_INTERVAL, PROBE_TIMEOUT, Prober};
-pub use resolve::{Answers, claim, on_second_nic};
+pub use resolve::{Answers, FirstAnswers, claim, on_second_nic};
 pub use timeline::{Mark, Outage, ProbeKind, Sample, Timeline};
 pub use withdrawers::{OPT_IN_LABEL, WITHDRAWN_REASON, opt_in, withdrawn_pods};
 

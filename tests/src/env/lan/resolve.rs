@@ -180,3 +180,74 @@ impl Testbed {
             .collect()
     }
 }
+
+/// When each VIP was first answered, after the start of [`Testbed::first_answers`], and by
+/// which MAC (`None`: never within the window).
+pub type FirstAnswers = BTreeMap<IpAddr, Option<(Duration, [u8; 6])>>;
+
+impl Testbed {
+    /// From the client's `eth0`, asks ARP for every IPv4 VIP in `vips` every `every` for
+    /// `window`, a fresh broadcast request each time, and records for each VIP the first
+    /// reply *addressed to the client* (an answer to our request, not a gratuitous ARP) from a
+    /// MAC other than `except`: how long after `t0` it arrived, and the MAC. What a data plane
+    /// answers now, not what a cache remembers. Runs on a thread of its own (join it for the
+    /// answers), so the failure can be caused meanwhile.
+    pub fn first_answers(
+        &self,
+        vips: &[IpAddr],
+        except: [u8; 6],
+        t0: Instant,
+        every: Duration,
+        window: Duration,
+    ) -> std::thread::JoinHandle<FirstAnswers> {
+        let file = self.client.open();
+        let vips = vips.to_vec();
+        std::thread::spawn(move || {
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+                .expect("setns into the client namespace");
+            drop(file);
+            first_answers_on(&vips, except, t0, every, window)
+        })
+    }
+}
+
+/// [`Testbed::first_answers`] on the calling thread, inside the client namespace.
+fn first_answers_on(
+    vips: &[IpAddr],
+    except: [u8; 6],
+    t0: Instant,
+    every: Duration,
+    window: Duration,
+) -> FirstAnswers {
+    let sock = PacketSocket::open(IFACE, ETH_P_ALL)
+        .unwrap_or_else(|e| panic!("AF_PACKET socket on the client's {IFACE}: {e:#}"));
+    sock.set_recv_timeout(Duration::from_millis(2))
+        .expect("receive timeout");
+    let mut out: FirstAnswers = vips.iter().map(|v| (*v, None)).collect();
+    let mut buf = [0u8; 2048];
+    let mut req = [0u8; frame::MAX_FRAME];
+    let start = Instant::now();
+    let mut next_round = start;
+    while start.elapsed() < window && out.values().any(Option::is_none) {
+        if Instant::now() >= next_round {
+            for (vip, _) in out.iter().filter(|(_, a)| a.is_none()) {
+                let IpAddr::V4(t) = *vip else {
+                    panic!("first_answers asks IPv4 VIPs only, not {vip}");
+                };
+                let n = write_arp_request(&mut req, MacAddr(CLIENT_MAC), CLIENT_V4, t, None);
+                let _ = sock.send(&req[..n], ethertype::ARP);
+            }
+            next_round += every;
+        }
+        if let Ok(Some(n)) = sock.recv(&mut buf)
+            && EthernetFrame::new_checked(&buf[..n]).is_ok_and(|e| e.dst().0 == CLIENT_MAC)
+            && let Some((vip, m)) = claim(&buf[..n])
+            && m != except
+            && m != CLIENT_MAC
+            && let Some(slot @ None) = out.get_mut(&vip)
+        {
+            *slot = Some((t0.elapsed(), m));
+        }
+    }
+    out
+}
