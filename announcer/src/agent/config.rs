@@ -360,7 +360,9 @@ impl AgentFlags {
             return bad("--burst-count (announcement.count) must be at least 1".into());
         }
         if self.announce_rate == 0 {
-            return bad("--announce-rate (announcement.rate) must be at least 1 frame per second".into());
+            return bad(
+                "--announce-rate (announcement.rate) must be at least 1 frame per second".into(),
+            );
         }
         if let Some(every) = self.announce_refresh_interval
             && every < crate::agent::refresh::MIN_INTERVAL

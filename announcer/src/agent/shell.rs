@@ -640,17 +640,34 @@ impl Shell {
     fn execute_all(&mut self) -> bool {
         let mut exit = false;
         let mut acted = false;
-        while let Some(out) = self.core.poll_output() {
-            acted |= !matches!(out, Output::SendHeartbeat(_));
-            exit |= self.execute(out);
+        let mut installed_at = None;
+        loop {
+            let outs: Vec<Output> = std::iter::from_fn(|| self.core.poll_output()).collect();
+            if outs.is_empty() {
+                break;
+            }
+            // The data plane first, in the core's order: when a node takes 5,000 VIPs at once
+            // their map writes must not wait behind 5,000 Events and status claims.
+            let (plane, rest): (Vec<Output>, Vec<Output>) =
+                outs.into_iter().partition(Output::is_data_plane);
+            for out in plane {
+                acted |= !matches!(out, Output::SendHeartbeat(_));
+                exit |= self.execute(out);
+            }
+            installed_at.get_or_insert_with(Instant::now);
+            for out in rest {
+                acted = true;
+                exit |= self.execute(out);
+            }
         }
         // A map write that found the data plane down took its interface down: act on it
         // before the next input.
         self.plane_changed |= self.ctx.report_plane_changes();
-        // The map writes and first announcement rounds of this batch are done: the failovers
-        // among them end now.
+        // The map writes and first announcement rounds of this batch were done at
+        // `installed_at`: the failovers among them ended then.
+        let installed_at = installed_at.unwrap_or_else(Instant::now);
         for f in self.core.take_failovers() {
-            let took = f.last_heard.elapsed();
+            let took = installed_at.saturating_duration_since(f.last_heard);
             self.ctx.report.recorder.takeover(took);
             tracing::info!(vip = %f.vip, from = %f.from, took_ms = took.as_millis() as u64, "took over");
         }

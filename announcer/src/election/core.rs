@@ -191,8 +191,9 @@ pub struct Failover {
 }
 
 /// Failovers kept for the shell to collect; older ones are dropped if it never does (the
-/// simulator does not).
-const MAX_FAILOVERS: usize = 1024;
+/// simulator does not). As many as the data plane holds VIPs: the shell collects after each
+/// batch, and one batch may take every VIP of a dead node (10,000 in issue 29's T4).
+const MAX_FAILOVERS: usize = 16_384;
 
 /// Once a suspect's data plane has answered a probe, this many probes in a row must go
 /// unanswered before its VIP is taken: one lost answer must not make two owners.
@@ -824,7 +825,7 @@ impl Core {
         self.stats.clone()
     }
 
-    /// The failovers since the last call, oldest first (at most the last 1024).
+    /// The failovers since the last call, oldest first (at most the last 16,384).
     pub fn take_failovers(&mut self) -> Vec<Failover> {
         self.failovers.drain(..).collect()
     }

@@ -459,6 +459,22 @@ pub enum Output {
     Exit,
 }
 
+impl Output {
+    /// Whether it acts on the wire or the data plane (heartbeats, map writes, announcements,
+    /// probes), as opposed to the API (Lease, Events) or the process: what the shell carries
+    /// out first in a batch.
+    pub fn is_data_plane(&self) -> bool {
+        matches!(
+            self,
+            Output::SendHeartbeat(_)
+                | Output::Install { .. }
+                | Output::Remove { .. }
+                | Output::Announce { .. }
+                | Output::Probe { .. }
+        )
+    }
+}
+
 /// The default timings of the node-lease election, named once: [`ElectionConfig::new`] takes them,
 /// the agent's flags default to them (`announcer agent --help` shows them), and the simulator
 /// runs the core with them, so the timings the simulator checks are the ones that ship.

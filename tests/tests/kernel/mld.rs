@@ -11,7 +11,7 @@ use std::{net::Ipv6Addr, path::Path, time::Duration};
 
 use announcer::{
     agent::net::plane::Plane,
-    dataplane::{announce::BurstConfig, loader::Mode, mcast::solicited_node},
+    dataplane::{announce::BurstConfig, loader::Mode, mcast::solicited_node, pace::PaceConfig},
     election::IfaceName,
 };
 use announcer_tests::{
@@ -42,6 +42,7 @@ fn plane(root: &Path) -> Plane {
         root.to_path_buf(),
         Mode::Generic,
         BurstConfig::default(),
+        PaceConfig::default(),
         true,
     )
 }

@@ -84,8 +84,14 @@ impl Announcements {
         );
         {
             let mut q = self.shared.lock();
-            q.pacer
-                .announce(now, (vip, iface.clone()), Arc::new(job), rounds, interval, cost);
+            q.pacer.announce(
+                now,
+                (vip, iface.clone()),
+                Arc::new(job),
+                rounds,
+                interval,
+                cost,
+            );
             q.send_due(now);
         }
         self.ensure_task();
@@ -144,7 +150,9 @@ impl Queue {
     /// logged twice: when its last first round is out, and when its last repeat is.
     fn send_due(&mut self, now: Instant) {
         while let Some(due) = self.pacer.poll(now) {
-            due.payload.burst.send_round_on(due.round, &due.payload.sock);
+            due.payload
+                .burst
+                .send_round_on(due.round, &due.payload.sock);
             if due.round == 0 && !due.waited.is_zero() {
                 let b = self.backlog.get_or_insert(Backlog {
                     first_rounds: 0,

@@ -464,9 +464,7 @@ impl Plane {
         let i = self.iface(iface)?;
         let (sock, mac) = (i.sock.clone(), i.mac);
         match PreparedBurst::new(mac, vip, None, &burst) {
-            Ok(burst) => self
-                .announcements
-                .announce(vip, iface, Job { burst, sock }),
+            Ok(burst) => self.announcements.announce(vip, iface, Job { burst, sock }),
             // Logged where it was found; nothing to send.
             Err(_) => self.announcements.cancel(vip, iface),
         }

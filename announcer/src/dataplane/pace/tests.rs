@@ -83,7 +83,11 @@ fn a_repeat_is_never_closer_than_the_interval_to_the_round_before() {
     for (at, key, round) in sent {
         if let Some((before, r)) = last.insert(key, (at, round)) {
             assert_eq!(round, r + 1);
-            assert!(at - before >= SEC, "{key} round {round} after {:?}", at - before);
+            assert!(
+                at - before >= SEC,
+                "{key} round {round} after {:?}",
+                at - before
+            );
         } else {
             assert_eq!(round, 0);
         }
