@@ -8,10 +8,12 @@
 //! ```text
 //! cargo run --release -p announcer-tests --bin soak -- --seeds 100000
 //! cargo run -p announcer-tests --bin soak -- --seed 1234 --trace
+//! cargo run --release -p announcer-tests --bin soak -- --nodes 100-128 --seeds 200
 //! ```
 
 use std::{
     io::Write,
+    ops::RangeInclusive,
     sync::atomic::{AtomicU64, Ordering},
     time::Instant,
 };
@@ -20,8 +22,8 @@ use announcer::election::Core;
 use announcer_tests::sim::{
     naive::NaiveCore,
     report::{MAX_IDLE_VICTIMS, Summary},
-    run::{default_threads, run_many, run_with},
-    scenario::Scenario,
+    run::{default_threads, run_many_sized, run_sized},
+    scenario::{MAX_NODES, Scenario},
 };
 use clap::Parser;
 
@@ -56,15 +58,29 @@ struct Args {
     /// How many violation messages to print in full.
     #[arg(long, default_value_t = 3)]
     show: usize,
+    /// Cluster sizes, `MIN-MAX` nodes (each seed draws one; at most 128). The default is what
+    /// `cargo xtask test` runs; `--nodes 100-128` is issue 29's large-cluster soak.
+    #[arg(long, default_value = "3-7", value_parser = parse_nodes)]
+    nodes: RangeInclusive<usize>,
+}
+
+fn parse_nodes(s: &str) -> Result<RangeInclusive<usize>, String> {
+    let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+    let parse = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("{x:?}: {e}"));
+    let (lo, hi) = (parse(lo)?, parse(hi)?);
+    if lo < 2 || hi < lo || hi > MAX_NODES {
+        return Err(format!("{s}: sizes from 2 to {MAX_NODES} nodes, MIN-MAX"));
+    }
+    Ok(lo..=hi)
 }
 
 fn main() {
     let args = Args::parse();
     if let Some(seed) = args.seed {
         let (rep, trace) = if args.naive {
-            run_with::<NaiveCore>(seed, args.scenario, args.trace)
+            run_sized::<NaiveCore>(seed, args.scenario, args.nodes.clone(), args.trace)
         } else {
-            run_with::<Core>(seed, args.scenario, args.trace)
+            run_sized::<Core>(seed, args.scenario, args.nodes.clone(), args.trace)
         };
         for l in &trace {
             println!("{l}");
@@ -107,9 +123,9 @@ fn main() {
     };
     let range = args.start..args.start + total;
     let reports = if args.naive {
-        run_many::<NaiveCore>(range, args.scenario, threads, &progress)
+        run_many_sized::<NaiveCore>(range, args.scenario, args.nodes.clone(), threads, &progress)
     } else {
-        run_many::<Core>(range, args.scenario, threads, &progress)
+        run_many_sized::<Core>(range, args.scenario, args.nodes.clone(), threads, &progress)
     };
     let reports = reports.unwrap_or_else(|e| {
         eprintln!("--seeds {total}: {e}");

@@ -55,7 +55,7 @@ use announcer::election::{EventKind, NodeEventKind, Output};
 use super::{
     agent::Agent,
     queue::VTime,
-    scenario::{Action, ISOLATION_BOUND, Scenario, bit, owner_in},
+    scenario::{Action, ISOLATION_BOUND, NodeMask, Scenario, bit, owner_in},
     world::{Record, SAMPLE_EVERY, Sample, What, World},
 };
 
@@ -143,7 +143,7 @@ struct Ctx<'a, A> {
     out: Vec<String>,
 }
 
-fn names<A>(w: &World<A>, mask: u16) -> String {
+fn names<A>(w: &World<A>, mask: NodeMask) -> String {
     let v: Vec<&str> = (0..w.nodes.len())
         .filter(|i| mask & bit(*i) != 0)
         .map(|i| w.nodes[i].name.as_str())
@@ -206,11 +206,11 @@ impl<'a, A: Agent> Ctx<'a, A> {
         w.samples.iter().rev().find(|s| s.t < t)
     }
 
-    fn eligible(&self, s: &Sample, v: usize) -> u16 {
+    fn eligible(&self, s: &Sample, v: usize) -> NodeMask {
         self.w.eligibility[s.epoch][v]
     }
 
-    fn expected(&self, s: &Sample, v: usize) -> u16 {
+    fn expected(&self, s: &Sample, v: usize) -> NodeMask {
         let w = self.w;
         owner_in(
             &w.plan.nodes,
@@ -221,7 +221,7 @@ impl<'a, A: Agent> Ctx<'a, A> {
     }
 
     /// Eligible as the nodes see it: during a roll, each node by its own configuration.
-    fn eligible_any(&self, s: &Sample, v: usize) -> u16 {
+    fn eligible_any(&self, s: &Sample, v: usize) -> NodeMask {
         match &s.mixed {
             Some(m) => m[v],
             None => self.eligible(s, v),
@@ -379,7 +379,7 @@ pub struct Episode {
     /// The last one.
     pub to: VTime,
     /// Every node that answered the VIP during the episode (bit `i` = node `i`).
-    pub nodes: u16,
+    pub nodes: NodeMask,
     /// Whether an Overlap Event must count it: it lasted over [`COUNT_OVER`] (shorter ones
     /// can be a make-before-break handover, where two answerers are the design) and lies in
     /// no configuration roll (whose nodes rank differently by design, see `roll_window`).
@@ -530,7 +530,7 @@ fn sampled_episodes<A>(
     roll: Option<(VTime, VTime)>,
 ) -> Vec<Episode> {
     let mut out = Vec::new();
-    let mut open: Option<(VTime, u16)> = None;
+    let mut open: Option<(VTime, NodeMask)> = None;
     let mut last = Duration::ZERO;
     let samples = w
         .samples
@@ -800,7 +800,7 @@ pub fn check<A: Agent>(w: &World<A>) -> RunReport {
     // 9: no VIP dark longer than the bound while someone could serve it. A node that lost the
     // API server alone for a Lease duration is fenced by design (it stops being a candidate
     // so that the cluster converges) until a little after it is back: it serves nothing.
-    let fenced = |t: VTime| -> u16 {
+    let fenced = |t: VTime| -> NodeMask {
         let mut m = 0;
         for (d, a) in &plan.steps {
             let Action::NodeApi(n, false) = a else {

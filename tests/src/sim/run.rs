@@ -5,7 +5,7 @@
 //! so a shared work counter over scoped threads is all it takes.
 
 use std::{
-    ops::Range,
+    ops::{Range, RangeInclusive},
     sync::{
         Mutex,
         atomic::{AtomicU64, Ordering},
@@ -18,7 +18,7 @@ use announcer::election::Core;
 use super::{
     agent::Agent,
     check::{RunReport, check},
-    scenario::{Plan, Scenario},
+    scenario::{DEFAULT_NODES, Plan, Scenario},
     world::World,
 };
 
@@ -29,7 +29,18 @@ pub fn run_with<A: Agent>(
     scenario: Option<Scenario>,
     trace: bool,
 ) -> (RunReport, Vec<String>) {
-    let plan = Plan::generate(seed, scenario.unwrap_or_else(|| Scenario::for_seed(seed)));
+    run_sized::<A>(seed, scenario, DEFAULT_NODES, trace)
+}
+
+/// [`run_with`] on a cluster of a size drawn from `nodes` ([`Plan::generate_sized`]).
+pub fn run_sized<A: Agent>(
+    seed: u64,
+    scenario: Option<Scenario>,
+    nodes: RangeInclusive<usize>,
+    trace: bool,
+) -> (RunReport, Vec<String>) {
+    let scenario = scenario.unwrap_or_else(|| Scenario::for_seed(seed));
+    let plan = Plan::generate_sized(seed, scenario, nodes);
     let mut world: World<A> = World::new(plan, trace);
     world.run();
     (check(&world), world.trace.take().unwrap_or_default())
@@ -59,6 +70,17 @@ pub fn run_many<A: Agent>(
     threads: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<RunReport>, NoSeeds> {
+    run_many_sized::<A>(seeds, scenario, DEFAULT_NODES, threads, progress)
+}
+
+/// [`run_many`] on clusters of sizes drawn from `nodes`.
+pub fn run_many_sized<A: Agent>(
+    seeds: Range<u64>,
+    scenario: Option<Scenario>,
+    nodes: RangeInclusive<usize>,
+    threads: usize,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<RunReport>, NoSeeds> {
     if seeds.is_empty() {
         return Err(NoSeeds {
             start: seeds.start,
@@ -76,7 +98,7 @@ pub fn run_many<A: Agent>(
                     if seed >= seeds.end {
                         break;
                     }
-                    let r = run_with::<A>(seed, scenario, false).0;
+                    let r = run_sized::<A>(seed, scenario, nodes.clone(), false).0;
                     out.lock().expect("no panics while locked").push(r);
                     progress(done.fetch_add(1, Ordering::Relaxed) + 1);
                 }

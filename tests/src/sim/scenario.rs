@@ -5,7 +5,7 @@
 //! from timing coincidences nobody would write down by hand. Every schedule is "settle, fault(s)
 //! at random times, settle", so that the checker knows which windows must look steady.
 
-use std::{fmt, net::IpAddr, str::FromStr, time::Duration};
+use std::{fmt, net::IpAddr, ops::RangeInclusive, str::FromStr, time::Duration};
 
 use announcer::election::{ElectionConfig, NodeName, rendezvous};
 use rand::{Rng, SeedableRng, seq::IndexedRandom};
@@ -252,10 +252,10 @@ pub enum Action {
     /// Everyone can reach everyone again.
     Heal,
     /// New eligible sets (bit `i` = node `i`) for some VIPs, by index.
-    Eligibility(Vec<(usize, u16)>),
+    Eligibility(Vec<(usize, NodeMask)>),
     /// Heartbeats from `.0` to each node in the mask `.1` are lost from now on (heartbeats
     /// only: Leases, probes and probe answers still flow).
-    BeatCut(usize, u16),
+    BeatCut(usize, NodeMask),
     /// Every heartbeat cut of [`Action::BeatCut`] is lifted.
     BeatHeal,
     /// Every frame from `.0` to `.1` is lost (heartbeats, probes, probe answers), one way.
@@ -286,7 +286,7 @@ pub enum Action {
     Reconfigure(usize),
     /// A new configuration starts rolling out: these eligible sets (like
     /// [`Action::Eligibility`]) apply to each node once it is reconfigured.
-    NewConfig(Vec<(usize, u16)>),
+    NewConfig(Vec<(usize, NodeMask)>),
 }
 
 /// One VIP of the simulated cluster.
@@ -295,7 +295,7 @@ pub struct VipDef {
     /// The address.
     pub addr: IpAddr,
     /// Eligible nodes at the start (bit `i` = node `i`).
-    pub eligible: u16,
+    pub eligible: NodeMask,
 }
 
 /// A generated run: the cluster and what happens to it.
@@ -373,13 +373,43 @@ pub fn in_subnet_b(addr: IpAddr) -> bool {
     })
 }
 
+/// A set of the simulated nodes, one bit per node index: up to [`MAX_NODES`] nodes.
+pub type NodeMask = u128;
+
+/// The most nodes a simulated cluster may have (the bits of a [`NodeMask`]).
+pub const MAX_NODES: usize = NodeMask::BITS as usize;
+
+/// How many nodes [`Plan::generate`] picks from, unless told otherwise
+/// ([`Plan::generate_sized`]): what `cargo xtask test` runs.
+pub const DEFAULT_NODES: RangeInclusive<usize> = 3..=7;
+
 /// Bit mask of one node.
-pub fn bit(i: usize) -> u16 {
+pub fn bit(i: usize) -> NodeMask {
     1 << i
 }
 
+/// Every node of `n`.
+pub fn all_of(n: usize) -> NodeMask {
+    if n >= MAX_NODES {
+        NodeMask::MAX
+    } else {
+        (1 << n) - 1
+    }
+}
+
+/// A random mask in `range` over `n` nodes. Drawn as a `u16` when the cluster fits one, as
+/// before masks were wider, so that every seed of a small cluster plans what it always did.
+fn random_mask(rng: &mut ChaCha8Rng, range: RangeInclusive<NodeMask>, n: usize) -> NodeMask {
+    if n <= 16 {
+        let (lo, hi) = (*range.start() as u16, *range.end() as u16);
+        NodeMask::from(rng.random_range(lo..=hi))
+    } else {
+        rng.random_range(range)
+    }
+}
+
 /// The rendezvous owner of `vip` among the nodes in `mask`.
-pub fn owner_in(nodes: &[NodeName], vip: IpAddr, mask: u16) -> Option<usize> {
+pub fn owner_in(nodes: &[NodeName], vip: IpAddr, mask: NodeMask) -> Option<usize> {
     let cands = nodes
         .iter()
         .enumerate()
@@ -390,15 +420,25 @@ pub fn owner_in(nodes: &[NodeName], vip: IpAddr, mask: u16) -> Option<usize> {
 }
 
 impl Plan {
-    /// The plan for `seed` running `scenario`.
+    /// The plan for `seed` running `scenario`, on [`DEFAULT_NODES`] nodes.
     pub fn generate(seed: u64, scenario: Scenario) -> Plan {
+        Self::generate_sized(seed, scenario, DEFAULT_NODES)
+    }
+
+    /// The plan for `seed` running `scenario` on a number of nodes drawn from `nodes` (at
+    /// most [`MAX_NODES`]).
+    pub fn generate_sized(seed: u64, scenario: Scenario, nodes: RangeInclusive<usize>) -> Plan {
+        assert!(
+            *nodes.end() <= MAX_NODES && *nodes.start() >= 2,
+            "the simulator runs 2 to {MAX_NODES} nodes, not {nodes:?}"
+        );
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let n = rng.random_range(3..=7usize);
+        let n = rng.random_range(nodes);
         let m = rng.random_range(1..=40usize);
         let nodes: Vec<NodeName> = (0..n)
             .map(|i| NodeName::from(format!("node-{i}")))
             .collect();
-        let all: u16 = (1 << n) - 1;
+        let all = all_of(n);
         let mut vips: Vec<VipDef> = Vec::new();
         while vips.len() < m {
             let addr: IpAddr = if rng.random_bool(0.6) {
@@ -424,7 +464,7 @@ impl Plan {
             let eligible = match rng.random_range(0..10) {
                 0 => 0,
                 1..=5 => all,
-                _ => rng.random_range(1..=all),
+                _ => random_mask(&mut rng, 1..=all, n),
             };
             vips.push(VipDef { addr, eligible });
         }
@@ -435,7 +475,7 @@ impl Plan {
         };
         let timing = template_config();
         // The joiner (last node) starts late; everyone else within the first 300 ms.
-        let initial: u16 = if scenario == Scenario::Join {
+        let initial: NodeMask = if scenario == Scenario::Join {
             all & !bit(n - 1)
         } else {
             all
@@ -586,7 +626,7 @@ impl Plan {
                 let changes = (0..rng.random_range(1..=4))
                     .map(|_| {
                         let i = rng.random_range(0..vips.len());
-                        (i, rng.random_range(0..=all))
+                        (i, random_mask(&mut rng, 0..=all, n))
                     })
                     .collect();
                 steps.push((t1, Action::NewConfig(changes)));
@@ -623,7 +663,7 @@ impl Plan {
                         break;
                     };
                     for _ in 0..20 {
-                        let mask = rng.random_range(0..=all) | bit(lagger);
+                        let mask = random_mask(&mut rng, 0..=all, n) | bit(lagger);
                         if owner_in(&nodes, vips[i].addr, mask) == Some(lagger) {
                             changes.push((i, mask));
                             break;
@@ -758,7 +798,7 @@ impl Plan {
                 let mut last = t1;
                 let mut at = t1;
                 for _ in 0..rng.random_range(1..=2) {
-                    let changes: Vec<(usize, u16)> = (0..rng.random_range(1..=3))
+                    let changes: Vec<(usize, NodeMask)> = (0..rng.random_range(1..=3))
                         .map(|_| {
                             let i = rng.random_range(0..vips.len());
                             // The endpoint moves: one eligible node swapped for another, or a
@@ -776,7 +816,7 @@ impl Plan {
                                 vips[i].eligible & !bit(*from.choose(&mut rng).expect("nonempty"))
                                     | bit(*to.choose(&mut rng).expect("not all"))
                             } else {
-                                rng.random_range(0..=all)
+                                random_mask(&mut rng, 0..=all, n)
                             };
                             (i, mask)
                         })

@@ -25,7 +25,7 @@ use rand_chacha::ChaCha8Rng;
 use super::{
     agent::Agent,
     queue::{Queue, VTime},
-    scenario::{Action, Plan, bit, in_subnet_b},
+    scenario::{Action, NodeMask, Plan, all_of, bit, in_subnet_b},
 };
 
 /// The interface every simulated node announces on.
@@ -88,9 +88,9 @@ pub struct Record {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct VipState {
     /// Nodes whose data plane answers it (up, link up, unexpired entry).
-    pub answerers: u16,
+    pub answerers: NodeMask,
     /// Nodes the clients' caches point to.
-    pub cached: u16,
+    pub cached: NodeMask,
     /// Every client's traffic reaches a node (its cached node is up with its link up).
     pub flows: bool,
     /// Some client's cached node is down or its link is: traffic it sent before now goes
@@ -105,12 +105,12 @@ pub struct Sample {
     pub t: VTime,
     /// Nodes counted as live: agent running past its warm-up and not leaving, machine and
     /// link up.
-    pub live: u16,
+    pub live: NodeMask,
     /// Index into [`World::eligibility`]: the eligible sets in force.
     pub epoch: usize,
     /// During a configuration roll (nodes rank by different eligible sets), per VIP: the
     /// running nodes whose own configuration makes them eligible.
-    pub mixed: Option<Vec<u16>>,
+    pub mixed: Option<Vec<NodeMask>>,
     /// Per VIP, same order as the plan.
     pub vips: Vec<VipState>,
 }
@@ -210,7 +210,7 @@ pub struct World<A> {
     /// The machines.
     pub nodes: Vec<SimNode<A>>,
     /// The eligible sets over time; samples point into it.
-    pub eligibility: Vec<Vec<u16>>,
+    pub eligibility: Vec<Vec<NodeMask>>,
     vip_index: BTreeMap<IpAddr, usize>,
     leases: BTreeMap<usize, StoredLease>,
     next_rv: u64,
@@ -225,15 +225,15 @@ pub struct World<A> {
     /// Full trace lines (inputs and outputs), when enabled.
     pub trace: Option<Vec<String>>,
     /// Per VIP: the nodes that can announce it (all, unless a node lacks its link).
-    pub capable: Vec<u16>,
+    pub capable: Vec<NodeMask>,
     /// Per node: the sample at which its agent kept the most peers beyond the Leases
     /// `(time, peers, leases)`, if it ever kept more.
     pub mem_strict: Vec<Option<(VTime, usize, usize)>>,
     /// Per node: the first sample at which its agent kept more peers than there are Leases
     /// or real nodes, whichever is more.
     pub mem_loose: Vec<Option<(VTime, usize, usize)>>,
-    beat_cut: Vec<u16>,
-    link_cut: Vec<u16>,
+    beat_cut: Vec<NodeMask>,
+    link_cut: Vec<NodeMask>,
     clock_ms: Vec<i64>,
     key: Vec<u8>,
     probe_loss: u16,
@@ -289,8 +289,8 @@ impl<A: Agent> World<A> {
             .vips
             .iter()
             .map(|v| match plan.one_nic {
-                Some(o) if plan.two_nics && in_subnet_b(v.addr) => ((1u16 << n) - 1) & !bit(o),
-                _ => (1u16 << n) - 1,
+                Some(o) if plan.two_nics && in_subnet_b(v.addr) => all_of(n) & !bit(o),
+                _ => all_of(n),
             })
             .collect();
         World {

@@ -295,7 +295,7 @@ fn checked_isolation_bound_covers_the_cores_at_the_defaults() {
     );
 }
 
-fn episode(from_ms: u64, to_ms: u64, nodes: u16) -> Episode {
+fn episode(from_ms: u64, to_ms: u64, nodes: u128) -> Episode {
     let (from, to) = (Duration::from_millis(from_ms), Duration::from_millis(to_ms));
     Episode {
         from,

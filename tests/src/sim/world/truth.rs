@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use super::{super::scenario::Scenario, Agent, CLIENT_STALE_AFTER, Sample, VipState, World, bit};
+use super::{
+    super::scenario::{NodeMask, Scenario},
+    Agent, CLIENT_STALE_AFTER, Sample, VipState, World, bit,
+};
 
 impl<A: Agent> World<A> {
     /// Ground truth now; clients re-resolve stale entries.
@@ -25,8 +28,8 @@ impl<A: Agent> World<A> {
                     && n.link
                     && now >= n.started_at + self.plan.timing.warmup
             })
-            .fold(0u16, |m, i| m | bit(i));
-        let mut answering = vec![0u16; self.plan.vips.len()];
+            .fold(0, |m: NodeMask, i| m | bit(i));
+        let mut answering: Vec<NodeMask> = vec![0; self.plan.vips.len()];
         for (i, n) in self
             .nodes
             .iter()
@@ -41,7 +44,7 @@ impl<A: Agent> World<A> {
         }
         let mut vips = Vec::with_capacity(self.plan.vips.len());
         for (v, &answerers) in answering.iter().enumerate() {
-            let (mut cached, mut flows, mut cut_off) = (0u16, true, false);
+            let (mut cached, mut flows, mut cut_off) = (0 as NodeMask, true, false);
             for c in 0..self.clients.len() {
                 let mut target = self.clients[c].cache[v];
                 let ok = target.is_some_and(|t| self.nodes[t].up && self.nodes[t].link);
@@ -95,7 +98,7 @@ impl<A: Agent> World<A> {
                             let n = &self.nodes[*i];
                             n.agent.is_some() && self.eligibility[n.view][v] & bit(*i) != 0
                         })
-                        .fold(0u16, |m, i| m | bit(i))
+                        .fold(0, |m: NodeMask, i| m | bit(i))
                 })
                 .collect()
         });
