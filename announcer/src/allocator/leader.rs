@@ -417,8 +417,10 @@ struct Leader {
     expected: Option<u64>,
     /// The writes of the last plan not sent yet, oldest Service first.
     queue: VecDeque<Write>,
-    /// The Services and pools with a write in flight (not queued again meanwhile).
-    in_flight_keys: HashSet<String>,
+    /// The Services with a write in flight, and what it writes (not queued again meanwhile).
+    in_flight_services: HashMap<ServiceKey, Vec<IpAddr>>,
+    /// The pools with a status write in flight.
+    in_flight_pools: HashSet<String>,
 }
 
 impl Leader {
@@ -447,7 +449,8 @@ impl Leader {
             limiter,
             expected: None,
             queue: VecDeque::new(),
-            in_flight_keys: HashSet::new(),
+            in_flight_services: HashMap::new(),
+            in_flight_pools: HashSet::new(),
         }
     }
 
@@ -482,6 +485,8 @@ impl Leader {
                 retry_at = self.next_retry();
                 next_plan_at = Instant::now() + started.elapsed() * PLAN_SPACING;
             }
+            // A plan is due once the spacing after the last one has passed.
+            let plan_due = dirty && ns_listed.load(Ordering::Acquire);
             let may_send = !self.queue.is_empty()
                 && in_flight.len() < super::backoff::MAX_CONCURRENT_WRITES;
             tokio::select! {
@@ -499,10 +504,17 @@ impl Leader {
                     dirty = true;
                     force = true;
                 }
-                () = tokio::time::sleep_until(next_plan_at), if dirty => {}
+                () = tokio::time::sleep_until(next_plan_at), if plan_due => {}
                 () = self.limiter.until_ready(), if may_send => {
                     if let Some(w) = self.queue.pop_front() {
-                        self.in_flight_keys.insert(w.id());
+                        match &w {
+                            Write::Service { key, ips, .. } => {
+                                self.in_flight_services.insert(key.clone(), ips.clone());
+                            }
+                            Write::Pool { name, .. } => {
+                                self.in_flight_pools.insert(name.clone());
+                            }
+                        }
                         in_flight.push(send(self.client.clone(), active.clone(), w));
                     }
                 }
@@ -530,8 +542,20 @@ impl Leader {
         let services = self.services_with_pending();
         let pools: Vec<AddressPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
         let inputs = Digest::of(&pools, &services, &namespaces);
-        if !force && self.expected == Some(inputs.sum(&HashMap::new())) {
-            tracing::trace!("allocator inputs unchanged: no plan");
+        // The inputs as they will be once the writes queued and in flight land: what the last
+        // plan expected, unless something else changed (its own writes coming back do not).
+        let mut landing: HashMap<ServiceKey, &[IpAddr]> = self
+            .in_flight_services
+            .iter()
+            .map(|(k, ips)| (k.clone(), ips.as_slice()))
+            .collect();
+        for w in &self.queue {
+            if let Write::Service { key, ips, .. } = w {
+                landing.insert(key.clone(), ips);
+            }
+        }
+        if !force && self.expected == Some(inputs.sum(&landing)) {
+            tracing::trace!("allocator inputs as planned: no plan");
             return;
         }
         let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.scope);
@@ -558,8 +582,7 @@ impl Leader {
                 continue;
             }
             planned.insert(key.clone(), &a.ips);
-            if !self.service_backoff.due(&key, now_i)
-                || self.in_flight_keys.contains(&service_id(&key))
+            if !self.service_backoff.due(&key, now_i) || self.in_flight_services.contains_key(&key)
             {
                 continue;
             }
@@ -600,8 +623,7 @@ impl Leader {
                 self.pool_backoff.succeeded(&name);
                 continue;
             }
-            if !self.pool_backoff.due(&name, Instant::now())
-                || self.in_flight_keys.contains(&pool_id(&name))
+            if !self.pool_backoff.due(&name, Instant::now()) || self.in_flight_pools.contains(&name)
             {
                 continue;
             }
@@ -617,7 +639,14 @@ impl Leader {
 
     /// Books a finished write; `false` if it found the leadership over.
     fn written(&mut self, done: Written) -> bool {
-        self.in_flight_keys.remove(&done.write.id());
+        match &done.write {
+            Write::Service { key, .. } => {
+                self.in_flight_services.remove(key);
+            }
+            Write::Pool { name, .. } => {
+                self.in_flight_pools.remove(name);
+            }
+        }
         match (done.write, done.result) {
             (_, Err(WriteError::NotActive)) => return false,
             (Write::Service { key, rv, ips }, r) => match r {
@@ -782,24 +811,6 @@ impl Leader {
                 tracing::warn!(service = %key, error = %e, "could not record Event");
             }
         });
-    }
-}
-
-fn service_id(key: &ServiceKey) -> String {
-    format!("service {key}")
-}
-
-fn pool_id(name: &str) -> String {
-    format!("pool {name}")
-}
-
-impl Write {
-    /// What it writes, for the in-flight set.
-    fn id(&self) -> String {
-        match self {
-            Write::Service { key, .. } => service_id(key),
-            Write::Pool { name, .. } => pool_id(name),
-        }
     }
 }
 

@@ -405,6 +405,8 @@ mod tests {
     struct Server {
         lease: Arc<Mutex<Option<Value>>>,
         rv: Arc<Mutex<u64>>,
+        /// GETs of the Lease served.
+        gets: Arc<Mutex<u64>>,
     }
 
     impl Server {
@@ -438,6 +440,7 @@ mod tests {
 
     async fn start(server: Server) -> Client {
         async fn read(State(s): State<Server>) -> (StatusCode, Json<Value>) {
+            *s.gets.lock().unwrap() += 1;
             match s.lease.lock().unwrap().clone() {
                 Some(l) => (StatusCode::OK, Json(l)),
                 None => (
@@ -555,6 +558,51 @@ mod tests {
         assert!(e.try_acquire_or_renew().await.unwrap());
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(!e.is_active(), "past the 0.6 s deadline");
+    }
+
+    #[tokio::test]
+    async fn a_standby_shown_the_lease_by_a_watch_decides_without_reading_it() {
+        let s = Server::default();
+        s.put("node-b");
+        let client = start(s.clone()).await;
+        let watched = |s: &Server| -> Lease {
+            serde_json::from_value(s.lease.lock().unwrap().clone().unwrap()).unwrap()
+        };
+        let mut e = Elector::new(client, "ns", "node-a", timings());
+        e.saw(Some(watched(&s)));
+        assert!(!e.try_acquire_or_renew().await.unwrap(), "node-b holds it");
+        let free_at = e.free_at().expect("a known Lease");
+        // node-b renews; the watch shows it: expiry counts again from now.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.put("node-b");
+        e.saw(Some(watched(&s)));
+        assert!(e.free_at().expect("known") > free_at);
+        assert!(!e.try_acquire_or_renew().await.unwrap());
+        // Unchanged for its duration: taken, still without a read.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert!(e.free_at().expect("known") <= Instant::now());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        assert_eq!(*s.gets.lock().unwrap(), 0, "no read while watched");
+        assert_eq!(s.holder().as_deref(), Some("node-a"));
+        // Without a watch, a candidate reads.
+        let mut other = Elector::new(start(s.clone()).await, "ns", "node-c", timings());
+        assert!(!other.try_acquire_or_renew().await.unwrap());
+        assert_eq!(*s.gets.lock().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_holding_task_renews_until_ended_and_hands_the_elector_back() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        let holding = Holding::start(e);
+        let active = holding.active();
+        // Past the 0.6 s deadline of the first acquisition: renewed by the task meanwhile.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(active.is_active(), "renewed by its own task");
+        let mut e = holding.end().await;
+        e.release().await.unwrap();
+        assert_eq!(s.holder(), None);
     }
 
     #[tokio::test]
