@@ -264,26 +264,28 @@ async fn main() -> Result<()> {
 
     let created_at = Instant::now();
     let services: Api<Service> = Api::namespaced(client.clone(), NS);
-    let mut made = 0usize;
-    let mut creates = futures::stream::iter(0..n)
-        .map(|i| {
-            let services = services.clone();
-            async move {
-                services
-                    .create(&PostParams::default(), &service(i))
-                    .await
-                    .map(|_| ())
+    {
+        let mut made = 0usize;
+        let mut creates = futures::stream::iter(0..n)
+            .map(|i| {
+                let services = services.clone();
+                async move {
+                    services
+                        .create(&PostParams::default(), &service(i))
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .buffer_unordered(16);
+        while let Some(r) = creates.next().await {
+            r.context("create a Service")?;
+            made += 1;
+            if made % 1000 == 0 || made == n {
+                progress(&format!(
+                    "created {made}/{n} Services ({:.0} s)",
+                    created_at.elapsed().as_secs_f64()
+                ));
             }
-        })
-        .buffer_unordered(16);
-    while let Some(r) = creates.next().await {
-        r.context("create a Service")?;
-        made += 1;
-        if made % 1000 == 0 || made == n {
-            progress(&format!(
-                "created {made}/{n} Services ({:.0} s)",
-                created_at.elapsed().as_secs_f64()
-            ));
         }
     }
 
