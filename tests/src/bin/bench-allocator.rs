@@ -115,7 +115,7 @@ fn allocator_pid(id: &str) -> Option<u32> {
             continue;
         };
         let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let has = |s: &str| args.iter().any(|a| *a == s.as_bytes());
+        let has = |s: &str| args.contains(&s.as_bytes());
         if has("allocator")
             && args
                 .windows(2)
@@ -280,7 +280,7 @@ async fn main() -> Result<()> {
         while let Some(r) = creates.next().await {
             r.context("create a Service")?;
             made += 1;
-            if made % 1000 == 0 || made == n {
+            if made.is_multiple_of(1000) || made == n {
                 progress(&format!(
                     "created {made}/{n} Services ({:.0} s)",
                     created_at.elapsed().as_secs_f64()
