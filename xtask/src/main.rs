@@ -74,8 +74,9 @@ enum Cmd {
     /// reads and writes per second for 3/10/50 agents and 10/100/1,000 Services, both election
     /// modes), `failover` (failover time as a client feels it, against keepalived and
     /// lease-per-service, on the namespace testbed), `heartbeat` (sealing and verifying),
-    /// `core` (the election core's cost per agent against cluster size, in virtual time) or
-    /// `scale` (issue 29's targets T1–T6 in one table, from the others' measurements).
+    /// `core` (the election core's cost per agent against cluster size, in virtual time),
+    /// `allocator` (10,000 new Services allocated on the real kube-apiserver, T6) or `scale`
+    /// (issue 29's targets T1–T6 in one table, from the others' measurements).
     /// Arguments after the name go to the
     /// benchmark, e.g. `cargo xtask bench failover --trials 5 --json`.
     Bench {
@@ -187,6 +188,8 @@ fn main() -> Result<()> {
                 "control-plane" => "bench-control-plane",
                 "failover" => "bench-failover",
                 "mass-failover" => "bench-mass-failover",
+                // T6: the allocator on the real kube-apiserver, from the release binary.
+                "allocator" => "bench-allocator",
                 // Pure CPU (no BPF, no agents): nothing more to build.
                 "heartbeat" => return run_tests_bin(&root, "bench-heartbeat", json, &args),
                 "core" => return run_tests_bin(&root, "bench-core", json, &args),
@@ -208,7 +211,7 @@ fn main() -> Result<()> {
                 }
                 other => {
                     bail!(
-                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, mass-failover, heartbeat, core, scale"
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, mass-failover, heartbeat, core, allocator, scale"
                     )
                 }
             };

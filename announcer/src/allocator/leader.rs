@@ -3,8 +3,10 @@
 //! [`super`] for why it is shaped this way).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque},
+    hash::{Hash, Hasher},
     net::IpAddr,
+    num::NonZeroU32,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -12,9 +14,17 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
+use futures::{StreamExt, stream::FuturesUnordered};
+use governor::{
+    Quota, RateLimiter,
+    clock::DefaultClock,
+    state::{InMemoryState, NotKeyed},
+};
 use k8s_openapi::{
-    api::core::v1::{Namespace, ObjectReference, Service},
+    api::{
+        coordination::v1::Lease,
+        core::v1::{Namespace, ObjectReference, Service},
+    },
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
 };
@@ -30,12 +40,15 @@ use kube::{
 };
 use rand::Rng;
 use serde_json::json;
-use tokio::{sync::watch, time::Instant};
+use tokio::{
+    sync::{mpsc, watch},
+    time::Instant,
+};
 
 use super::{
     AllocatorArgs,
     backoff::Backoff,
-    lease::{Elector, LeaseError, LeaseTimings},
+    lease::{Active, Elector, Holding, LEASE_NAME, LeaseError, LeaseTimings},
 };
 use crate::{
     agent::{kube::other_announcers::OtherAnnouncer, shutdown::Shutdown},
@@ -60,6 +73,8 @@ pub struct AllocatorConfig {
     /// Other announcers found at start: with one, a class-less Service we do not serve is
     /// its to serve, so no [`NOT_ALLOCATED`] Event is sent.
     pub other_announcers: Vec<OtherAnnouncer>,
+    /// The most writes per second (Services, pools, Events; not the Lease): `--write-qps`.
+    pub write_qps: NonZeroU32,
 }
 
 /// The reason of the Event on a class-less Service that nothing will allocate.
@@ -104,6 +119,7 @@ impl AllocatorConfig {
             },
             lease: LeaseTimings::default(),
             other_announcers: Vec::new(),
+            write_qps: args.write_qps,
         }
     }
 }
@@ -122,6 +138,11 @@ pub enum WriteError {
     Api(String, kube::Error),
 }
 
+/// Plans are spaced at least this many times the last plan's cost apart (a burst of watch
+/// events becomes one plan), so planning takes at most 1/20 = 5 % of the wall time whatever
+/// the event rate.
+const PLAN_SPACING: u32 = 20;
+
 /// Runs the allocator until `stop`. Idle while `pools` is empty.
 pub async fn run(
     client: Client,
@@ -139,38 +160,210 @@ pub async fn run(
         () = stop.recv() => return,
         r = ready => if r.is_err() { return },
     }
+    let limiter = Arc::new(RateLimiter::direct(write_quota(cfg.write_qps)));
     let mut elector = Elector::new(client.clone(), &cfg.namespace, &cfg.identity, cfg.lease);
+    // The standby's view of the Lease: a watch of it by name, or reads where that is refused.
+    let mut standby = Standby::new(client.clone(), &cfg.namespace);
     loop {
         // Idle: no pools, nothing to do, no requests.
-        while pools.state().is_empty() {
-            tokio::select! {
-                () = stop.recv() => return,
-                r = changed.changed() => if r.is_err() { return },
+        if pools.state().is_empty() {
+            standby.pause(&mut elector);
+            while pools.state().is_empty() {
+                tokio::select! {
+                    () = stop.recv() => return,
+                    r = changed.changed() => if r.is_err() { return },
+                }
             }
         }
+        standby.resume();
         match elector.try_acquire_or_renew().await {
             Ok(true) => {
                 tracing::info!(identity = %cfg.identity, "became the active address allocator");
-                let mut leader = Leader::new(&client, &cfg, &services, &pools);
-                let end = leader.lead(&mut elector, &mut changed, &mut stop).await;
+                standby.pause(&mut elector);
+                let holding = Holding::start(elector);
+                let mut leader = Leader::new(&client, &cfg, &services, &pools, limiter.clone());
+                let end = leader.lead(holding.active(), &mut changed, &mut stop).await;
+                elector = holding.end().await;
                 if let Err(e) = elector.release().await {
                     tracing::debug!(error = %e, "could not release the allocator Lease");
                 }
                 match end {
                     End::Stopped => return,
                     End::Lost => tracing::warn!("no longer the active address allocator"),
-                    End::NoPools => tracing::info!("no address pools left: allocator idle"),
+                    End::NoPools => {
+                        tracing::info!("no address pools left: allocator idle");
+                        continue;
+                    }
                 }
+                standby.resume();
             }
             Ok(false) => {}
             Err(LeaseError::Conflict) => {}
             Err(e) => tracing::warn!(error = %e, "allocator Lease"),
         }
-        let wait = jittered(cfg.lease.renew);
-        tokio::select! {
-            () = stop.recv() => return,
-            () = tokio::time::sleep(wait) => {}
+        // Standing by: until the Lease is free as far as this replica knows (released, or
+        // unchanged for its duration), with no read while the watch shows it.
+        loop {
+            let until = standby.wake_at(&elector, cfg.lease);
+            tokio::select! {
+                () = stop.recv() => return,
+                r = changed.changed() => {
+                    if r.is_err() { return }
+                    if pools.state().is_empty() { break }
+                }
+                seen = standby.next() => {
+                    match seen {
+                        Seen::Lease(l) => elector.saw(l.map(|l| *l)),
+                        Seen::Broken => elector.unwatched(),
+                    }
+                    if elector.free_at().is_none_or(|t| t <= Instant::now()) { break }
+                }
+                () = tokio::time::sleep_until(until) => break,
+            }
         }
+    }
+}
+
+/// The share of `--write-qps` the limiter sends at: requests sent evenly spaced reach the API
+/// server a little bunched (measured on kube-apiserver at 100/s: 102 in one second), so 5 %
+/// headroom keeps every second as the API server sees it at or below `--write-qps`.
+const WRITE_HEADROOM: f64 = 0.95;
+
+/// The quota of `--write-qps`: evenly spaced 1 / (0.95 × qps) apart, no burst, so no 1-second
+/// window holds more than `qps` writes (a bucket `qps` deep would allow twice that in the first
+/// second).
+fn write_quota(qps: NonZeroU32) -> Quota {
+    let period = Duration::from_secs_f64(1.0 / (f64::from(qps.get()) * WRITE_HEADROOM));
+    Quota::with_period(period)
+        .unwrap_or_else(|| Quota::per_second(qps))
+        .allow_burst(NonZeroU32::MIN)
+}
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, DefaultClock>;
+
+/// What the Lease watch showed a standby.
+enum Seen {
+    /// The Lease as it is now (`None`: it does not exist).
+    Lease(Option<Box<Lease>>),
+    /// The watch broke (it retries by itself): the Lease is unknown until it is back.
+    Broken,
+}
+
+/// A standby's view of the Lease: a watch of that one name (field selector
+/// `metadata.name=announcer-allocator`; RBAC grants `list` and `watch` with `resourceNames`
+/// only so), or, if the API server refuses it (403), a read once per Lease duration, said once
+/// in the log.
+struct Standby {
+    client: Client,
+    namespace: String,
+    rx: Option<mpsc::Receiver<Seen>>,
+    task: Option<AbortOnDrop>,
+    /// The watch was refused: read instead, for the rest of the process's life.
+    forbidden: Arc<AtomicBool>,
+}
+
+impl Standby {
+    fn new(client: Client, namespace: &str) -> Self {
+        Standby {
+            client,
+            namespace: namespace.to_owned(),
+            rx: None,
+            task: None,
+            forbidden: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Stops watching (leading, or idle without pools).
+    fn pause(&mut self, elector: &mut Elector) {
+        self.task = None;
+        self.rx = None;
+        elector.unwatched();
+    }
+
+    /// Watches the Lease unless it already does or the watch was refused.
+    fn resume(&mut self) {
+        if self.task.is_some() || self.forbidden.load(Ordering::Acquire) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(4);
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &self.namespace);
+        let forbidden = self.forbidden.clone();
+        let task = tokio::spawn(async move {
+            let cfg = watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}"));
+            let stream = watcher(api, cfg).default_backoff();
+            let mut stream = std::pin::pin!(stream);
+            let mut listed: Option<Lease> = None;
+            while let Some(ev) = stream.next().await {
+                let seen = match ev {
+                    Ok(watcher::Event::Init) => {
+                        listed = None;
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(l)) => {
+                        listed = Some(l);
+                        continue;
+                    }
+                    Ok(watcher::Event::InitDone) => Seen::Lease(listed.take().map(Box::new)),
+                    Ok(watcher::Event::Apply(l)) => Seen::Lease(Some(Box::new(l))),
+                    Ok(watcher::Event::Delete(_)) => Seen::Lease(None),
+                    Err(e) if is_forbidden(&e) => {
+                        forbidden.store(true, Ordering::Release);
+                        tracing::warn!(
+                            error = %e,
+                            "may not watch the allocator Lease (RBAC: list and watch on the \
+                             announcer-allocator Lease): standing by with a read of it once \
+                             per Lease duration instead"
+                        );
+                        let _ = tx.send(Seen::Broken).await;
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "allocator Lease watch");
+                        Seen::Broken
+                    }
+                };
+                if tx.send(seen).await.is_err() {
+                    return;
+                }
+            }
+        });
+        self.rx = Some(rx);
+        self.task = Some(AbortOnDrop(task));
+    }
+
+    /// The next thing the watch showed; pending forever without a watch.
+    async fn next(&mut self) -> Seen {
+        match self.rx.as_mut() {
+            Some(rx) => match rx.recv().await {
+                Some(s) => s,
+                None => {
+                    self.rx = None;
+                    Seen::Broken
+                }
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// When to try for the Lease: when it will be free as far as this replica knows; never
+    /// later than a Lease duration from now when the Lease is known only by reads (no watch),
+    /// and after a renew period when it is not known at all.
+    fn wake_at(&self, elector: &Elector, timings: LeaseTimings) -> Instant {
+        let now = Instant::now();
+        match elector.free_at() {
+            Some(t) => t.max(now),
+            None => now + jittered(timings.renew),
+        }
+    }
+}
+
+fn is_forbidden(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+        | watcher::Error::WatchFailed(kube::Error::Api(s)) => s.code == 403,
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
     }
 }
 
@@ -183,6 +376,28 @@ enum End {
     Stopped,
     Lost,
     NoPools,
+}
+
+/// One write the leader has decided on, waiting for the rate limiter.
+enum Write {
+    /// A Service's addresses, over the resourceVersion it was planned from.
+    Service {
+        key: ServiceKey,
+        rv: String,
+        ips: Vec<IpAddr>,
+    },
+    /// A pool's status.
+    Pool {
+        name: String,
+        rv: String,
+        status: AddressPoolStatus,
+    },
+}
+
+/// A finished write and how it went.
+struct Written {
+    write: Write,
+    result: Result<(), WriteError>,
 }
 
 /// The active allocator's state: what it wrote and is waiting to see, what it reported.
@@ -204,6 +419,17 @@ struct Leader {
     /// The UIDs of the class-less Services told [`NOT_ALLOCATED`] (once per Service).
     told_unserved: BTreeSet<String>,
     reporter: Reporter,
+    /// Every write (Services, pools, Events) waits for it: `--write-qps`.
+    limiter: Arc<Limiter>,
+    /// The digest of the inputs the last plan would leave once its writes are seen: a
+    /// recompute from the same inputs is skipped (our own writes coming back change nothing).
+    expected: Option<u64>,
+    /// The writes of the last plan not sent yet, oldest Service first.
+    queue: VecDeque<Write>,
+    /// The Services with a write in flight, and what it writes (not queued again meanwhile).
+    in_flight_services: HashMap<ServiceKey, Vec<IpAddr>>,
+    /// The pools with a status write in flight.
+    in_flight_pools: HashSet<String>,
 }
 
 impl Leader {
@@ -212,6 +438,7 @@ impl Leader {
         cfg: &AllocatorConfig,
         services: &Store<Service>,
         pools: &Store<AddressPool>,
+        limiter: Arc<Limiter>,
     ) -> Self {
         Leader {
             client: client.clone(),
@@ -228,12 +455,17 @@ impl Leader {
                 controller: CONTROLLER.to_owned(),
                 instance: Some(cfg.identity.clone()),
             },
+            limiter,
+            expected: None,
+            queue: VecDeque::new(),
+            in_flight_services: HashMap::new(),
+            in_flight_pools: HashSet::new(),
         }
     }
 
     async fn lead(
         &mut self,
-        elector: &mut Elector,
+        mut active: Active,
         changed: &mut watch::Receiver<u64>,
         stop: &mut Shutdown,
     ) -> End {
@@ -241,23 +473,31 @@ impl Leader {
         let (ns_store, ns_changed, ns_listed, ns_task) = watch_namespaces(self.client.clone());
         let _abort = AbortOnDrop(ns_task);
         let mut ns_changed = ns_changed;
-        let mut renew_at = Instant::now() + self.cfg.lease.renew;
         let mut retry_at: Option<Instant> = None;
         let mut dirty = true;
+        // A retry is due: plan even if the inputs did not change.
+        let mut force = false;
+        let mut next_plan_at = Instant::now();
+        let mut in_flight = FuturesUnordered::new();
         loop {
             if self.pools.state().is_empty() {
                 return End::NoPools;
             }
-            if !elector.is_active() {
+            let Some(active_until) = active.until() else {
                 return End::Lost;
-            }
-            if dirty && ns_listed.load(Ordering::Acquire) {
+            };
+            if dirty && ns_listed.load(Ordering::Acquire) && Instant::now() >= next_plan_at {
                 dirty = false;
-                self.reconcile(elector, &ns_store).await;
+                let started = Instant::now();
+                self.reconcile(&ns_store, std::mem::take(&mut force));
                 // Items whose write failed wait on their own backoff (finding 11).
                 retry_at = self.next_retry();
+                next_plan_at = Instant::now() + started.elapsed() * PLAN_SPACING;
             }
-            let active_until = elector.active_until().unwrap_or_else(Instant::now);
+            // A plan is due once the spacing after the last one has passed.
+            let plan_due = dirty && ns_listed.load(Ordering::Acquire);
+            let may_send = !self.queue.is_empty()
+                && in_flight.len() < super::backoff::MAX_CONCURRENT_WRITES;
             tokio::select! {
                 () = stop.recv() => return End::Stopped,
                 r = changed.changed() => {
@@ -271,25 +511,38 @@ impl Leader {
                 () = sleep_until_opt(retry_at) => {
                     retry_at = None;
                     dirty = true;
+                    force = true;
                 }
-                () = tokio::time::sleep_until(active_until) => return End::Lost,
-                () = tokio::time::sleep_until(renew_at) => {
-                    match elector.try_acquire_or_renew().await {
-                        Ok(true) => renew_at = Instant::now() + self.cfg.lease.renew,
-                        Ok(false) => return End::Lost,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "allocator Lease renewal failed");
-                            renew_at = Instant::now() + jittered(Duration::from_secs(1));
+                () = tokio::time::sleep_until(next_plan_at), if plan_due => {}
+                () = self.limiter.until_ready(), if may_send => {
+                    if let Some(w) = self.queue.pop_front() {
+                        match &w {
+                            Write::Service { key, ips, .. } => {
+                                self.in_flight_services.insert(key.clone(), ips.clone());
+                            }
+                            Write::Pool { name, .. } => {
+                                self.in_flight_pools.insert(name.clone());
+                            }
                         }
+                        in_flight.push(send(self.client.clone(), active.clone(), w));
                     }
                 }
+                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                    if !self.written(done) {
+                        return End::Lost;
+                    }
+                    retry_at = self.next_retry();
+                }
+                () = active.changed() => {}
+                () = tokio::time::sleep_until(active_until) => return End::Lost,
             }
         }
     }
 
-    /// Recomputes the plan and writes what differs and is due (a failed write waits for its
-    /// backoff; a conflict for the watch).
-    async fn reconcile(&mut self, elector: &Elector, ns_store: &Store<Namespace>) {
+    /// Recomputes the plan unless its inputs are what the last plan left (or `force`: a
+    /// retry is due), reports new problems, and queues the writes that differ and are due (a
+    /// failed write waits for its backoff; a conflict for the watch).
+    fn reconcile(&mut self, ns_store: &Store<Namespace>, force: bool) {
         let namespaces: BTreeMap<String, BTreeMap<String, String>> = ns_store
             .state()
             .iter()
@@ -297,6 +550,23 @@ impl Leader {
             .collect();
         let services = self.services_with_pending();
         let pools: Vec<AddressPool> = self.pools.state().iter().map(|p| (**p).clone()).collect();
+        let inputs = Digest::of(&pools, &services, &namespaces);
+        // The inputs as they will be once the writes queued and in flight land: what the last
+        // plan expected, unless something else changed (its own writes coming back do not).
+        let mut landing: HashMap<ServiceKey, &[IpAddr]> = self
+            .in_flight_services
+            .iter()
+            .map(|(k, ips)| (k.clone(), ips.as_slice()))
+            .collect();
+        for w in &self.queue {
+            if let Write::Service { key, ips, .. } = w {
+                landing.insert(key.clone(), ips);
+            }
+        }
+        if !force && self.expected == Some(inputs.sum(&landing)) {
+            tracing::trace!("allocator inputs as planned: no plan");
+            return;
+        }
         let mut plan = ipam::plan(&pools, &services, &namespaces, &self.cfg.scope);
         // A Service in a namespace the Namespaces watch has not shown yet (just created: the
         // two watches race) is judged without its namespace's labels: its addresses still
@@ -304,9 +574,10 @@ impl Leader {
         plan.services
             .retain(|k, _| namespaces.contains_key(&k.namespace));
         self.report(&plan, &services);
-        // The Service writes that are due, at most MAX_CONCURRENT_WRITES in flight.
+        // The Service writes that are due, oldest Service first.
         let now_i = Instant::now();
         let mut todo = Vec::new();
+        let mut planned: HashMap<ServiceKey, &[IpAddr]> = HashMap::new();
         for s in &services {
             let key = ServiceKey {
                 namespace: s.namespace().unwrap_or_default(),
@@ -319,12 +590,21 @@ impl Leader {
                 self.service_backoff.succeeded(&key);
                 continue;
             }
-            if !self.service_backoff.due(&key, now_i) {
+            planned.insert(key.clone(), &a.ips);
+            if !self.service_backoff.due(&key, now_i) || self.in_flight_services.contains_key(&key)
+            {
                 continue;
             }
-            todo.push((key, s.resource_version().unwrap_or_default(), a.ips.clone()));
+            todo.push((
+                s.metadata.creation_timestamp.clone(),
+                key,
+                s.resource_version().unwrap_or_default(),
+                a.ips.clone(),
+            ));
         }
-        let keys: BTreeSet<ServiceKey> = services
+        todo.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        self.expected = Some(inputs.sum(&planned));
+        let keys: HashSet<ServiceKey> = services
             .iter()
             .map(|s| ServiceKey {
                 namespace: s.namespace().unwrap_or_default(),
@@ -332,34 +612,7 @@ impl Leader {
             })
             .collect();
         self.service_backoff.retain(|k| keys.contains(k));
-        let client = self.client.clone();
-        let results: Vec<_> = futures::stream::iter(todo)
-            .map(|(key, rv, ips)| {
-                let client = client.clone();
-                async move {
-                    let r = write_service(&client, elector, &key, &rv, &ips).await;
-                    (key, rv, ips, r)
-                }
-            })
-            .buffer_unordered(super::backoff::MAX_CONCURRENT_WRITES)
-            .collect()
-            .await;
-        for (key, rv, ips, r) in results {
-            match r {
-                Ok(()) => {
-                    self.service_backoff.succeeded(&key);
-                    self.pending_services.insert(key, (rv, ips));
-                }
-                Err(WriteError::Conflict(what)) => {
-                    tracing::debug!("{what} changed; waiting for the watch")
-                }
-                Err(WriteError::NotActive) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not write a Service's addresses");
-                    self.service_backoff.failed(&key, Instant::now());
-                }
-            }
-        }
+        self.queue.clear();
         let now = Time(Timestamp::now());
         for p in &pools {
             let name = p.name_any();
@@ -379,22 +632,58 @@ impl Leader {
                 self.pool_backoff.succeeded(&name);
                 continue;
             }
-            if !self.pool_backoff.due(&name, Instant::now()) {
+            if !self.pool_backoff.due(&name, Instant::now()) || self.in_flight_pools.contains(&name)
+            {
                 continue;
             }
-            match self.write_pool(elector, &name, &rv, &new).await {
+            self.queue.push_back(Write::Pool {
+                name,
+                rv,
+                status: new,
+            });
+        }
+        self.queue
+            .extend(todo.into_iter().map(|(_, key, rv, ips)| Write::Service { key, rv, ips }));
+    }
+
+    /// Books a finished write; `false` if it found the leadership over.
+    fn written(&mut self, done: Written) -> bool {
+        match &done.write {
+            Write::Service { key, .. } => {
+                self.in_flight_services.remove(key);
+            }
+            Write::Pool { name, .. } => {
+                self.in_flight_pools.remove(name);
+            }
+        }
+        match (done.write, done.result) {
+            (_, Err(WriteError::NotActive)) => return false,
+            (Write::Service { key, rv, ips }, r) => match r {
+                Ok(()) => {
+                    self.service_backoff.succeeded(&key);
+                    self.pending_services.insert(key, (rv, ips));
+                }
+                Err(WriteError::Conflict(what)) => {
+                    tracing::debug!("{what} changed; waiting for the watch");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not write a Service's addresses");
+                    self.service_backoff.failed(&key, Instant::now());
+                }
+            },
+            (Write::Pool { name, rv, status }, r) => match r {
                 Ok(()) => {
                     self.pool_backoff.succeeded(&name);
-                    self.pending_pools.insert(name, (rv, new));
+                    self.pending_pools.insert(name, (rv, status));
                 }
                 Err(WriteError::Conflict(_)) => {}
-                Err(WriteError::NotActive) => return,
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write a pool's status");
                     self.pool_backoff.failed(&name, Instant::now());
                 }
-            }
+            },
         }
+        true
     }
 
     /// When the earliest failed write may be tried again.
@@ -430,32 +719,6 @@ impl Leader {
         }
         self.pending_services.retain(|k, _| seen.contains_key(k));
         out
-    }
-
-    async fn write_pool(
-        &self,
-        elector: &Elector,
-        name: &str,
-        rv: &str,
-        status: &AddressPoolStatus,
-    ) -> Result<(), WriteError> {
-        if !elector.is_active() {
-            return Err(WriteError::NotActive);
-        }
-        let patch = json!({
-            "metadata": {"resourceVersion": rv},
-            "status": status,
-        });
-        let api: Api<AddressPool> = Api::all(self.client.clone());
-        match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(name.into())),
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            Err(e) => Err(WriteError::Api(format!("pool {name}"), e)),
-        }
     }
 
     /// Records a Warning for each problem a Service did not have at the last recompute.
@@ -547,10 +810,12 @@ impl Leader {
             secondary: None,
         };
         // One recorder per Event: each distinct problem is sent once, so there is no series to
-        // continue.
+        // continue. Events are writes too: they wait for the same limiter.
         let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         let key = key.clone();
+        let limiter = self.limiter.clone();
         tokio::spawn(async move {
+            limiter.until_ready().await;
             if let Err(e) = recorder.publish(&event, &reference).await {
                 tracing::warn!(service = %key, error = %e, "could not record Event");
             }
@@ -558,15 +823,129 @@ impl Leader {
     }
 }
 
+/// Sends `w` unless the leadership ended.
+async fn send(client: Client, active: Active, write: Write) -> Written {
+    let result = match &write {
+        Write::Service { key, rv, ips } => write_service(&client, &active, key, rv, ips).await,
+        Write::Pool { name, rv, status } => write_pool(&client, &active, name, rv, status).await,
+    };
+    Written { write, result }
+}
+
+/// The digest of what a plan reads: per Service the fields the rules look at (not its
+/// resourceVersion, so an unrelated change such as an agent's condition does not count), the
+/// pools' specs and the namespaces' labels. A sum of per-object hashes, so the store's order
+/// does not matter and a Service's term can be swapped for what the plan will write.
+struct Digest {
+    /// Pools and namespaces.
+    rest: u64,
+    /// Per Service: the hash of its fields but its addresses, and its addresses.
+    services: Vec<(ServiceKey, u64, Vec<IpAddr>)>,
+}
+
+fn hash_of(v: &impl Hash) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+impl Digest {
+    fn of(
+        pools: &[AddressPool],
+        services: &[Service],
+        namespaces: &BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Digest {
+        let mut rest = hash_of(namespaces);
+        for p in pools {
+            let spec = serde_json::to_string(&p.spec).unwrap_or_default();
+            let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
+            rest = rest.wrapping_add(hash_of(&(
+                &p.metadata.name,
+                created,
+                p.metadata.generation,
+                spec,
+            )));
+        }
+        let services = services
+            .iter()
+            .map(|s| {
+                let key = ServiceKey {
+                    namespace: s.namespace().unwrap_or_default(),
+                    name: s.name_any(),
+                };
+                let m = &s.metadata;
+                let created = m.creation_timestamp.as_ref().map(|t| t.0.to_string());
+                let spec = s.spec.as_ref().map(|sp| {
+                    let ports: Vec<(i32, Option<&str>)> = sp
+                        .ports
+                        .iter()
+                        .flatten()
+                        .map(|p| (p.port, p.protocol.as_deref()))
+                        .collect();
+                    hash_of(&(
+                        &sp.type_,
+                        &sp.load_balancer_class,
+                        &sp.load_balancer_ip,
+                        &sp.ip_families,
+                        &sp.ip_family_policy,
+                        &sp.external_traffic_policy,
+                        &sp.selector,
+                        ports,
+                    ))
+                });
+                let h = hash_of(&(&key, &m.uid, created, &m.labels, &m.annotations, spec));
+                (key, h, current_ips(s))
+            })
+            .collect();
+        Digest { rest, services }
+    }
+
+    /// The digest with the addresses in `planned` in place of the Services' own.
+    fn sum(&self, planned: &HashMap<ServiceKey, &[IpAddr]>) -> u64 {
+        self.services
+            .iter()
+            .fold(self.rest, |acc, (key, h, ips)| {
+                let ips = planned.get(key).copied().unwrap_or(ips);
+                acc.wrapping_add(hash_of(&(h, ips)))
+            })
+    }
+}
+
+async fn write_pool(
+    client: &Client,
+    active: &Active,
+    name: &str,
+    rv: &str,
+    status: &AddressPoolStatus,
+) -> Result<(), WriteError> {
+    if !active.is_active() {
+        return Err(WriteError::NotActive);
+    }
+    let patch = json!({
+        "metadata": {"resourceVersion": rv},
+        "status": status,
+    });
+    let api: Api<AddressPool> = Api::all(client.clone());
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Err(WriteError::Conflict(name.into())),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(WriteError::Api(format!("pool {name}"), e)),
+    }
+}
+
 /// Writes `ips` as `key`'s addresses over resourceVersion `rv` (merge patch).
 async fn write_service(
     client: &Client,
-    elector: &Elector,
+    active: &Active,
     key: &ServiceKey,
     rv: &str,
     ips: &[IpAddr],
 ) -> Result<(), WriteError> {
-    if !elector.is_active() {
+    if !active.is_active() {
         return Err(WriteError::NotActive);
     }
     let ingress: Vec<_> = ips
@@ -678,6 +1057,19 @@ mod tests {
     use k8s_openapi::api::core::v1::ServiceSpec;
 
     use super::*;
+
+    #[test]
+    fn the_write_quota_spaces_writes_evenly_below_the_flag() {
+        for qps in [1u32, 20, 100, 1000] {
+            let q = write_quota(NonZeroU32::new(qps).expect("non-zero"));
+            assert_eq!(q.burst_size(), NonZeroU32::MIN, "no burst at {qps}");
+            let per_s = 1.0 / q.replenish_interval().as_secs_f64();
+            assert!(
+                per_s <= f64::from(qps) && per_s >= f64::from(qps) * 0.9,
+                "{per_s} writes/s for --write-qps {qps}"
+            );
+        }
+    }
 
     fn svc(class: Option<&str>, ip: Option<&str>) -> Service {
         let mut s = Service {

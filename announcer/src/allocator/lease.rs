@@ -13,6 +13,15 @@
 //!   *start* of its last successful renewal ([`Elector::active_until`]); the caller checks it
 //!   before every write, so a leader paused past its deadline (SIGSTOP, a stalled VM) does not
 //!   write once it resumes, even before it learns that another node took over.
+//!
+//! Two additions of our own, for scale (issue 29, T3 and T6):
+//!
+//! * **the leader renews on a task of its own** ([`Holding`]): however long the write queue
+//!   is, and however long a plan takes, the renewal timer is never behind it;
+//! * **a standby does not poll**: it is handed the Lease by a watch on that one name
+//!   ([`Elector::saw`]) and judges expiry from what the watch showed, so it reads nothing until
+//!   the Lease is free or has not changed for its duration. Only where the watch is refused
+//!   (RBAC without `list`/`watch` on the Lease) does it read the Lease, once per duration.
 
 use std::time::Duration;
 
@@ -22,7 +31,10 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{Api, Client, ResourceExt, api::PostParams};
-use tokio::time::Instant;
+use tokio::{
+    sync::{oneshot, watch},
+    time::Instant,
+};
 
 /// The Lease's name.
 pub const LEASE_NAME: &str = "announcer-allocator";
@@ -77,6 +89,9 @@ pub struct Elector {
     observed: Option<(String, Instant)>,
     /// Until when this candidate may act as the leader.
     active_until: Option<Instant>,
+    /// `last` is kept current by a watch of the Lease ([`Self::saw`]): a standby decides from
+    /// it without a read.
+    watched: bool,
 }
 
 impl Elector {
@@ -89,7 +104,56 @@ impl Elector {
             last: None,
             observed: None,
             active_until: None,
+            watched: false,
         }
+    }
+
+    /// The timings it holds the Lease with.
+    pub fn timings(&self) -> LeaseTimings {
+        self.timings
+    }
+
+    /// A watch of the Lease showed it as `lease` (`None`: it does not exist): while not
+    /// leading, the next decision is taken from it, with no read. Expiry counts from when a
+    /// `resourceVersion` was first seen, by the watch or by a read alike.
+    pub fn saw(&mut self, lease: Option<Lease>) {
+        if self.is_active() {
+            return;
+        }
+        match lease {
+            Some(l) => {
+                self.observe(&l);
+                self.last = Some(l);
+                self.watched = true;
+            }
+            None => {
+                self.last = None;
+                self.observed = None;
+                // Unknown until read: the next attempt reads (and creates it if missing).
+                self.watched = false;
+            }
+        }
+    }
+
+    /// The watch broke (or ended): decide from a read again until it shows the Lease.
+    pub fn unwatched(&mut self) {
+        self.watched = false;
+    }
+
+    /// When this candidate will judge the Lease free, as far as it knows: now if it has no
+    /// holder, else the Lease duration after its `resourceVersion` was first seen; `None` if it
+    /// knows no Lease (a read decides).
+    pub fn free_at(&self) -> Option<Instant> {
+        let l = self.last.as_ref()?;
+        let spec = l.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref().unwrap_or_default().is_empty() {
+            return Some(Instant::now());
+        }
+        let duration = spec
+            .lease_duration_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .map_or(self.timings.duration, Duration::from_secs);
+        self.observed.as_ref().map(|(_, at)| *at + duration)
     }
 
     /// Until when it may write as the leader (`None`: it is not the leader).
@@ -129,9 +193,10 @@ impl Elector {
     async fn attempt(&mut self) -> Result<bool, LeaseError> {
         let now = MicroTime(Timestamp::now());
         let current = match self.last.take() {
-            // While leading, renew from the Lease this candidate wrote: no read needed; a
-            // conflict makes the next attempt re-read.
-            Some(l) if self.is_active() => Some(l),
+            // While leading, renew from the Lease this candidate wrote, and while a watch
+            // keeps it current, decide from what the watch showed: no read needed; a conflict
+            // makes the next attempt re-read.
+            Some(l) if self.is_active() || self.watched => Some(l),
             _ => self.api.get_opt(LEASE_NAME).await?,
         };
         let Some(mut lease) = current else {
@@ -226,6 +291,101 @@ impl Elector {
     }
 }
 
+/// The leadership, renewed by a task of its own every [`LeaseTimings::renew`] until
+/// [`Holding::end`]: no write queue or plan can delay a renewal. Writers ask
+/// [`Active::is_active`] before each write.
+pub struct Holding {
+    active: Active,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Elector>,
+}
+
+/// Whether the leader may write now (a cheap clone for each write).
+#[derive(Clone)]
+pub struct Active(watch::Receiver<Option<Instant>>);
+
+impl Active {
+    /// Until when it may write (`None`: not the leader any more).
+    pub fn until(&self) -> Option<Instant> {
+        self.0.borrow().filter(|t| Instant::now() < *t)
+    }
+
+    /// Whether it may write now.
+    pub fn is_active(&self) -> bool {
+        self.until().is_some()
+    }
+
+    /// Resolves when the leadership's deadline moves (a renewal, or its loss).
+    pub async fn changed(&mut self) {
+        if self.0.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+impl Holding {
+    /// Starts renewing for `elector`, which has just taken or renewed the Lease.
+    pub fn start(mut elector: Elector) -> Holding {
+        let (tx, rx) = watch::channel(elector.active_until);
+        let (stop, mut stopped) = oneshot::channel();
+        let task = tokio::spawn(async move {
+            let timings = elector.timings;
+            let mut renew_at = Instant::now() + timings.renew;
+            let mut last_ok = Instant::now();
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => break,
+                    () = tokio::time::sleep_until(renew_at) => {}
+                }
+                match elector.try_acquire_or_renew().await {
+                    Ok(true) => {
+                        let gap = last_ok.elapsed();
+                        if gap > timings.renew.mul_f64(1.5) {
+                            tracing::warn!(gap_s = gap.as_secs_f64(), "allocator Lease renewed late");
+                        }
+                        last_ok = Instant::now();
+                        renew_at = last_ok + timings.renew;
+                    }
+                    Ok(false) => {
+                        let _ = tx.send(None);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "allocator Lease renewal failed");
+                        let retry = Duration::from_secs(1).mul_f64(1.0 + rand::random::<f64>() * 0.2);
+                        renew_at = Instant::now() + retry;
+                    }
+                }
+                let _ = tx.send(elector.active_until);
+                if !elector.is_active() {
+                    let _ = tx.send(None);
+                    break;
+                }
+            }
+            elector
+        });
+        Holding {
+            active: Active(rx),
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// The writers' view of the leadership.
+    pub fn active(&self) -> Active {
+        self.active.clone()
+    }
+
+    /// Stops renewing and hands the elector back (to release the Lease, or to stand by).
+    pub async fn end(mut self) -> Elector {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.await.expect("the renewal task does not panic")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -245,6 +405,8 @@ mod tests {
     struct Server {
         lease: Arc<Mutex<Option<Value>>>,
         rv: Arc<Mutex<u64>>,
+        /// GETs of the Lease served.
+        gets: Arc<Mutex<u64>>,
     }
 
     impl Server {
@@ -278,6 +440,7 @@ mod tests {
 
     async fn start(server: Server) -> Client {
         async fn read(State(s): State<Server>) -> (StatusCode, Json<Value>) {
+            *s.gets.lock().unwrap() += 1;
             match s.lease.lock().unwrap().clone() {
                 Some(l) => (StatusCode::OK, Json(l)),
                 None => (
@@ -395,6 +558,51 @@ mod tests {
         assert!(e.try_acquire_or_renew().await.unwrap());
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(!e.is_active(), "past the 0.6 s deadline");
+    }
+
+    #[tokio::test]
+    async fn a_standby_shown_the_lease_by_a_watch_decides_without_reading_it() {
+        let s = Server::default();
+        s.put("node-b");
+        let client = start(s.clone()).await;
+        let watched = |s: &Server| -> Lease {
+            serde_json::from_value(s.lease.lock().unwrap().clone().unwrap()).unwrap()
+        };
+        let mut e = Elector::new(client, "ns", "node-a", timings());
+        e.saw(Some(watched(&s)));
+        assert!(!e.try_acquire_or_renew().await.unwrap(), "node-b holds it");
+        let free_at = e.free_at().expect("a known Lease");
+        // node-b renews; the watch shows it: expiry counts again from now.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        s.put("node-b");
+        e.saw(Some(watched(&s)));
+        assert!(e.free_at().expect("known") > free_at);
+        assert!(!e.try_acquire_or_renew().await.unwrap());
+        // Unchanged for its duration: taken, still without a read.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert!(e.free_at().expect("known") <= Instant::now());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        assert_eq!(*s.gets.lock().unwrap(), 0, "no read while watched");
+        assert_eq!(s.holder().as_deref(), Some("node-a"));
+        // Without a watch, a candidate reads.
+        let mut other = Elector::new(start(s.clone()).await, "ns", "node-c", timings());
+        assert!(!other.try_acquire_or_renew().await.unwrap());
+        assert_eq!(*s.gets.lock().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_holding_task_renews_until_ended_and_hands_the_elector_back() {
+        let s = Server::default();
+        let mut e = Elector::new(start(s.clone()).await, "ns", "node-a", timings());
+        assert!(e.try_acquire_or_renew().await.unwrap());
+        let holding = Holding::start(e);
+        let active = holding.active();
+        // Past the 0.6 s deadline of the first acquisition: renewed by the task meanwhile.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(active.is_active(), "renewed by its own task");
+        let mut e = holding.end().await;
+        e.release().await.unwrap();
+        assert_eq!(s.holder(), None);
     }
 
     #[tokio::test]

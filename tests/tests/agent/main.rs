@@ -6,6 +6,7 @@
 //! One binary so that kube, axum and aya are linked once, not once per file. Each test builds
 //! its own world (own namespaces, API server on an ephemeral port), so they run in parallel.
 
+mod allocator_batch;
 mod announced;
 mod apiserver;
 mod dataplane;

@@ -76,11 +76,16 @@ enum Behaviour {
     /// resourceVersion and never relists: a namespace's label change (`namespaceSelector`)
     /// would never reach the allocator.
     FollowsNamespaceChanges,
+    /// A standby allocator follows the `announcer-allocator` Lease with a watch by name (the
+    /// audit log shows one it was not refused). Without it, it logs that it may not watch the
+    /// Lease and reads it once per Lease duration instead: allocation still works, but every
+    /// standby polls the API server.
+    WatchesTheAllocatorLease,
 }
 
 use Behaviour::*;
 
-const ALL: [Behaviour; 13] = [
+const ALL: [Behaviour; 14] = [
     AnnouncesTheVip,
     AnnouncesTheLocalVipWhereItsEndpointIs,
     RecordsAnAnnouncingEvent,
@@ -94,6 +99,7 @@ const ALL: [Behaviour; 13] = [
     CountsThePoolsAddresses,
     WatchesPoolsWithoutRelisting,
     FollowsNamespaceChanges,
+    WatchesTheAllocatorLease,
 ];
 
 /// Lists of one resource, per lister, beyond which it counts as relisting: a working watch
@@ -117,7 +123,7 @@ const AGENTS: &str = "rbac.yaml";
 const ALLOCATOR: &str = "allocator.yaml";
 
 /// (file, group, resource, verb) removed, the mode, and the behaviour that must break.
-const CASES: [(&str, &str, &str, &str, Mode, Behaviour); 27] = [
+const CASES: [(&str, &str, &str, &str, Mode, Behaviour); 29] = [
     (
         AGENTS,
         "",
@@ -327,6 +333,22 @@ const CASES: [(&str, &str, &str, &str, Mode, Behaviour); 27] = [
         Mode::NodeLease,
         AllocatesAnAddress,
     ),
+    (
+        ALLOCATOR,
+        "coordination.k8s.io",
+        "leases",
+        "list",
+        Mode::NodeLease,
+        WatchesTheAllocatorLease,
+    ),
+    (
+        ALLOCATOR,
+        "coordination.k8s.io",
+        "leases",
+        "watch",
+        Mode::NodeLease,
+        WatchesTheAllocatorLease,
+    ),
 ];
 
 /// Grants no short test can take away visibly (file, group, resource, verb, reason).
@@ -400,6 +422,7 @@ struct Seen {
     counted: bool,
     pool_lists: usize,
     namespace_watch: bool,
+    lease_watch: bool,
 }
 
 impl Seen {
@@ -419,6 +442,7 @@ impl Seen {
             // Three agents list the pools.
             WatchesPoolsWithoutRelisting => self.pool_lists <= NODES.len() * RELISTS,
             FollowsNamespaceChanges => self.namespace_watch,
+            WatchesTheAllocatorLease => self.lease_watch,
         }
     }
 }
@@ -582,6 +606,13 @@ async fn run_case(removed: Option<(&str, &str, &str, &str)>, mode: Mode) -> Seen
     seen.namespace_watch = audit.iter().any(|r| {
         r.user == allocator && r.verb == "watch" && r.resource == "namespaces" && r.code < 400
     });
+    seen.lease_watch = audit.iter().any(|r| {
+        r.user == allocator
+            && r.verb == "watch"
+            && r.resource == "leases"
+            && r.name.as_deref() == Some("announcer-allocator")
+            && r.code < 400
+    });
     seen.lease_held = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
         c.client.clone(),
         announcer_tests::env::NAMESPACE,
@@ -717,4 +748,6 @@ removal_tests! {
     allocator_without_leases_get_no_service_gets_an_address = 24;
     allocator_without_leases_update_the_allocator_loses_its_lease = 25;
     allocator_without_leases_create_no_service_gets_an_address = 26;
+    allocator_without_leases_list_the_standby_reads_the_lease_instead_of_watching = 27;
+    allocator_without_leases_watch_the_standby_reads_the_lease_instead_of_watching = 28;
 }

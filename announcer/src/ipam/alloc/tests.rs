@@ -1074,3 +1074,46 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_address_given_back_in_a_plan_goes_to_the_next_new_service_as_first_fit_would() {
+    // x (oldest) needs both families, the pools have only IPv4: it takes 10.0.0.0 and gives it
+    // back; the per-range cursor must move back so that y still gets the first free address.
+    let dual = json!({"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"]});
+    let p = run(
+        &[pool("a", &["10.0.0.0/30"], 0)],
+        &[
+            svc("w", 0, &[], json!({})),
+            svc("x", 1, &[], dual),
+            svc("y", 2, &[], json!({})),
+        ],
+    );
+    assert_eq!(ips(&p, "w"), ["10.0.0.0"]);
+    assert!(ips(&p, "x").is_empty());
+    assert_eq!(ips(&p, "y"), ["10.0.0.1"]);
+}
+
+#[test]
+fn ten_thousand_new_services_get_consecutive_addresses_in_age_order_and_share_by_key() {
+    // The cursor and the sharing-key index at the bench's size: the outcome is first fit's.
+    let n = 10_000;
+    let mut services: Vec<Service> = (0..n)
+        .map(|i| svc(&format!("s{i:05}"), i, &[], json!({})))
+        .collect();
+    // Two Services of one sharing key, created last, on distinct ports: one address.
+    let share = json!({"announcer.dev/allow-shared-ip": "k"});
+    let mut a = svc_in("apps", "shared-a", n, &[], json!({}), share.clone());
+    let b_spec = json!({"ports": [{ "port": 81, "protocol": "TCP" }]});
+    let b = svc_in("apps", "shared-b", n + 1, &[], b_spec, share);
+    a.metadata.creation_timestamp = Some(t(n));
+    services.push(a);
+    services.push(b);
+    let p = run(&[pool("a", &["10.1.0.0/18"], 0)], &services);
+    for i in 0..n {
+        let want = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 1, 0, 0)) + i as u32);
+        assert_eq!(ips(&p, &format!("s{i:05}")), [want.to_string()]);
+    }
+    assert_eq!(ips(&p, "shared-a"), ["10.1.39.16"]);
+    assert_eq!(ips(&p, "shared-b"), ["10.1.39.16"]);
+    assert_eq!(p.pools["a"].assigned[&Family::V4], 10_001);
+}
