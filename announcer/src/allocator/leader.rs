@@ -496,8 +496,8 @@ impl Leader {
             }
             // A plan is due once the spacing after the last one has passed.
             let plan_due = dirty && ns_listed.load(Ordering::Acquire);
-            let may_send = !self.queue.is_empty()
-                && in_flight.len() < super::backoff::MAX_CONCURRENT_WRITES;
+            let may_send =
+                !self.queue.is_empty() && in_flight.len() < super::backoff::MAX_CONCURRENT_WRITES;
             tokio::select! {
                 () = stop.recv() => return End::Stopped,
                 r = changed.changed() => {
@@ -532,6 +532,15 @@ impl Leader {
                         return End::Lost;
                     }
                     retry_at = self.next_retry();
+                    // A conflict: plan again (the watch may already have brought the change).
+                    dirty |= self.expected.is_none();
+                    // The last write of a batch landed: plan once more, even on the inputs
+                    // the plan expected. The pools' status was computed before the batch's
+                    // addresses were written, and skipping would leave it counting too few.
+                    if self.queue.is_empty() && in_flight.is_empty() {
+                        dirty = true;
+                        force = true;
+                    }
                 }
                 () = active.changed() => {}
                 () = tokio::time::sleep_until(active_until) => return End::Lost,
@@ -643,7 +652,10 @@ impl Leader {
             });
         }
         self.queue
-            .extend(todo.into_iter().map(|(_, key, rv, ips)| Write::Service { key, rv, ips }));
+            .extend(
+                todo.into_iter()
+                    .map(|(_, key, rv, ips)| Write::Service { key, rv, ips }),
+            );
     }
 
     /// Books a finished write; `false` if it found the leadership over.
@@ -665,6 +677,8 @@ impl Leader {
                 }
                 Err(WriteError::Conflict(what)) => {
                     tracing::debug!("{what} changed; waiting for the watch");
+                    // The plan expected this write to land: the next one must not be skipped.
+                    self.expected = None;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write a Service's addresses");
@@ -676,7 +690,12 @@ impl Leader {
                     self.pool_backoff.succeeded(&name);
                     self.pending_pools.insert(name, (rv, status));
                 }
-                Err(WriteError::Conflict(_)) => {}
+                Err(WriteError::Conflict(_)) => {
+                    tracing::debug!(pool = %name, "the pool changed; waiting for the watch");
+                    // Its status is not in the plan's inputs: without this the version the
+                    // watch brings would plan alike and the status would never be written.
+                    self.expected = None;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "could not write a pool's status");
                     self.pool_backoff.failed(&name, Instant::now());
@@ -858,7 +877,11 @@ impl Digest {
         let mut rest = hash_of(namespaces);
         for p in pools {
             let spec = serde_json::to_string(&p.spec).unwrap_or_default();
-            let created = p.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string());
+            let created = p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string());
             rest = rest.wrapping_add(hash_of(&(
                 &p.metadata.name,
                 created,
@@ -902,12 +925,10 @@ impl Digest {
 
     /// The digest with the addresses in `planned` in place of the Services' own.
     fn sum(&self, planned: &HashMap<ServiceKey, &[IpAddr]>) -> u64 {
-        self.services
-            .iter()
-            .fold(self.rest, |acc, (key, h, ips)| {
-                let ips = planned.get(key).copied().unwrap_or(ips);
-                acc.wrapping_add(hash_of(&(h, ips)))
-            })
+        self.services.iter().fold(self.rest, |acc, (key, h, ips)| {
+            let ips = planned.get(key).copied().unwrap_or(ips);
+            acc.wrapping_add(hash_of(&(h, ips)))
+        })
     }
 }
 

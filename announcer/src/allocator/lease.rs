@@ -146,7 +146,12 @@ impl Elector {
     pub fn free_at(&self) -> Option<Instant> {
         let l = self.last.as_ref()?;
         let spec = l.spec.clone().unwrap_or_default();
-        if spec.holder_identity.as_deref().unwrap_or_default().is_empty() {
+        if spec
+            .holder_identity
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
             return Some(Instant::now());
         }
         let duration = spec
@@ -342,7 +347,10 @@ impl Holding {
                     Ok(true) => {
                         let gap = last_ok.elapsed();
                         if gap > timings.renew.mul_f64(1.5) {
-                            tracing::warn!(gap_s = gap.as_secs_f64(), "allocator Lease renewed late");
+                            tracing::warn!(
+                                gap_s = gap.as_secs_f64(),
+                                "allocator Lease renewed late"
+                            );
                         }
                         last_ok = Instant::now();
                         renew_at = last_ok + timings.renew;
@@ -353,7 +361,8 @@ impl Holding {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "allocator Lease renewal failed");
-                        let retry = Duration::from_secs(1).mul_f64(1.0 + rand::random::<f64>() * 0.2);
+                        let retry =
+                            Duration::from_secs(1).mul_f64(1.0 + rand::random::<f64>() * 0.2);
                         renew_at = Instant::now() + retry;
                     }
                 }

@@ -206,7 +206,8 @@ fn audit_lease_gets(dir: &std::path::Path) -> Result<BTreeMap<String, u64>> {
         if v["user"]["username"] == user.as_str()
             && v["verb"] == "get"
             && v["objectRef"]["resource"] == "leases"
-            && let Some(pod) = v["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str()
+            && let Some(pod) =
+                v["user"]["extra"]["authentication.kubernetes.io/pod-name"][0].as_str()
         {
             *out.entry(pod.to_owned()).or_default() += 1;
         }
@@ -382,7 +383,10 @@ async fn main() -> Result<()> {
     // Writes per second.
     let (mut write_times, writes_source) = match c.kube() {
         Some(cp) => (audit_writes(cp.dir())?, "kube-apiserver's audit log"),
-        None => (times.clone(), "the Services' addresses as a watch saw them appear"),
+        None => (
+            times.clone(),
+            "the Services' addresses as a watch saw them appear",
+        ),
     };
     let writes = write_times.len();
     let peak = peak_in_window(&mut write_times, 1.0);

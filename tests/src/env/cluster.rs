@@ -404,6 +404,28 @@ impl Cluster {
             .expect("get service")
     }
 
+    /// Every Service in `ns` with the IPs of its `status.loadBalancer.ingress`, by name.
+    pub async fn ingress_ips(&self, ns: &str) -> BTreeMap<String, Vec<String>> {
+        Api::<Service>::namespaced(self.client.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .expect("list services")
+            .items
+            .into_iter()
+            .map(|s| {
+                let ips = s
+                    .status
+                    .and_then(|st| st.load_balancer)
+                    .and_then(|lb| lb.ingress)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|i| i.ip)
+                    .collect();
+                (s.metadata.name.unwrap_or_default(), ips)
+            })
+            .collect()
+    }
+
     /// Deletes a Service.
     pub async fn delete_service(&self, ns: &str, name: &str) {
         Api::<Service>::namespaced(self.client.clone(), ns)

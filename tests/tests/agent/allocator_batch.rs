@@ -18,10 +18,7 @@ use announcer_tests::{
     env::{NAMESPACE, cluster::Cluster},
 };
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::Service};
-use kube::{
-    Api,
-    api::{ListParams, PostParams},
-};
+use kube::{Api, api::PostParams};
 use serde_json::json;
 
 const NS: &str = "apps";
@@ -57,29 +54,6 @@ async fn create(c: &Cluster, name: &str) {
         .expect("create a Service");
 }
 
-/// Every Service in [`NS`] with its addresses.
-async fn addresses(c: &Cluster) -> BTreeMap<String, Vec<String>> {
-    Api::<Service>::namespaced(c.client.clone(), NS)
-        .list(&ListParams::default())
-        .await
-        .expect("list")
-        .items
-        .into_iter()
-        .map(|s| {
-            let name = s.metadata.name.clone().unwrap_or_default();
-            let ips = s
-                .status
-                .and_then(|st| st.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect();
-            (name, ips)
-        })
-        .collect()
-}
-
 async fn holder(c: &Cluster) -> Option<String> {
     Api::<Lease>::namespaced(c.client.clone(), NAMESPACE)
         .get_opt("announcer-allocator")
@@ -109,14 +83,14 @@ async fn a_batch_of_services_all_gets_addresses_each_written_once_at_the_write_q
             first_seen.len(),
             c.log_tails()
         );
-        for (name, ips) in addresses(&c).await {
+        for (name, ips) in c.ingress_ips(NS).await {
             if !ips.is_empty() {
                 first_seen.entry(name).or_insert_with(Instant::now);
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let all = addresses(&c).await;
+    let all = c.ingress_ips(NS).await;
     let distinct: BTreeSet<&String> = all.values().flatten().collect();
     assert_eq!(distinct.len(), N, "one address each, none shared: {all:?}");
     // The limiter spaces writes 1/QPS apart: N Service writes (and the pool's status) cannot
@@ -148,11 +122,19 @@ async fn a_standby_allocator_watches_the_lease_instead_of_reading_it_and_still_t
     let ids = c.start_allocators(2, &[]);
     let end = Instant::now() + T;
     let leader = loop {
-        let got = addresses(&c).await.get("first").is_some_and(|i| !i.is_empty());
+        let got = c
+            .ingress_ips(NS)
+            .await
+            .get("first")
+            .is_some_and(|i| !i.is_empty());
         if let (true, Some(h)) = (got, holder(&c).await) {
             break h;
         }
-        assert!(Instant::now() < end, "no address, or no Lease holder\n{}", c.log_tails());
+        assert!(
+            Instant::now() < end,
+            "no address, or no Lease holder\n{}",
+            c.log_tails()
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let standby = ids
@@ -188,7 +170,12 @@ async fn a_standby_allocator_watches_the_lease_instead_of_reading_it_and_still_t
     c.kill_allocator(&leader);
     create(&c, "second").await;
     let end = Instant::now() + T;
-    while addresses(&c).await.get("second").is_none_or(|i| i.is_empty()) {
+    while c
+        .ingress_ips(NS)
+        .await
+        .get("second")
+        .is_none_or(|i| i.is_empty())
+    {
         assert!(
             Instant::now() < end,
             "the standby never took over\n{}",

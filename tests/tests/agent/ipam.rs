@@ -110,28 +110,6 @@ async fn create_in(c: &Cluster, ns: &str, name: &str, spec: Value, annotations: 
         .expect("create service");
 }
 
-/// Every Service in [`NS`] with its ingress IPs.
-async fn addresses(c: &Cluster) -> BTreeMap<String, Vec<String>> {
-    Api::<Service>::namespaced(c.client.clone(), NS)
-        .list(&ListParams::default())
-        .await
-        .expect("list services")
-        .items
-        .into_iter()
-        .map(|s| {
-            let ips = s
-                .status
-                .and_then(|st| st.load_balancer)
-                .and_then(|lb| lb.ingress)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|i| i.ip)
-                .collect();
-            (s.metadata.name.unwrap_or_default(), ips)
-        })
-        .collect()
-}
-
 /// Polls `f` every 200 ms until it holds; panics with `what` (and the log tails) after
 /// `timeout`.
 async fn until<F, Fut>(c: &Cluster, what: &str, timeout: Duration, mut f: F)
@@ -284,7 +262,7 @@ async fn a_service_of_our_class_without_an_address_gets_one_from_the_pool() {
     add_pool(&c, "web", &["10.0.81.10-10.0.81.20"]);
     create(&c, "web", json!({}), json!({})).await;
     until(&c, "web has an address", T, || async {
-        addresses(&c).await["web"] == ["10.0.81.10"]
+        c.ingress_ips(NS).await["web"] == ["10.0.81.10"]
     })
     .await;
     let svc = Api::<Service>::namespaced(c.client.clone(), NS)
@@ -312,7 +290,7 @@ async fn create_many(c: &Cluster) {
 }
 
 async fn all_have_one(c: &Cluster) -> bool {
-    let a = addresses(c).await;
+    let a = c.ingress_ips(NS).await;
     a.len() == MANY && a.values().all(|ips| ips.len() == 1)
 }
 
@@ -361,7 +339,7 @@ async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
     let sampler = sample_duplicates(&c, stop.clone());
     create_many(&c).await;
     until(&c, "every Service has an address", T, || all_have_one(&c)).await;
-    assert_distinct(&addresses(&c).await);
+    assert_distinct(&c.ingress_ips(NS).await);
 
     let api = Api::<Service>::namespaced(c.client.clone(), NS);
     for i in 0..MANY {
@@ -370,7 +348,7 @@ async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
             .expect("delete");
     }
     until(&c, "every Service is gone", T, || async {
-        addresses(&c).await.is_empty()
+        c.ingress_ips(NS).await.is_empty()
     })
     .await;
     create_many(&c).await;
@@ -378,7 +356,7 @@ async fn two_hundred_services_deleted_and_recreated_never_share_an_address() {
         all_have_one(&c)
     })
     .await;
-    assert_distinct(&addresses(&c).await);
+    assert_distinct(&c.ingress_ips(NS).await);
     until(&c, "the pool counts 200", T, || async {
         pool_json(&c, "big")["status"]["assignedIPv4"] == MANY as u64
     })
@@ -419,7 +397,7 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
     };
     let end = Instant::now() + T;
     let first = loop {
-        let a = addresses(&c).await;
+        let a = c.ingress_ips(NS).await;
         check(&a);
         if a.values().any(|i| !i.is_empty())
             && let Some(h) = allocator_holder(&c).await
@@ -434,7 +412,7 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     c.kill_allocator(&first);
-    let at_kill = addresses(&c).await;
+    let at_kill = c.ingress_ips(NS).await;
     check(&at_kill);
     let with = at_kill.values().filter(|i| !i.is_empty()).count();
     eprintln!(
@@ -447,7 +425,7 @@ async fn the_allocator_killed_mid_allocation_duplicates_and_moves_no_address() {
     );
     let end = Instant::now() + FAILOVER;
     loop {
-        let a = addresses(&c).await;
+        let a = c.ingress_ips(NS).await;
         check(&a);
         if a.len() == MANY && a.values().all(|i| i.len() == 1) {
             break;
@@ -475,7 +453,7 @@ async fn a_requested_address_is_honoured() {
     )
     .await;
     until(&c, "web has the address it asked for", T, || async {
-        addresses(&c).await["web"] == ["10.0.84.77"]
+        c.ingress_ips(NS).await["web"] == ["10.0.84.77"]
     })
     .await;
 }
@@ -493,7 +471,7 @@ async fn a_requested_address_outside_every_pool_is_a_warning_event() {
     .await;
     let e = warning(&c, "web", "RequestedIPOutsidePools").await;
     assert!(e.note.unwrap_or_default().contains("192.168.85.1"));
-    assert!(addresses(&c).await["web"].is_empty());
+    assert!(c.ingress_ips(NS).await["web"].is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -505,10 +483,10 @@ async fn services_with_one_sharing_key_and_distinct_ports_share_an_address() {
     create(&c, "https", json!({"ports": [{"port": 443}]}), key.clone()).await;
     create(&c, "clash", json!({"ports": [{"port": 80}]}), key).await;
     until(&c, "all three have addresses", T, || async {
-        addresses(&c).await.values().all(|i| i.len() == 1)
+        c.ingress_ips(NS).await.values().all(|i| i.len() == 1)
     })
     .await;
-    let a = addresses(&c).await;
+    let a = c.ingress_ips(NS).await;
     // Creation times have a one-second granularity, so which of http and clash counts as the
     // older (and gets the first address) may be decided by name: https, on 443, shares with
     // whichever holds the address it finds first.
@@ -527,7 +505,7 @@ async fn an_exhausted_pool_is_a_warning_event_and_its_exhausted_condition() {
         create(&c, n, json!({}), json!({})).await;
     }
     until(&c, "a and b have addresses", T, || async {
-        addresses(&c).await.values().all(|i| i.len() == 1)
+        c.ingress_ips(NS).await.values().all(|i| i.len() == 1)
     })
     .await;
     create(&c, "c", json!({}), json!({})).await;
@@ -536,7 +514,7 @@ async fn an_exhausted_pool_is_a_warning_event_and_its_exhausted_condition() {
         condition(&pool_json(&c, "tiny"), "Exhausted").as_deref() == Some("True")
     })
     .await;
-    assert!(addresses(&c).await["c"].is_empty());
+    assert!(c.ingress_ips(NS).await["c"].is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -552,12 +530,12 @@ async fn a_classless_service_gets_no_address_by_default() {
     .await;
     create(&c, "ours", json!({}), json!({})).await;
     until(&c, "ours has an address", T, || async {
-        addresses(&c).await["ours"].len() == 1
+        c.ingress_ips(NS).await["ours"].len() == 1
     })
     .await;
     // The allocator is active and has seen both; give it a while longer anyway.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(addresses(&c).await["classless"].is_empty());
+    assert!(c.ingress_ips(NS).await["classless"].is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -572,7 +550,7 @@ async fn a_classless_service_gets_an_address_with_allocate_classless() {
     )
     .await;
     until(&c, "classless has an address", T, || async {
-        addresses(&c).await["classless"].len() == 1
+        c.ingress_ips(NS).await["classless"].len() == 1
     })
     .await;
 }
@@ -600,7 +578,7 @@ async fn steady_state_makes_no_writes_but_lease_renewals() {
         create(&c, &format!("s{i}"), json!({}), json!({})).await;
     }
     until(&c, "every Service has an address", T, || async {
-        let a = addresses(&c).await;
+        let a = c.ingress_ips(NS).await;
         a.len() == 5 && a.values().all(|i| i.len() == 1)
     })
     .await;
@@ -656,7 +634,7 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
     add_pool(&c, "web", &["10.0.91.0/24"]);
     let end = Instant::now() + T;
     let first = loop {
-        if addresses(&c).await.values().any(|i| !i.is_empty())
+        if c.ingress_ips(NS).await.values().any(|i| !i.is_empty())
             && let Some(h) = allocator_holder(&c).await
         {
             break h;
@@ -669,7 +647,7 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     c.signal_allocator(&first, libc::SIGSTOP);
-    let at_pause = addresses(&c).await;
+    let at_pause = c.ingress_ips(NS).await;
     let pending = at_pause.values().filter(|i| i.is_empty()).count();
     eprintln!("paused {first} with {pending} of {MANY} Services still without an address");
     assert!(
@@ -691,7 +669,7 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
     )
     .await;
     let before = accepted_status_patches_by(&c, &first);
-    let addresses_before = addresses(&c).await;
+    let addresses_before = c.ingress_ips(NS).await;
     c.signal_allocator(&first, libc::SIGCONT);
     // Long enough for the resumed allocator to run every timer it missed, and to try again.
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -700,7 +678,7 @@ async fn a_paused_allocator_writes_nothing_once_it_resumes_after_a_takeover() {
         before,
         "the resumed old allocator wrote Services"
     );
-    let after = addresses(&c).await;
+    let after = c.ingress_ips(NS).await;
     assert_eq!(
         after, addresses_before,
         "the resumed old allocator changed no Service's addresses"
@@ -731,7 +709,7 @@ async fn sigterm_on_the_active_allocator_gives_its_lease_up_before_it_exits() {
     );
     create(&c, "after", json!({}), json!({})).await;
     until(&c, "the other replica allocates", T, || async {
-        addresses(&c).await["after"].len() == 1
+        c.ingress_ips(NS).await["after"].len() == 1
     })
     .await;
 }
@@ -748,10 +726,10 @@ async fn a_prefer_dual_stack_service_gets_an_address_of_each_family() {
     )
     .await;
     until(&c, "dual has two addresses", T, || async {
-        addresses(&c).await["dual"].len() == 2
+        c.ingress_ips(NS).await["dual"].len() == 2
     })
     .await;
-    let ips = &addresses(&c).await["dual"];
+    let ips = &c.ingress_ips(NS).await["dual"];
     assert!(ips.contains(&"10.0.93.0".to_string()), "{ips:?}");
     assert!(ips.contains(&"fd00::93:0".to_string()), "{ips:?}");
 }
@@ -787,7 +765,7 @@ async fn two_services_on_one_address_keep_the_older_and_move_the_younger_with_a_
     let (older, younger) = ("z-older", "a-younger");
     create(&c, older, json!({}), json!({})).await;
     until(&c, "the older has an address", T, || async {
-        addresses(&c).await[older].len() == 1
+        c.ingress_ips(NS).await[older].len() == 1
     })
     .await;
     next_second(&c, older).await;
@@ -797,10 +775,10 @@ async fn two_services_on_one_address_keep_the_older_and_move_the_younger_with_a_
         "the two creationTimestamps differ"
     );
     until(&c, "the younger has an address", T, || async {
-        addresses(&c).await[younger].len() == 1
+        c.ingress_ips(NS).await[younger].len() == 1
     })
     .await;
-    let old = addresses(&c).await[older].clone();
+    let old = c.ingress_ips(NS).await[older].clone();
     // What a split brain would leave: the younger Service written onto the older's address.
     c.set_ingress(NS, younger, &[old[0].as_str()]).await;
     warning(&c, younger, "AddressConflict").await;
@@ -809,13 +787,13 @@ async fn two_services_on_one_address_keep_the_older_and_move_the_younger_with_a_
         "the younger moved off the older's address",
         T,
         || async {
-            let a = addresses(&c).await;
+            let a = c.ingress_ips(NS).await;
             a[younger].len() == 1 && a[younger] != old
         },
     )
     .await;
     assert_eq!(
-        addresses(&c).await[older],
+        c.ingress_ips(NS).await[older],
         old,
         "the older keeps its address"
     );
@@ -840,7 +818,7 @@ async fn warnings_on(c: &Cluster, svc: &str) -> Vec<(String, String)> {
 async fn refused(c: &Cluster, svc: &str, reason: &str, timeout: Duration) -> String {
     let end = Instant::now() + timeout;
     loop {
-        let got = addresses(c).await[svc].clone();
+        let got = c.ingress_ips(NS).await[svc].clone();
         assert!(got.is_empty(), "{svc} was given {got:?}");
         if let Some((_, note)) = warnings_on(c, svc)
             .await
@@ -875,10 +853,10 @@ async fn an_older_service_requesting_a_younger_services_live_address_does_not_ge
     create(&c, "victim", json!({}), json!({})).await;
     assert!(created(&c, "attacker").await < created(&c, "victim").await);
     until(&c, "the victim has an address", T, || async {
-        addresses(&c).await["victim"].len() == 1
+        c.ingress_ips(NS).await["victim"].len() == 1
     })
     .await;
-    let live = addresses(&c).await["victim"].clone();
+    let live = c.ingress_ips(NS).await["victim"].clone();
     Api::<Service>::namespaced(c.client.clone(), NS)
         .patch(
             "attacker",
@@ -895,7 +873,7 @@ async fn an_older_service_requesting_a_younger_services_live_address_does_not_ge
     // And it stays so: a few more allocator passes change nothing.
     let end = Instant::now() + Duration::from_secs(5);
     while Instant::now() < end {
-        let a = addresses(&c).await;
+        let a = c.ingress_ips(NS).await;
         assert_eq!(a["victim"], live, "the victim keeps its address");
         assert!(a["attacker"].is_empty(), "attacker got {:?}", a["attacker"]);
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -926,7 +904,7 @@ async fn a_service_naming_a_pool_its_namespace_may_not_use_gets_no_address_and_a
     assert!(note.contains("red"), "{note}");
     let end = Instant::now() + Duration::from_secs(5);
     while Instant::now() < end {
-        assert!(addresses(&c).await["intruder"].is_empty());
+        assert!(c.ingress_ips(NS).await["intruder"].is_empty());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -954,10 +932,10 @@ async fn one_sharing_key_in_another_namespace_does_not_share_without_both_opting
     let key = json!({"announcer.dev/allow-shared-ip": "front"});
     create(&c, "victim", json!({"ports": [{"port": 80}]}), key.clone()).await;
     until(&c, "the victim has an address", T, || async {
-        addresses(&c).await["victim"].len() == 1
+        c.ingress_ips(NS).await["victim"].len() == 1
     })
     .await;
-    let live = addresses(&c).await["victim"].clone();
+    let live = c.ingress_ips(NS).await["victim"].clone();
     // Another tenant, same key, another port, asking for the victim's address.
     let mut ask = key.clone();
     ask["announcer.dev/load-balancer-ips"] = json!(live[0]);
@@ -988,7 +966,7 @@ async fn one_sharing_key_in_another_namespace_does_not_share_without_both_opting
             .contains("allow-shared-ip-namespaces"),
         "the Warning names the opt-in"
     );
-    assert_eq!(addresses(&c).await["victim"], live);
+    assert_eq!(c.ingress_ips(NS).await["victim"], live);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -997,10 +975,10 @@ async fn narrowing_a_pool_keeps_the_address_a_service_holds_with_a_warning() {
     add_pool(&c, "web", &["10.0.98.0/24"]);
     create(&c, "held", json!({}), json!({})).await;
     until(&c, "held has an address", T, || async {
-        addresses(&c).await["held"].len() == 1
+        c.ingress_ips(NS).await["held"].len() == 1
     })
     .await;
-    let before = addresses(&c).await["held"].clone();
+    let before = c.ingress_ips(NS).await["held"].clone();
     // The pool now serves only `tier: web` Services; `held` has no such label.
     apply(
         &c,
@@ -1014,7 +992,7 @@ async fn narrowing_a_pool_keeps_the_address_a_service_holds_with_a_warning() {
     let end = Instant::now() + T;
     loop {
         assert_eq!(
-            addresses(&c).await["held"],
+            c.ingress_ips(NS).await["held"],
             before,
             "the pool edit renumbered held"
         );
@@ -1036,6 +1014,6 @@ async fn narrowing_a_pool_keeps_the_address_a_service_holds_with_a_warning() {
     // New rules for new Services: an unlabelled one gets nothing from the pool.
     create(&c, "new", json!({}), json!({})).await;
     warning(&c, "new", "IPFamilyNotAvailable").await;
-    assert!(addresses(&c).await["new"].is_empty());
-    assert_eq!(addresses(&c).await["held"], before);
+    assert!(c.ingress_ips(NS).await["new"].is_empty());
+    assert_eq!(c.ingress_ips(NS).await["held"], before);
 }

@@ -1110,7 +1110,8 @@ fn ten_thousand_new_services_get_consecutive_addresses_in_age_order_and_share_by
     services.push(b);
     let p = run(&[pool("a", &["10.1.0.0/18"], 0)], &services);
     for i in 0..n {
-        let want = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 1, 0, 0)) + i as u32);
+        let want =
+            std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 1, 0, 0)) + i as u32);
         assert_eq!(ips(&p, &format!("s{i:05}")), [want.to_string()]);
     }
     assert_eq!(ips(&p, "shared-a"), ["10.1.39.16"]);
