@@ -188,6 +188,8 @@ fn main() -> Result<()> {
                 "control-plane" => "bench-control-plane",
                 "failover" => "bench-failover",
                 "mass-failover" => "bench-mass-failover",
+                // T1/T2: one real agent among N-1 hollow peers.
+                "hollow" => "bench-hollow",
                 // T6: the allocator on the real kube-apiserver, from the release binary.
                 "allocator" => "bench-allocator",
                 // Pure CPU (no BPF, no agents): nothing more to build.
@@ -211,7 +213,7 @@ fn main() -> Result<()> {
                 }
                 other => {
                     bail!(
-                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, mass-failover, heartbeat, core, allocator, scale"
+                        "unknown benchmark {other:?}; available: xdp, control-plane, failover, mass-failover, hollow, heartbeat, core, allocator, scale"
                     )
                 }
             };
