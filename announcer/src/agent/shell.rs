@@ -337,7 +337,8 @@ impl Shell {
     }
 
     /// Waits for the next thing that happens and turns it into the core's inputs (none, one,
-    /// or for a link change several).
+    /// or several: for a link change, and for heartbeats, which come with those queued behind
+    /// them).
     ///
     /// Unbiased (tokio picks a ready branch at random): no source, not even a flood of
     /// heartbeats or probe answers, can starve the others (Lease events above all).
