@@ -59,6 +59,11 @@ const UNREACHABLE_EVERY: Duration = Duration::from_millis(20);
 /// its re-probe interval.
 const HOLDS_EVERY: Duration = Duration::from_secs(1);
 
+/// The most heartbeats one turn of the loop takes ([`Shell::beat_inputs`]): a round from a
+/// few hundred peers in one turn, yet a flood of them cannot keep the other sources waiting
+/// long (each turn picks a ready source at random).
+const BEATS_PER_TURN: usize = 256;
+
 /// [`run`] on a thread of its own, with a single-threaded runtime of its own: the heartbeat
 /// socket, the probe socket and the core's timers never wait for a worker that is decoding a
 /// watch event or writing an Event. Everything that talks to the API (watches, Lease and
@@ -129,6 +134,9 @@ struct Shell {
     probes: Probes,
     /// Peers' heartbeat addresses, from their Leases.
     peers: BTreeMap<NodeName, SocketAddr>,
+    /// A round of sealed heartbeats, one per peer, sent in one batch; kept between rounds so
+    /// that its room is allocated once.
+    round: Vec<(Vec<u8>, SocketAddr)>,
     /// Each VIP's Service, for `/state`.
     services: BTreeMap<IpAddr, String>,
     /// Bumped whenever `services` is recomputed.
@@ -297,6 +305,7 @@ impl Shell {
             verifier,
             probes,
             peers: BTreeMap::new(),
+            round: Vec::new(),
             services,
             services_version: 0,
             specs_sent,
@@ -328,7 +337,8 @@ impl Shell {
     }
 
     /// Waits for the next thing that happens and turns it into the core's inputs (none, one,
-    /// or for a link change several).
+    /// or several: for a link change, and for heartbeats, which come with those queued behind
+    /// them).
     ///
     /// Unbiased (tokio picks a ready branch at random): no source, not even a flood of
     /// heartbeats or probe answers, can starve the others (Lease events above all).
@@ -351,7 +361,7 @@ impl Shell {
                 vec![Input::Shutdown]
             }
             Some(r) = self.writes.recv() => vec![Input::LeaseWrite(r)],
-            Some(v) = self.beats.recv() => vec![self.beat_input(v)],
+            Some(v) = self.beats.recv() => self.beat_inputs(v),
             Some(a) = self.answers.recv() => self.answer_input(a).into_iter().collect(),
             Some(ev) = self.ctx.kube.watches.lease_events.recv() => {
                 if let LeaseEvent::Deleted(l) = &ev
@@ -431,6 +441,20 @@ impl Shell {
             }
             None => Vec::new(),
         }
+    }
+
+    /// `first` and the heartbeats already queued behind it, up to [`BEATS_PER_TURN`]: a round
+    /// from hundreds of peers arrives within milliseconds, and one turn of the loop per beat
+    /// (the core's timers, the unreachable rules, the outputs, `/state`) cost the election's
+    /// thread that many wakeups.
+    fn beat_inputs(&mut self, first: Verified) -> Vec<Input> {
+        let mut inputs = vec![self.beat_input(first)];
+        while inputs.len() < BEATS_PER_TURN
+            && let Ok(v) = self.beats.try_recv()
+        {
+            inputs.push(self.beat_input(v));
+        }
+        inputs
     }
 
     fn beat_input(&mut self, v: Verified) -> Input {
@@ -708,17 +732,19 @@ impl Shell {
                 }));
             }
             Output::SendHeartbeat(beat) => {
-                // One datagram per peer, sealed with the key only it shares with us.
+                // One datagram per peer, sealed with the key only it shares with us, and the
+                // round sent in batches (a few system calls for hundreds of peers).
                 let keys = self.keyring.read().unwrap_or_else(|e| e.into_inner());
                 let now_ms = unix_ms_now();
                 for (peer, addr) in self.peers.iter().filter(|(n, _)| **n != self.node) {
                     match self.sealer.seal(&keys, &beat, peer, now_ms) {
-                        Ok(bytes) => {
-                            self.socket.send(&bytes, &[*addr]);
-                        }
+                        Ok(bytes) => self.round.push((bytes, *addr)),
                         Err(e) => tracing::debug!(%peer, error = %e, "heartbeat not sealed"),
                     }
                 }
+                drop(keys);
+                self.socket.send_batch(&self.round);
+                self.round.clear();
             }
             Output::Install { vip, iface, ttl } => {
                 if let Err(e) = ctx.net.plane.install(vip, &iface, ttl) {
