@@ -103,9 +103,7 @@ pub(super) async fn run(ctx: Context) -> Result<(), AgentError> {
     loop {
         let inputs = shell.next_input().await;
         let now = Instant::now();
-        for input in inputs {
-            shell.core.handle(now, input);
-        }
+        shell.core.handle_all(now, inputs);
         shell.unreachable_step(now);
         if shell.execute_all() {
             if let Some(w) = shell.pending_write.take() {

@@ -513,6 +513,38 @@ impl Core {
         }
     }
 
+    /// Feed several events of the same moment `now`: what [`Self::handle`] does with each,
+    /// except that a run of consecutive heartbeats is taken whole before the one tick it
+    /// needs. Why: the shell hands over every beat queued while it was busy (hundreds at
+    /// once on a large cluster, after a stall), and a tick after each of them made the
+    /// catch-up cost beats × O(N log N): a loaded agent fell further behind, its peers turned
+    /// suspects, and their beats changed, which cost more ticks. The one tick sees every
+    /// beat of the run, the state the last of the per-beat ticks saw; the ticks in between
+    /// could only act on a half-read queue. Any other input ticks the run first, so its own
+    /// handling sees the state it always saw.
+    pub fn handle_all(&mut self, now: Instant, inputs: impl IntoIterator<Item = Input>) {
+        let mut pending = false;
+        for input in inputs {
+            if self.leaving.is_some_and(|l| l.done) {
+                return;
+            }
+            match input {
+                Input::Heartbeat(beat) => pending |= self.heartbeat(now, beat),
+                other => {
+                    if std::mem::take(&mut pending) {
+                        self.next_timeout.set(None);
+                        self.tick(now, false);
+                    }
+                    self.handle(now, other);
+                }
+            }
+        }
+        if pending {
+            self.next_timeout.set(None);
+            self.tick(now, false);
+        }
+    }
+
     /// Feed one event at `now`.
     pub fn handle(&mut self, now: Instant, input: Input) {
         if self.leaving.is_some_and(|l| l.done) {

@@ -12,6 +12,38 @@ mod silences;
 mod steady_beats;
 mod vip_changes;
 
+mod queued_beats {
+    //! [`Core::handle_all`]: a queue of heartbeats taken at once (a busy election thread
+    //! catching up) ends where taking them one at a time ends.
+    use super::*;
+
+    /// Five nodes settled; node 0's election thread stalls for `stall` (its peers' beats
+    /// queue), then takes the queue; the cluster runs on for 2 s. Who answers the VIP.
+    fn stall_then_catch_up(at_once: bool, stall: Duration) -> (Vec<usize>, usize) {
+        let mut w = World::new(5);
+        w.run_for(Duration::from_secs(3));
+        w.hold_beats_to = Some(0);
+        w.run_for(stall);
+        w.deliver_held_beats(at_once);
+        w.run_for(Duration::from_secs(2));
+        (w.answering(), w.installs(0))
+    }
+
+    #[test]
+    fn a_queue_of_heartbeats_taken_at_once_ends_where_one_at_a_time_ends() {
+        for stall in [50, 200, 400].map(|ms| ms * MS) {
+            let one_by_one = stall_then_catch_up(false, stall);
+            let at_once = stall_then_catch_up(true, stall);
+            assert_eq!(at_once, one_by_one, "after a stall of {stall:?}");
+            assert_eq!(
+                at_once.0.len(),
+                1,
+                "one node answers after a stall of {stall:?}"
+            );
+        }
+    }
+}
+
 use announcer_ebpf::wire::MacAddr;
 
 use super::*;
@@ -32,6 +64,10 @@ struct World {
     api_hung: bool,
     /// Lease writes the hung API server holds: (writer, what it wrote).
     held_writes: Vec<(usize, LeaseView)>,
+    /// Heartbeats to this node are queued in `held_beats` instead of delivered (a busy
+    /// election thread), until [`World::deliver_held_beats`].
+    hold_beats_to: Option<usize>,
+    held_beats: Vec<Beat>,
 }
 
 struct Node {
@@ -74,6 +110,8 @@ impl World {
             lose_answers: 0,
             api_hung: false,
             held_writes: Vec::new(),
+            hold_beats_to: None,
+            held_beats: Vec::new(),
         };
         let eligible: NodeSet = std::sync::Arc::new(
             (0..n)
@@ -164,7 +202,11 @@ impl World {
                                 acks: only(&b.acks),
                                 ..b.clone()
                             };
-                            self.input(j, Input::Heartbeat(beat));
+                            if self.hold_beats_to == Some(j) {
+                                self.held_beats.push(beat);
+                            } else {
+                                self.input(j, Input::Heartbeat(beat));
+                            }
                         }
                     }
                 }
@@ -210,6 +252,27 @@ impl World {
                 }
             }
         }
+    }
+
+    /// Delivers the queued heartbeats to the node they were held for, all at the same
+    /// moment: in one [`Core::handle_all`] if `at_once`, else one [`Core::handle`] each.
+    fn deliver_held_beats(&mut self, at_once: bool) {
+        let Some(i) = self.hold_beats_to.take() else {
+            return;
+        };
+        let beats: Vec<Input> = std::mem::take(&mut self.held_beats)
+            .into_iter()
+            .map(Input::Heartbeat)
+            .collect();
+        let t = self.t;
+        if at_once {
+            self.nodes[i].core.handle_all(t, beats);
+        } else {
+            for b in beats {
+                self.nodes[i].core.handle(t, b);
+            }
+        }
+        self.drain(i);
     }
 
     fn run_for(&mut self, d: Duration) {
