@@ -56,6 +56,8 @@ const ETH_P_ARP: u16 = 0x0806;
 const ARP_AT: usize = 14;
 const ARP_LEN: usize = 28;
 const NONCE_LEN: usize = 8;
+/// The minimum Ethernet frame without its FCS.
+const MIN_FRAME: usize = 60;
 
 /// The name of hollow peer `i` (0-based): `hollow-00001`, ...
 pub fn hollow_name(i: usize) -> String {
@@ -607,12 +609,15 @@ fn respond(
             requester,
             requester_ip,
         );
-        // The nonce sits right after the ARP packet, in the padding of the minimum frame.
+        // The nonce sits right after the ARP packet, in the padding of the minimum frame
+        // (which the builder may not have written: the reply goes out padded to 60 bytes).
         let at = ARP_AT + ARP_LEN;
-        if len >= at + NONCE_LEN && n >= at + NONCE_LEN {
+        let n = n.max(MIN_FRAME);
+        out[at..n].fill(0);
+        if len >= at + NONCE_LEN {
             out[at..at + NONCE_LEN].copy_from_slice(&f[at..at + NONCE_LEN]);
         }
-        if sock.send(&out[..n.max(60)], ETH_P_ARP).is_ok() {
+        if sock.send(&out[..n], ETH_P_ARP).is_ok() {
             Counters::bump(&counters.probes_answered);
         }
     }

@@ -352,6 +352,12 @@ fn run(args: &Args, n: usize) -> Result<Run> {
     let generator_share = (after.sent - before.sent) as f64 / beats_due;
     let received_share = (after.received - before.received) as f64 / beats_due;
     let cpu_pct = (after.cpu_s - before.cpu_s) / secs * 100.0;
+    let c = generator.counters();
+    progress(&format!(
+        "probes to hollow peers seen {}, answered {}",
+        Counters::get(&c.probes_seen),
+        Counters::get(&c.probes_answered)
+    ));
     progress(&format!(
         "agent {cpu_pct:.2} % of a core, RSS {rss_mib:.1} MiB (peak {hwm_mib:.1}); generator sent {:.1} % of the beats due, received {:.1} %",
         generator_share * 100.0,
