@@ -232,6 +232,10 @@ pub struct Unreachable {
     probes: VecDeque<Probe>,
     /// The report last taken by [`poll_report`](Self::poll_report).
     reported: Report,
+    /// [`poll_timeout`](Self::poll_timeout)'s answer, kept until a `handle_*` call changes a
+    /// peer's state: the shell asks on every turn of its loop (every batch of heartbeats), and
+    /// the answer is a scan of every peer.
+    next_timeout: std::cell::Cell<Option<Option<Instant>>>,
 }
 
 impl Unreachable {
@@ -244,11 +248,13 @@ impl Unreachable {
             blind: Some(Blind::NotReady),
             probes: VecDeque::new(),
             reported: Report::default(),
+            next_timeout: std::cell::Cell::new(None),
         }
     }
 
     /// How this node observes now. Turning blind forgets every proof.
     pub fn handle_observer(&mut self, now: Instant, observer: Observer) {
+        self.next_timeout.set(None);
         self.blind = observer.blind();
         if self.blind.is_some() {
             for t in self.peers.values_mut() {
@@ -267,6 +273,7 @@ impl Unreachable {
     /// deleted) or released is forgotten; one whose heartbeats arrive, or whose kernel cannot
     /// be asked, is unlisted.
     pub fn handle_peers(&mut self, now: Instant, views: Vec<PeerView>) {
+        self.next_timeout.set(None);
         let mut next = BTreeMap::new();
         for view in views.into_iter().filter(|v| !v.released) {
             let state = match self.peers.remove(&view.node) {
@@ -281,6 +288,7 @@ impl Unreachable {
 
     /// A kernel answered for `ip`: its node is alive.
     pub fn handle_kernel_answer(&mut self, now: Instant, ip: IpAddr) {
+        self.next_timeout.set(None);
         let nodes: Vec<NodeName> = self
             .peers
             .iter()
@@ -294,6 +302,7 @@ impl Unreachable {
 
     /// A data plane answered for `vip` at `mac`: that peer is alive.
     pub fn handle_data_plane_answer(&mut self, now: Instant, vip: IpAddr, mac: MacAddr) {
+        self.next_timeout.set(None);
         let nodes: Vec<NodeName> = self
             .peers
             .iter()
@@ -309,12 +318,17 @@ impl Unreachable {
 
     /// Time passed: send the rounds that are due and give the verdicts.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.next_timeout.set(None);
         self.drive(now);
     }
 
     /// When to call [`handle_timeout`](Self::handle_timeout) next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.peers
+        if let Some(known) = self.next_timeout.get() {
+            return known;
+        }
+        let next = self
+            .peers
             .values()
             .filter_map(|t| match t.state {
                 State::Quiet => None,
@@ -322,7 +336,9 @@ impl Unreachable {
                 State::Answered { again } => Some(again),
                 State::Proven { until } => Some(until),
             })
-            .min()
+            .min();
+        self.next_timeout.set(Some(next));
+        next
     }
 
     /// The next probe to send.
