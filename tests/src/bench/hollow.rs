@@ -148,6 +148,8 @@ impl Counters {
 /// One hollow peer's shared state.
 struct PeerState {
     alive: AtomicBool,
+    /// Its agent is frozen: no beats, but its data plane answers and its Lease is renewed.
+    muted: AtomicBool,
     /// Its incarnation (the sender re-seals under a new one when it changes).
     incarnation: AtomicU64,
     /// Nanoseconds after [`Generator::epoch`] of its last beat sent (0: none).
@@ -188,6 +190,7 @@ impl Generator {
         let states = (0..peers)
             .map(|_| PeerState {
                 alive: AtomicBool::new(true),
+                muted: AtomicBool::new(false),
                 incarnation: AtomicU64::new(incarnation),
                 last_sent_ns: AtomicU64::new(0),
                 heard_ns: AtomicU64::new(0),
@@ -350,6 +353,12 @@ impl Generator {
         }
     }
 
+    /// Freezes (`true`) or thaws peer `i`'s agent: its beats stop, its data plane keeps
+    /// answering probes and its Lease is renewed (an agent stalled, not a node down).
+    pub fn mute(&self, i: usize, muted: bool) {
+        self.states[i].muted.store(muted, Ordering::SeqCst);
+    }
+
     /// Restarts peer `i` with a new incarnation, as a restarted agent.
     pub fn restart(&self, i: usize) {
         self.states[i]
@@ -445,7 +454,7 @@ impl Sender {
                 continue;
             }
             let s = &self.states[i];
-            if s.alive.load(Ordering::SeqCst) {
+            if s.alive.load(Ordering::SeqCst) && !s.muted.load(Ordering::SeqCst) {
                 self.beat(i, s, &mut sealers[i], &hears);
             }
             i += 1;

@@ -176,6 +176,8 @@ struct Run {
     settle_s: f64,
     /// It owned exactly what the ranking gives it, within 90 s.
     settled: bool,
+    /// A muted hollow owner (beats stopped, data plane answering) kept its VIP.
+    muted_kept: bool,
 }
 
 fn run(args: &Args, n: usize) -> Result<Run> {
@@ -364,15 +366,41 @@ fn run(args: &Args, n: usize) -> Result<Run> {
         received_share * 100.0
     ));
 
+    // The responder works: a hollow owner whose beats stop for a second while its data
+    // plane answers keeps its VIP (the agent probes it and hears the answer).
+    let (i, vip) = trials_of(&ranked, &agent_node)
+        .first()
+        .copied()
+        .context("no VIP has the agent as runner-up to a hollow owner")?;
+    let answered_before = tb
+        .metrics(&agent_node)
+        .map_or(0.0, |m| metric_sum(&m, "announcer_probes_answered_total"));
+    generator.mute(i, true);
+    let t = Instant::now();
+    let mut taken = false;
+    while t.elapsed() < Duration::from_secs(1) {
+        taken |= tb.owners(vip).contains(&agent_node);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    generator.mute(i, false);
+    std::thread::sleep(Duration::from_millis(500));
+    let probe_answers = tb
+        .metrics(&agent_node)
+        .map_or(0.0, |m| metric_sum(&m, "announcer_probes_answered_total"))
+        - answered_before;
+    progress(&format!(
+        "{} muted for 1 s: {} its VIP, {probe_answers} probe answers heard",
+        hollow_name(i),
+        if taken {
+            "the agent took"
+        } else {
+            "the agent kept off"
+        }
+    ));
+    let muted_kept = !taken && probe_answers > 0.0;
+
     // Crash trials.
-    let trials: Vec<(usize, IpAddr)> = ranked
-        .iter()
-        .filter(|(_, _, second)| second.as_str() == agent_node)
-        .filter_map(|(v, owner, _)| {
-            let i: usize = owner.as_str().strip_prefix("hollow-")?.parse().ok()?;
-            Some((i - 1, *v))
-        })
-        .collect();
+    let trials = trials_of(&ranked, &agent_node);
     ensure!(
         !trials.is_empty(),
         "no VIP has the agent as runner-up to a hollow owner"
@@ -439,10 +467,23 @@ fn run(args: &Args, n: usize) -> Result<Run> {
         unanswered,
         settle_s,
         settled,
+        muted_kept,
     };
     generator.stop();
     drop(tb);
     Ok(run)
+}
+
+/// The VIPs a hollow peer owns with the agent as runner-up: (peer, VIP).
+fn trials_of(ranked: &[(IpAddr, NodeName, NodeName)], agent: &str) -> Vec<(usize, IpAddr)> {
+    ranked
+        .iter()
+        .filter(|(_, _, second)| second.as_str() == agent)
+        .filter_map(|(v, owner, _)| {
+            let i: usize = owner.as_str().strip_prefix("hollow-")?.parse().ok()?;
+            Some((i - 1, *v))
+        })
+        .collect()
 }
 
 /// Counters at one moment.
@@ -694,6 +735,13 @@ fn verdicts(r: &Run) -> Vec<Verdict> {
             pass: judged(r.settled),
         },
         Verdict {
+            name: format!("n{n}_probe_answers_heard"),
+            text: "a hollow owner muted for 1 s (beats stopped, its probe responder on) kept its VIP: the agent heard its answers".into(),
+            value: Some(f64::from(u8::from(r.muted_kept))),
+            limit: Some(1.0),
+            pass: judged(r.muted_kept),
+        },
+        Verdict {
             name: format!("n{n}_agent_cpu_pct"),
             text: format!(
                 "one agent among {} hollow peers, {} VIPs, churn, pinned to one CPU",
@@ -793,6 +841,7 @@ fn report(args: &Args, runs: &[Run]) -> Result<()> {
             "failover_unanswered": r.unanswered,
             "settle_s": r.settle_s,
             "settled": r.settled,
+            "muted_owner_kept": r.muted_kept,
             "verdicts": v,
         }));
         all.extend(v);

@@ -499,7 +499,12 @@ pub struct InFlight {
     seq: u64,
     /// Kernel probes, oldest first (a few per silent peer: a short list).
     kernel: VecDeque<KernelPending>,
+    /// When [`prune`](Self::prune) last ran.
+    pruned_at: Option<Instant>,
 }
+
+/// How often an insert prunes the whole table (see [`InFlight::prune_due`]).
+const PRUNE_EVERY: Duration = Duration::from_millis(10);
 
 impl Default for InFlight {
     fn default() -> Self {
@@ -517,6 +522,20 @@ impl InFlight {
             len: 0,
             seq: 0,
             kernel: VecDeque::new(),
+            pruned_at: None,
+        }
+    }
+
+    /// Prunes if the last prune is [`PRUNE_EVERY`] old (a full table drops its oldest
+    /// probes, expired or not, on insert). Why not on
+    /// every insert: a prune scans every probe in flight, and an agent that finds hundreds
+    /// of peers silent at once (its own stall, a partition) sends a probe per silent MAC per
+    /// interval, so pruning per insert made the storm quadratic on the election thread. An
+    /// expired probe kept a few milliseconds longer answers nothing: its key's expired probes
+    /// go before an answer is matched.
+    fn prune_due(&mut self, now: Instant) {
+        if self.pruned_at.is_none_or(|t| now >= t + PRUNE_EVERY) {
+            self.prune(now);
         }
     }
 
@@ -542,7 +561,7 @@ impl InFlight {
         deadline: Instant,
         now: Instant,
     ) {
-        self.prune(now);
+        self.prune_due(now);
         while self.kernel.len() >= self.cap {
             self.kernel.pop_front();
         }
@@ -581,7 +600,7 @@ impl InFlight {
         deadline: Instant,
         now: Instant,
     ) {
-        self.prune(now);
+        self.prune_due(now);
         while self.len >= self.cap {
             let Some((seq, key)) = self.order.pop_front() else {
                 break;
@@ -610,6 +629,7 @@ impl InFlight {
 
     /// Drops every probe whose window has closed.
     pub fn prune(&mut self, now: Instant) {
+        self.pruned_at = Some(now);
         self.kernel.retain(|k| k.deadline > now);
         let mut removed = 0;
         self.pending.retain(|_, v| {

@@ -849,3 +849,23 @@ fn kernel_probes_are_bounded_oldest_first() {
         "the oldest was dropped"
     );
 }
+
+#[test]
+fn expired_probes_are_pruned_by_an_insert_a_prune_interval_later() {
+    let now = Instant::now();
+    // THEIRS's probe closes at now + 100 ms.
+    let mut t = table_with_probe(now);
+    let other = MacAddr([2, 0, 0, 0, 0, 0x77]);
+    let at = |ms| now + Duration::from_millis(ms);
+    let probe_other =
+        |t: &mut InFlight, ms| t.insert(IF, VIP4.into(), other, NONCE, at(ms + 500), at(ms));
+    probe_other(&mut t, 95); // prunes (the last prune is 95 ms old): nothing expired yet
+    probe_other(&mut t, 101); // within 10 ms of that prune: THEIRS's closed probe is kept
+    assert_eq!(t.len(), 3);
+    probe_other(&mut t, 106); // 11 ms after the last prune: pruned
+    assert_eq!(
+        t.len(),
+        3,
+        "THEIRS's closed probe is gone, the three live ones stay"
+    );
+}
