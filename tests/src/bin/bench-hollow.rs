@@ -388,8 +388,11 @@ fn run(args: &Args, n: usize) -> Result<Run> {
         .metrics(&agent_node)
         .map_or(0.0, |m| metric_sum(&m, "announcer_probes_answered_total"))
         - answered_before;
+    let accepted = tb.metrics(&agent_node).map_or(0.0, |m| {
+        metric_sum(&m, "announcer_probe_answers_accepted_total")
+    });
     progress(&format!(
-        "{} muted for 1 s: {} its VIP, {probe_answers} probe answers heard",
+        "{} muted for 1 s: {} its VIP, {probe_answers} probe answers heard ({accepted} accepted by the listener so far)",
         hollow_name(i),
         if taken {
             "the agent took"
