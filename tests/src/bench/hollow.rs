@@ -158,18 +158,23 @@ struct PeerState {
     heard_ns: AtomicU64,
 }
 
-/// The running generator; dropping it stops its threads.
-pub struct Generator {
-    names: Arc<Vec<NodeName>>,
-    states: Arc<Vec<PeerState>>,
-    keyrings: Arc<Vec<Keyring>>,
+/// What the generator's threads share.
+struct Shared {
+    names: Vec<NodeName>,
+    states: Vec<PeerState>,
+    keyrings: Vec<Keyring>,
     counters: Arc<Counters>,
     /// Fingerprints of the agent's configuration and view, from its last verified beat.
-    fingerprints: Arc<(AtomicU64, AtomicU64)>,
+    fingerprints: (AtomicU64, AtomicU64),
+    /// What the peers' `*_ns` times count from.
     epoch: Instant,
-    started: Instant,
     timing: Timing,
     stop: Arc<AtomicBool>,
+}
+
+/// The running generator; dropping it stops its threads.
+pub struct Generator {
+    shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
     /// Where the peers' beats come from (their published heartbeat address).
     local: SocketAddr,
@@ -196,17 +201,17 @@ impl Generator {
                 heard_ns: AtomicU64::new(0),
             })
             .collect();
-        let now = Instant::now();
         Ok(Self {
-            names: Arc::new((0..peers).map(|i| NodeName::from(hollow_name(i))).collect()),
-            states: Arc::new(states),
-            keyrings: Arc::new(keyrings),
-            counters: Arc::default(),
-            fingerprints: Arc::default(),
-            epoch: now,
-            started: now,
-            timing,
-            stop: Arc::default(),
+            shared: Arc::new(Shared {
+                names: (0..peers).map(|i| NodeName::from(hollow_name(i))).collect(),
+                states,
+                keyrings,
+                counters: Arc::default(),
+                fingerprints: Default::default(),
+                epoch: Instant::now(),
+                timing,
+                stop: Arc::default(),
+            }),
             threads: Vec::new(),
             local,
         })
@@ -214,22 +219,22 @@ impl Generator {
 
     /// How many hollow peers.
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.shared.names.len()
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.shared.names.is_empty()
     }
 
     /// Peer `i`'s name.
     pub fn name(&self, i: usize) -> &NodeName {
-        &self.names[i]
+        &self.shared.names[i]
     }
 
     /// The counters.
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.shared.counters
     }
 
     /// Peer `i`'s Lease contents: its key, the agent's links with its own MAC.
@@ -243,7 +248,7 @@ impl Generator {
             })
             .collect();
         LeaseContents {
-            key: Some(self.keyrings[i].public().to_string()),
+            key: Some(self.shared.keyrings[i].public().to_string()),
             links: Some(links),
             ..LeaseContents::default()
         }
@@ -263,20 +268,12 @@ impl Generator {
         let rx = socket
             .try_clone()
             .context("cloning the generator's socket")?;
-        self.started = Instant::now();
         let sender = Sender {
             socket,
             to: agent.heartbeat,
             agent: agent.node.clone(),
-            names: Arc::clone(&self.names),
-            states: Arc::clone(&self.states),
-            keyrings: Arc::clone(&self.keyrings),
-            counters: Arc::clone(&self.counters),
-            fingerprints: Arc::clone(&self.fingerprints),
-            epoch: self.epoch,
-            started: self.started,
-            timing: self.timing,
-            stop: Arc::clone(&self.stop),
+            shared: Arc::clone(&self.shared),
+            started: Instant::now(),
         };
         self.threads.push(
             thread::Builder::new()
@@ -285,13 +282,7 @@ impl Generator {
         );
         let receiver = Receiver {
             socket: rx,
-            names: Arc::clone(&self.names),
-            states: Arc::clone(&self.states),
-            keyrings: Arc::clone(&self.keyrings),
-            counters: Arc::clone(&self.counters),
-            fingerprints: Arc::clone(&self.fingerprints),
-            epoch: self.epoch,
-            stop: Arc::clone(&self.stop),
+            shared: Arc::clone(&self.shared),
         };
         self.threads.push(
             thread::Builder::new()
@@ -299,15 +290,11 @@ impl Generator {
                 .spawn(move || receiver.run())?,
         );
         let macs: HashMap<[u8; 6], usize> = (0..self.len()).map(|i| (hollow_mac(i).0, i)).collect();
-        let (states, counters, stop) = (
-            Arc::clone(&self.states),
-            Arc::clone(&self.counters),
-            Arc::clone(&self.stop),
-        );
+        let shared = Arc::clone(&self.shared);
         self.threads.push(
             thread::Builder::new()
                 .name("hollow-probes".into())
-                .spawn(move || respond(&responder, &macs, &states, &counters, &stop))?,
+                .spawn(move || respond(&responder, &macs, &shared))?,
         );
         Ok(())
     }
@@ -315,17 +302,18 @@ impl Generator {
     /// Beats due in `alive_peer_seconds` (the sum over peers of the time each was alive), on
     /// the sender's schedule.
     pub fn beats_due(&self, alive_peer_seconds: f64) -> f64 {
-        alive_peer_seconds / self.timing.heartbeat_interval.as_secs_f64()
+        alive_peer_seconds / self.shared.timing.heartbeat_interval.as_secs_f64()
     }
 
     /// Whether peer `i` is alive.
     pub fn alive(&self, i: usize) -> bool {
-        self.states[i].alive.load(Ordering::Relaxed)
+        self.shared.states[i].alive.load(Ordering::Relaxed)
     }
 
     /// How many peers are alive.
     pub fn alive_count(&self) -> usize {
-        self.states
+        self.shared
+            .states
             .iter()
             .filter(|s| s.alive.load(Ordering::Relaxed))
             .count()
@@ -333,13 +321,17 @@ impl Generator {
 
     /// Whether the agent's beats reach peer `i` (one arrived within the hears window).
     pub fn hears_agent(&self, i: usize) -> bool {
-        heard_recently(&self.states[i], self.epoch, self.timing.hears_within)
+        heard_recently(
+            &self.shared.states[i],
+            self.shared.epoch,
+            self.shared.timing.hears_within,
+        )
     }
 
     /// Crashes peer `i`: no beat, no probe answer, no Lease renewal from now on. Returns when
     /// its last beat left (waiting out a send in flight).
     pub fn crash(&self, i: usize) -> Option<Instant> {
-        self.states[i].alive.store(false, Ordering::SeqCst);
+        self.shared.states[i].alive.store(false, Ordering::SeqCst);
         // A send that read `alive` just before the store may still go out: wait it out.
         thread::sleep(Duration::from_millis(5));
         self.last_sent(i)
@@ -347,29 +339,29 @@ impl Generator {
 
     /// When peer `i`'s last beat left.
     pub fn last_sent(&self, i: usize) -> Option<Instant> {
-        match self.states[i].last_sent_ns.load(Ordering::SeqCst) {
+        match self.shared.states[i].last_sent_ns.load(Ordering::SeqCst) {
             0 => None,
-            ns => Some(self.epoch + Duration::from_nanos(ns)),
+            ns => Some(self.shared.epoch + Duration::from_nanos(ns)),
         }
     }
 
     /// Freezes (`true`) or thaws peer `i`'s agent: its beats stop, its data plane keeps
     /// answering probes and its Lease is renewed (an agent stalled, not a node down).
     pub fn mute(&self, i: usize, muted: bool) {
-        self.states[i].muted.store(muted, Ordering::SeqCst);
+        self.shared.states[i].muted.store(muted, Ordering::SeqCst);
     }
 
     /// Restarts peer `i` with a new incarnation, as a restarted agent.
     pub fn restart(&self, i: usize) {
-        self.states[i]
+        self.shared.states[i]
             .incarnation
             .store(unix_ns(), Ordering::SeqCst);
-        self.states[i].alive.store(true, Ordering::SeqCst);
+        self.shared.states[i].alive.store(true, Ordering::SeqCst);
     }
 
     /// Stops the threads.
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.shared.stop.store(true, Ordering::SeqCst);
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -382,20 +374,18 @@ impl Generator {
 
     /// The counters, shared (for [`churn`]).
     pub fn counters_handle(&self) -> Arc<Counters> {
-        Arc::clone(&self.counters)
+        Arc::clone(&self.shared.counters)
     }
 
     /// The stop flag, shared (for [`churn`]).
     pub fn stop_handle(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.stop)
+        Arc::clone(&self.shared.stop)
     }
 
     /// Shared handles for [`renew_leases`].
     pub fn lease_handles(&self) -> LeaseHandles {
         LeaseHandles {
-            states: Arc::clone(&self.states),
-            counters: Arc::clone(&self.counters),
-            stop: Arc::clone(&self.stop),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
@@ -427,33 +417,27 @@ struct Sender {
     socket: UdpSocket,
     to: SocketAddr,
     agent: NodeName,
-    names: Arc<Vec<NodeName>>,
-    states: Arc<Vec<PeerState>>,
-    keyrings: Arc<Vec<Keyring>>,
-    counters: Arc<Counters>,
-    fingerprints: Arc<(AtomicU64, AtomicU64)>,
-    epoch: Instant,
+    shared: Arc<Shared>,
+    /// Beat `k` of peer `i` is due at `started + k·period + i·period/n`.
     started: Instant,
-    timing: Timing,
-    stop: Arc<AtomicBool>,
 }
 
 impl Sender {
     /// Peer `i`'s `k`-th beat at `started + k·period + i·period/n`, in that order.
     fn run(self) {
-        let n = self.names.len();
-        let period = self.timing.heartbeat_interval;
+        let n = self.shared.names.len();
+        let period = self.shared.timing.heartbeat_interval;
         let mut sealers: Vec<Option<(u64, Sealer)>> = (0..n).map(|_| None).collect();
         let (mut k, mut i) = (0u64, 0usize);
         let hears = vec![self.agent.clone()];
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.shared.stop.load(Ordering::Relaxed) {
             let due = self.started + period * k as u32 + period * i as u32 / n as u32;
             let now = Instant::now();
             if due > now {
                 thread::sleep((due - now).min(Duration::from_millis(2)));
                 continue;
             }
-            let s = &self.states[i];
+            let s = &self.shared.states[i];
             if s.alive.load(Ordering::SeqCst) && !s.muted.load(Ordering::SeqCst) {
                 self.beat(i, s, &mut sealers[i], &hears);
             }
@@ -473,7 +457,7 @@ impl Sender {
     ) {
         let inc = s.incarnation.load(Ordering::SeqCst);
         if sealer.as_ref().is_none_or(|(at, _)| *at != inc) {
-            match Sealer::new(self.names[i].clone(), inc) {
+            match Sealer::new(self.shared.names[i].clone(), inc) {
                 Ok(x) => *sealer = Some((inc, x)),
                 Err(_) => return,
             }
@@ -482,32 +466,35 @@ impl Sender {
             return;
         };
         let beat = Beat {
-            node: self.names[i].clone(),
+            node: self.shared.names[i].clone(),
             incarnation: inc,
             mac: hollow_mac(i),
             leaving: false,
             api_ok: true,
             ready: true,
             acks: Vec::new(),
-            hears: if heard_recently(s, self.epoch, self.timing.hears_within) {
+            hears: if heard_recently(s, self.shared.epoch, self.shared.timing.hears_within) {
                 hears.to_vec()
             } else {
                 Vec::new()
             },
-            config: self.fingerprints.0.load(Ordering::Relaxed),
-            view: self.fingerprints.1.load(Ordering::Relaxed),
+            config: self.shared.fingerprints.0.load(Ordering::Relaxed),
+            view: self.shared.fingerprints.1.load(Ordering::Relaxed),
         };
-        let Ok(datagram) = sealer.seal(&self.keyrings[i], &beat, &self.agent, unix_ms()) else {
-            Counters::bump(&self.counters.send_errors);
+        let Ok(datagram) = sealer.seal(&self.shared.keyrings[i], &beat, &self.agent, unix_ms())
+        else {
+            Counters::bump(&self.shared.counters.send_errors);
             return;
         };
         match self.socket.send_to(&datagram, self.to) {
             Ok(_) => {
-                s.last_sent_ns
-                    .store(self.epoch.elapsed().as_nanos() as u64, Ordering::SeqCst);
-                Counters::bump(&self.counters.beats_sent);
+                s.last_sent_ns.store(
+                    self.shared.epoch.elapsed().as_nanos() as u64,
+                    Ordering::SeqCst,
+                );
+                Counters::bump(&self.shared.counters.beats_sent);
             }
-            Err(_) => Counters::bump(&self.counters.send_errors),
+            Err(_) => Counters::bump(&self.shared.counters.send_errors),
         }
     }
 }
@@ -520,30 +507,26 @@ impl Counters {
 
 struct Receiver {
     socket: UdpSocket,
-    names: Arc<Vec<NodeName>>,
-    states: Arc<Vec<PeerState>>,
-    keyrings: Arc<Vec<Keyring>>,
-    counters: Arc<Counters>,
-    fingerprints: Arc<(AtomicU64, AtomicU64)>,
-    epoch: Instant,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
 }
 
 impl Receiver {
     fn run(self) {
         let index: HashMap<&str, usize> = self
+            .shared
             .names
             .iter()
             .enumerate()
             .map(|(i, n)| (n.as_str(), i))
             .collect();
         let mut verifiers: Vec<Verifier> = self
+            .shared
             .names
             .iter()
             .map(|n| Verifier::new(n.clone()))
             .collect();
         let mut buf = [0u8; 2048];
-        while !self.stop.load(Ordering::Relaxed) {
+        while !self.shared.stop.load(Ordering::Relaxed) {
             let Ok((len, _)) = self.socket.recv_from(&mut buf) else {
                 continue;
             };
@@ -553,19 +536,26 @@ impl Receiver {
                 .and_then(|p| std::str::from_utf8(p.recipient()).ok().map(str::to_owned))
                 .and_then(|r| index.get(r.as_str()).copied());
             let Some(i) = to else {
-                Counters::bump(&self.counters.beats_rejected);
+                Counters::bump(&self.shared.counters.beats_rejected);
                 continue;
             };
-            match verifiers[i].open(&self.keyrings[i], datagram, unix_ms()) {
+            match verifiers[i].open(&self.shared.keyrings[i], datagram, unix_ms()) {
                 Ok(v) => {
-                    self.states[i]
-                        .heard_ns
-                        .store(self.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    self.fingerprints.0.store(v.beat.config, Ordering::Relaxed);
-                    self.fingerprints.1.store(v.beat.view, Ordering::Relaxed);
-                    Counters::bump(&self.counters.beats_received);
+                    self.shared.states[i].heard_ns.store(
+                        self.shared.epoch.elapsed().as_nanos() as u64,
+                        Ordering::Relaxed,
+                    );
+                    self.shared
+                        .fingerprints
+                        .0
+                        .store(v.beat.config, Ordering::Relaxed);
+                    self.shared
+                        .fingerprints
+                        .1
+                        .store(v.beat.view, Ordering::Relaxed);
+                    Counters::bump(&self.shared.counters.beats_received);
                 }
-                Err(_) => Counters::bump(&self.counters.beats_rejected),
+                Err(_) => Counters::bump(&self.shared.counters.beats_rejected),
             }
         }
     }
@@ -574,13 +564,8 @@ impl Receiver {
 /// Answers the agent's data-plane probes: a unicast ARP request to a live hollow peer's MAC
 /// gets the reply the XDP responder would send (RFC 826: to the requester, sender the VIP at
 /// that MAC), with the request's padding, and so its nonce, echoed.
-fn respond(
-    sock: &PacketSocket,
-    macs: &HashMap<[u8; 6], usize>,
-    states: &[PeerState],
-    counters: &Counters,
-    stop: &AtomicBool,
-) {
+fn respond(sock: &PacketSocket, macs: &HashMap<[u8; 6], usize>, shared: &Shared) {
+    let (states, counters, stop) = (&shared.states, &shared.counters, &shared.stop);
     let _ = sock.set_recv_timeout(Duration::from_millis(100));
     let mut buf = [0u8; 2048];
     let mut out = [0u8; 128];
@@ -634,9 +619,7 @@ fn respond(
 
 /// What [`renew_leases`] needs of the generator.
 pub struct LeaseHandles {
-    states: Arc<Vec<PeerState>>,
-    counters: Arc<Counters>,
-    stop: Arc<AtomicBool>,
+    shared: Arc<Shared>,
 }
 
 /// Renews every live hollow peer's Lease every `timing.lease_renew`, the renewals of all
@@ -669,16 +652,16 @@ pub async fn renew_leases(
             let mut rv: Vec<Option<String>> = vec![None; mine.len()];
             let start = tokio::time::Instant::now();
             let mut round = 0u32;
-            while !handles.stop.load(Ordering::Relaxed) {
+            while !handles.shared.stop.load(Ordering::Relaxed) {
                 for (j, &i) in mine.iter().enumerate() {
                     let due = start
                         + timing.lease_renew * round
                         + timing.lease_renew * i as u32 / n.max(1) as u32;
                     tokio::time::sleep_until(due).await;
-                    if handles.stop.load(Ordering::Relaxed) {
+                    if handles.shared.stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    if !handles.states[i].alive.load(Ordering::SeqCst) {
+                    if !handles.shared.states[i].alive.load(Ordering::SeqCst) {
                         continue;
                     }
                     let (lease, contents) = &leases[i];
@@ -690,10 +673,10 @@ pub async fn renew_leases(
                     match lease.write(rv[j].clone(), body).await {
                         announcer::election::LeaseWriteResult::Written { resource_version } => {
                             rv[j] = Some(resource_version);
-                            Counters::bump(&handles.counters.lease_writes);
+                            Counters::bump(&handles.shared.counters.lease_writes);
                         }
                         _ => {
-                            Counters::bump(&handles.counters.lease_failures);
+                            Counters::bump(&handles.shared.counters.lease_failures);
                             rv[j] = api
                                 .get_opt(lease.name())
                                 .await

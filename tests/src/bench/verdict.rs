@@ -27,6 +27,26 @@ impl Verdict {
     }
 }
 
+/// The header of a verdict table whose claim column is `width` wide.
+pub fn table_header(width: usize) -> String {
+    format!(
+        "{:<width$} {:>10}  {:>8}  verdict / what",
+        "claim", "measured", "limit"
+    )
+}
+
+/// One row of a verdict table: claim, value (`decimals` places), limit, mark and text.
+pub fn table_row(v: &Verdict, width: usize, decimals: usize) -> String {
+    format!(
+        "{:<width$} {:>10}  {:>8}  {} {}",
+        v.name,
+        v.value.map_or("-".into(), |x| format!("{x:.decimals$}")),
+        v.limit.map_or("-".into(), |x| format!("{x:.0}")),
+        v.mark(),
+        v.text
+    )
+}
+
 /// Whether any judged claim failed (informational ones never do): what decides a benchmark's
 /// exit status.
 pub fn any_failed(verdicts: &[Verdict]) -> bool {

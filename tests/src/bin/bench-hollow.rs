@@ -48,7 +48,7 @@ use announcer_tests::{
             AgentSide, ChurnRates, ChurnTargets, Counters, Generator, Timing, churn, hollow_mac,
             hollow_name, hollow_node_ip, node_lease, renew_leases, slice_endpoints,
         },
-        verdict::{Verdict, any_failed, failed_names},
+        verdict::{Verdict, any_failed, failed_names, table_header, table_row},
     },
     env::{
         lan::{
@@ -806,23 +806,13 @@ fn verdicts(r: &Run) -> Vec<Verdict> {
 }
 
 fn report(args: &Args, runs: &[Run]) -> Result<()> {
-    println!(
-        "{:<28} {:>10}  {:>8}  verdict / what",
-        "claim", "measured", "limit"
-    );
+    println!("{}", table_header(28));
     let mut all = Vec::new();
     let mut docs = Vec::new();
     for r in runs {
         let v = verdicts(r);
         for x in &v {
-            println!(
-                "{:<28} {:>10}  {:>8}  {} {}",
-                x.name,
-                x.value.map_or("-".into(), |x| format!("{x:.2}")),
-                x.limit.map_or("-".into(), |x| format!("{x:.0}")),
-                x.mark(),
-                x.text
-            );
+            println!("{}", table_row(x, 28, 2));
         }
         docs.push(json!({
             "nodes": r.nodes,

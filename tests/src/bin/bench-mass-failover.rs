@@ -33,7 +33,7 @@ use announcer::ipam::{AddressPool, AddressPoolSpec};
 use announcer_tests::{
     bench::{
         failover::systems::agent_owners,
-        verdict::{Verdict, any_failed, failed_names},
+        verdict::{Verdict, any_failed, failed_names, table_header, table_row},
     },
     env::lan::{Testbed, TestbedConfig, VIP_NET4, install_ctrlc_cleanup, vip4},
     netns::require_root,
@@ -358,19 +358,9 @@ fn run(args: &Args) -> Result<()> {
         },
     ];
 
-    println!(
-        "{:<34} {:>10}  {:>8}  verdict / what",
-        "claim", "measured", "limit"
-    );
+    println!("{}", table_header(34));
     for v in &verdicts {
-        println!(
-            "{:<34} {:>10}  {:>8}  {} {}",
-            v.name,
-            v.value.map_or("-".into(), |x| format!("{x:.1}")),
-            v.limit.map_or("-".into(), |x| format!("{x:.0}")),
-            v.mark(),
-            v.text
-        );
+        println!("{}", table_row(v, 34, 1));
     }
     if args.json {
         let doc = json!({
