@@ -143,6 +143,10 @@ impl Counters {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// One hollow peer's shared state.
@@ -176,14 +180,12 @@ struct Shared {
 pub struct Generator {
     shared: Arc<Shared>,
     threads: Vec<thread::JoinHandle<()>>,
-    /// Where the peers' beats come from (their published heartbeat address).
-    local: SocketAddr,
 }
 
 impl Generator {
     /// Makes `peers` identities, each keyed with the agent's public key. Starts nothing: the
     /// Leases come first ([`renew_leases`]), so the agent knows the keys before beats arrive.
-    pub fn new(peers: usize, agent: &AgentSide, timing: Timing, local: SocketAddr) -> Result<Self> {
+    pub fn new(peers: usize, agent: &AgentSide, timing: Timing) -> Result<Self> {
         let mut keyrings = Vec::with_capacity(peers);
         for _ in 0..peers {
             let mut k = Keyring::new(Identity::generate());
@@ -213,18 +215,7 @@ impl Generator {
                 stop: Arc::default(),
             }),
             threads: Vec::new(),
-            local,
         })
-    }
-
-    /// How many hollow peers.
-    pub fn len(&self) -> usize {
-        self.shared.names.len()
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.shared.names.is_empty()
     }
 
     /// Peer `i`'s name.
@@ -289,7 +280,9 @@ impl Generator {
                 .name("hollow-recv".into())
                 .spawn(move || receiver.run())?,
         );
-        let macs: HashMap<[u8; 6], usize> = (0..self.len()).map(|i| (hollow_mac(i).0, i)).collect();
+        let macs: HashMap<[u8; 6], usize> = (0..self.shared.names.len())
+            .map(|i| (hollow_mac(i).0, i))
+            .collect();
         let shared = Arc::clone(&self.shared);
         self.threads.push(
             thread::Builder::new()
@@ -303,29 +296,6 @@ impl Generator {
     /// the sender's schedule.
     pub fn beats_due(&self, alive_peer_seconds: f64) -> f64 {
         alive_peer_seconds / self.shared.timing.heartbeat_interval.as_secs_f64()
-    }
-
-    /// Whether peer `i` is alive.
-    pub fn alive(&self, i: usize) -> bool {
-        self.shared.states[i].alive.load(Ordering::Relaxed)
-    }
-
-    /// How many peers are alive.
-    pub fn alive_count(&self) -> usize {
-        self.shared
-            .states
-            .iter()
-            .filter(|s| s.alive.load(Ordering::Relaxed))
-            .count()
-    }
-
-    /// Whether the agent's beats reach peer `i` (one arrived within the hears window).
-    pub fn hears_agent(&self, i: usize) -> bool {
-        heard_recently(
-            &self.shared.states[i],
-            self.shared.epoch,
-            self.shared.timing.hears_within,
-        )
     }
 
     /// Crashes peer `i`: no beat, no probe answer, no Lease renewal from now on. Returns when
@@ -365,11 +335,6 @@ impl Generator {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-    }
-
-    /// Where the peers' beats come from.
-    pub fn local(&self) -> SocketAddr {
-        self.local
     }
 
     /// The counters, shared (for [`churn`]).
@@ -496,12 +461,6 @@ impl Sender {
             }
             Err(_) => Counters::bump(&self.shared.counters.send_errors),
         }
-    }
-}
-
-impl Counters {
-    fn bump(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -216,7 +216,7 @@ fn run(args: &Args, n: usize) -> Result<Run> {
 
     let timing = Timing::default();
     let local = SocketAddr::from((CLIENT_V4, HEARTBEAT_PORT));
-    let mut generator = Generator::new(hollow, &agent, timing, local)?;
+    let mut generator = Generator::new(hollow, &agent, timing)?;
     let leases = (0..hollow)
         .map(|i| {
             (
